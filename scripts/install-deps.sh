@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package and Python package that building, testing and
+# the tools need. Idempotent: when everything is present it does nothing and
+# prints nothing. Python packages go into a virtual environment at .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debian_packages=(
+  build-essential cmake pkg-config ccache git
+  libsentencepiece-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libboost-dev
+  libgtest-dev libgmock-dev libopenblas-dev
+  python3 python3-venv python3-dev
+)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python: a venv made by Debian's python3 so it does not depend on the user's shell setup.
+req=scripts/requirements.txt
+stamp=.venv/.requirements.sha256
+want=$(sha256sum "$req" | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-deps: setting up the Python environment in .venv"
+  [ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -r "$req"
+  echo "$want" > "$stamp"
+fi
