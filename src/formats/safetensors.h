@@ -18,6 +18,12 @@
 
 namespace tern {
 
+// Largest JSON header accepted (the limit HF's safetensors also uses): a
+// header past it is an attack or a broken file, not a model.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+// Largest tensor rank accepted.
+inline constexpr size_t kMaxSafetensorsRank = 8;
+
 struct TensorView {
   std::string name;
   DType dtype = DType::kF32;
@@ -33,7 +39,10 @@ class SafetensorsFile {
   // Maps and parses the file at `path`. The returned object owns the map.
   static Result<SafetensorsFile> open(const std::string& path);
   // Parses bytes owned by the caller (who keeps them alive); `name` is used
-  // in error messages. The entry point of the fuzzer.
+  // in error messages. The entry point of the fuzzer. Error codes: kParse for
+  // malformed bytes, kOutOfRange for sizes past the file or a limit (or past
+  // 64 bits), kUnsupported for a valid safetensors dtype tern does not read
+  // (F8_E4M3, U32, ...). Duplicate keys anywhere in the header are errors.
   static Result<SafetensorsFile> parse(std::span<const uint8_t> bytes, const std::string& name);
 
   const std::vector<TensorView>& tensors() const { return tensors_; }
@@ -48,6 +57,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// "[2048, 1024]" ("[]" for a scalar): how shapes appear in every message.
+std::string format_shape(const std::vector<int64_t>& shape);
+
 // One tensor to write.
 struct TensorToWrite {
   std::string name;
@@ -57,7 +69,8 @@ struct TensorToWrite {
 };
 
 // Serializes tensors (in the given order) into a safetensors byte string;
-// used by tests and converters. Fails on a size that does not match the shape.
+// used by tests and converters. Fails (kInvalidArgument) on a size that does
+// not match the shape, a duplicate or non-UTF-8 name, or a negative dim.
 Result<std::string> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
                                           const std::map<std::string, std::string>& metadata = {});
 

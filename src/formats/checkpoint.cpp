@@ -1,0 +1,137 @@
+// Opens a Hugging Face model folder's weights, single-file or sharded, and
+// indexes every tensor by name. The index file is untrusted like the shards:
+// shard names may not leave the folder, and each shard is opened once.
+#include "formats/checkpoint.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+namespace tern {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// A shard name is a plain file name inside the model folder; anything that
+// could point elsewhere ("../x", "/etc/x", "a/b") is refused.
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
+         name.find("..") == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+bool is_regular_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+}  // namespace
+
+Status Checkpoint::add_file(std::unique_ptr<SafetensorsFile> file) {
+  const size_t index = files_.size();
+  for (const TensorView& t : file->tensors()) {
+    auto [it, inserted] = by_name_.emplace(t.name, Entry{&t, index});
+    if (!inserted) {
+      return parse_error(file->name() + ": tensor '" + t.name + "' is also in " + files_[it->second.file]->name());
+    }
+  }
+  files_.push_back(std::move(file));
+  return Status::ok();
+}
+
+Result<Checkpoint> Checkpoint::open(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return not_found(dir + ": model folder does not exist");
+
+  Checkpoint ckpt;
+  const std::string single = (fs::path(dir) / kSingleFile).string();
+  if (is_regular_file(single)) {
+    TERN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(single));
+    ckpt.source_ = single;
+    TERN_RETURN_IF_ERROR(ckpt.add_file(std::make_unique<SafetensorsFile>(std::move(file))));
+    return ckpt;
+  }
+
+  const std::string index_path = (fs::path(dir) / kIndexFile).string();
+  if (!is_regular_file(index_path)) {
+    return not_found(dir + ": no " + kSingleFile + " or " + kIndexFile + " in this folder");
+  }
+  ckpt.source_ = index_path;
+  TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(index_path));
+  json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (index.is_discarded()) return parse_error(index_path + ": not valid JSON");
+  if (!index.is_object()) return parse_error(index_path + ": expected a JSON object, found " + index.type_name());
+  auto map = index.find("weight_map");
+  if (map == index.end()) return parse_error(index_path + ": weight_map is missing");
+  if (!map->is_object()) {
+    return parse_error(index_path + ": weight_map is " + map->type_name() + ", expected an object {tensor: shard}");
+  }
+  if (map->empty()) return parse_error(index_path + ": weight_map lists no tensors");
+
+  // Open each distinct shard once, in the order first named.
+  std::map<std::string, size_t> shard_file;  // shard name -> index in files_
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    const auto* shard = it.value().get_ptr<const json::string_t*>();
+    if (shard == nullptr) {
+      return parse_error(index_path + ": tensor '" + it.key() + "' maps to " + it.value().type_name() +
+                         ", expected a shard file name");
+    }
+    if (!is_plain_file_name(*shard)) {
+      return parse_error(index_path + ": tensor '" + it.key() + "' maps to shard '" + *shard +
+                         "', which is not a plain file name in the model folder");
+    }
+    if (shard_file.count(*shard) != 0) continue;
+    const std::string shard_path = (fs::path(dir) / *shard).string();
+    if (!is_regular_file(shard_path)) {
+      return not_found(index_path + ": shard '" + *shard + "' (holding tensor '" + it.key() + "') does not exist");
+    }
+    TERN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(shard_path));
+    shard_file[*shard] = ckpt.files_.size();
+    TERN_RETURN_IF_ERROR(ckpt.add_file(std::make_unique<SafetensorsFile>(std::move(file))));
+  }
+
+  // The index and the shards must agree, or a loader would read the wrong bytes.
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    const std::string& shard = *it.value().get_ptr<const json::string_t*>();
+    auto found = ckpt.by_name_.find(it.key());
+    if (found == ckpt.by_name_.end() || found->second.file != shard_file[shard]) {
+      return not_found(index_path + ": tensor '" + it.key() + "' is mapped to shard '" + shard +
+                       "', which does not contain it");
+    }
+  }
+  return ckpt;
+}
+
+const TensorView* Checkpoint::find(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second.view;
+}
+
+Result<const TensorView*> Checkpoint::require(std::string_view name, const std::vector<int64_t>& shape) const {
+  const TensorView* t = find(name);
+  if (t == nullptr) return not_found(source_ + ": tensor '" + std::string(name) + "' is missing");
+  if (t->shape != shape) {
+    return invalid_argument(file_of(name) + ": tensor '" + std::string(name) + "' has shape " + t->shape_string() +
+                            ", expected " + format_shape(shape));
+  }
+  return t;
+}
+
+std::string Checkpoint::file_of(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? std::string() : files_[it->second.file]->name();
+}
+
+size_t Checkpoint::num_tensors() const { return by_name_.size(); }
+
+std::vector<std::string> Checkpoint::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(by_name_.size());
+  for (const auto& [name, entry] : by_name_) names.push_back(name);
+  return names;
+}
+
+}  // namespace tern

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Writes a full-size ERNIE-4.5-0.3B-shaped checkpoint with random bf16 weights.
+
+The shapes, tensor names, config and tokenizer files are those of
+baidu/ERNIE-4.5-0.3B-PT (MODEL.md); the weights are random, deterministic from
+--seed. Benchmarks run on it, since every byte and FLOP is still exercised.
+Needs numpy only; takes a few seconds.
+
+    python3 tools/make_random_model.py --out models/ernie-4.5-0.3b-random \
+        --tokenizer-from tests/data/ernie-tiny
+"""
+
+import argparse
+import json
+import os
+import shutil
+import struct
+
+import numpy as np
+
+CONFIG = {
+    "architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424,
+    "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 128, "hidden_act": "silu", "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "max_position_embeddings": 131072, "use_bias": False, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "use_cache": True,
+}
+TOKENIZER_FILES = ["tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.json", "generation_config.json"]
+
+
+def tensor_specs(c):
+    h, i, q, kv = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"] * c["head_dim"], \
+        c["num_key_value_heads"] * c["head_dim"]
+    specs = [("model.embed_tokens.weight", (c["vocab_size"], h))]
+    for n in range(c["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        specs += [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
+                  (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
+                  (p + "self_attn.o_proj.weight", (h, q)), (p + "post_attention_layernorm.weight", (h,)),
+                  (p + "mlp.gate_proj.weight", (i, h)), (p + "mlp.up_proj.weight", (i, h)),
+                  (p + "mlp.down_proj.weight", (h, i))]
+    specs.append(("model.norm.weight", (h,)))
+    return specs
+
+
+def random_bf16(rng, shape, is_norm):
+    if is_norm:
+        x = 1.0 + 0.05 * rng.standard_normal(shape, dtype=np.float32)
+    else:
+        x = 0.02 * rng.standard_normal(shape, dtype=np.float32)
+    bits = x.view(np.uint32)
+    # Round to nearest even, as torch does when casting to bfloat16.
+    bits = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+    return (bits >> np.uint32(16)).astype(np.uint16)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokenizer-from", required=True, help="model folder whose tokenizer files are copied")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (smaller test models)")
+    args = ap.parse_args()
+
+    config = dict(CONFIG)
+    if args.layers:
+        config["num_hidden_layers"] = args.layers
+    os.makedirs(args.out, exist_ok=True)
+    specs = tensor_specs(config)
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in specs:
+        size = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    header_bytes = json.dumps(header, separators=(",", ":")).encode()
+    header_bytes += b" " * (-len(header_bytes) % 8)
+    rng = np.random.default_rng(args.seed)
+    tmp = os.path.join(args.out, "model.safetensors.tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(header_bytes)))
+        f.write(header_bytes)
+        for name, shape in specs:
+            f.write(random_bf16(rng, shape, name.endswith("norm.weight")).tobytes())
+    os.replace(tmp, os.path.join(args.out, "model.safetensors"))
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    for name in TOKENIZER_FILES:
+        src = os.path.join(args.tokenizer_from, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(args.out, name))
+    print(f"wrote {args.out}: {sum(int(np.prod(s)) for _, s in specs):,} parameters")
+
+
+if __name__ == "__main__":
+    main()
