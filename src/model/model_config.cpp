@@ -10,6 +10,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "formats/json_util.h"
+
 namespace tern {
 namespace {
 
@@ -36,45 +38,6 @@ std::string supported_list() {
   return out;
 }
 
-// A short rendering of a JSON value for "found ..." parts of messages.
-// Bounded in depth and length: the value may be 100 MB or nested 10^6 deep,
-// and nlohmann's dump() recurses.
-void render_brief(const json& v, int depth, std::string& out) {
-  constexpr size_t kMaxChars = 60;
-  constexpr int kMaxDepth = 3;
-  if (out.size() > kMaxChars) return;
-  if (v.is_array() || v.is_object()) {
-    const bool array = v.is_array();
-    if (depth >= kMaxDepth) {
-      out += array ? "[...]" : "{...}";
-      return;
-    }
-    out += array ? '[' : '{';
-    bool first = true;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (!first) out += ',';
-      first = false;
-      if (out.size() > kMaxChars) {
-        out += "...";
-        break;
-      }
-      if (!array) out += json(it.key().substr(0, kMaxChars)).dump(-1, ' ', false, json::error_handler_t::replace) + ":";
-      render_brief(it.value(), depth + 1, out);
-    }
-    out += array ? ']' : '}';
-  } else if (const auto* s = v.get_ptr<const json::string_t*>()) {
-    out += json(s->substr(0, kMaxChars)).dump(-1, ' ', false, json::error_handler_t::replace);
-  } else {
-    out += v.dump();
-  }
-}
-
-std::string brief(const json& v) {
-  std::string text;
-  render_brief(v, 0, text);
-  return std::string(v.type_name()) + " " + text;
-}
-
 // Typed, non-throwing field access on one JSON object. An absent or null
 // field leaves the output untouched (the default stands) unless required.
 class FieldReader {
@@ -90,7 +53,7 @@ class FieldReader {
     return parse_error(source_ + ": field '" + std::string(key) + "' is missing");
   }
   Status wrong_type(std::string_view key, const json& v, std::string_view expected) const {
-    return parse_error(source_ + ": field '" + std::string(key) + "' is " + brief(v) + ", expected " +
+    return parse_error(source_ + ": field '" + std::string(key) + "' is " + json_brief(v) + ", expected " +
                        std::string(expected));
   }
   Status bad_value(std::string_view key, const std::string& found, std::string_view expected) const {
@@ -171,7 +134,7 @@ class FieldReader {
       if (!item->is_number_integer()) return wrong_type(key, *v, "a token id or a list of token ids");
       if (item->is_number_unsigned() ? item->get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}
                                      : item->get<int64_t>() < 0) {
-        return bad_value(key, brief(*item), "a token id (non-negative, 32-bit)");
+        return bad_value(key, json_brief(*item), "a token id (non-negative, 32-bit)");
       }
       ids.push_back(static_cast<int32_t>(item->get<int64_t>()));
     }
@@ -187,7 +150,7 @@ class FieldReader {
 Result<json> parse_object(std::string_view text, const std::string& source) {
   json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return parse_error(source + ": not valid JSON");
-  if (!root.is_object()) return parse_error(source + ": expected a JSON object, found " + brief(root));
+  if (!root.is_object()) return parse_error(source + ": expected a JSON object, found " + json_brief(root));
   return root;
 }
 
@@ -229,7 +192,7 @@ Status read_architecture(const FieldReader& r, const std::string& source, ModelC
 // write the base inside rope_parameters instead of rope_theta.
 Status read_rope(const FieldReader& r, const std::string& source, ModelConfig* c) {
   if (const json* scaling = r.get("rope_scaling"); scaling != nullptr) {
-    return unsupported(source + ": rope_scaling " + brief(*scaling) + " is not supported (only plain RoPE)");
+    return unsupported(source + ": rope_scaling " + json_brief(*scaling) + " is not supported (only plain RoPE)");
   }
   if (const json* params = r.get("rope_parameters"); params != nullptr) {
     if (!params->is_object()) return r.wrong_type("rope_parameters", *params, "an object");

@@ -1,0 +1,344 @@
+// Reference CPU kernels. Every dot product keeps 16 independent fp32 partial
+// sums (lane l adds the products j = l mod 16, in order) and adds them up in a
+// fixed tree: g++ vectorizes that without -ffast-math, and an output element
+// gets the same bits whether computed alone (decode) or in a tile of tokens
+// (prefill), on any number of threads, with or without AVX2.
+#include "backend/cpu/reference_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/bf16.h"
+
+namespace tern::cpu {
+namespace {
+
+constexpr int kLanes = 16;  // partial sums per dot product (4 SSE / 2 AVX registers)
+constexpr int64_t kTokenTile = 32;  // tokens sharing one pass over a group of weight rows
+constexpr int kRowTile = 4;         // weight rows computed together, kept hot in L1 over a token tile
+
+inline float bits_to_f32(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint32_t f32_to_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+// Same values as f16_to_f32 for all 65536 inputs, but branch-free so the dot
+// loop vectorizes: subnormals come from an exact int->float conversion, no
+// denormal float arithmetic (so it holds under flush-to-zero too).
+inline float f16_to_f32_vectorizable(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t abs = h & 0x7fffu;
+  uint32_t normal = (abs << 13) + ((127u - 15u) << 23);
+  uint32_t special = (abs << 13) | 0x7f800000u;  // inf and NaN keep their payload
+  uint32_t subnormal = f32_to_bits(static_cast<float>(abs) * 0x1p-24f);
+  uint32_t bits = abs < 0x400u ? subnormal : (abs >= 0x7c00u ? special : normal);
+  return bits_to_f32(bits | sign);
+}
+
+struct F32Weights {
+  using Elem = float;
+  static float to_f32(float v) { return v; }
+};
+struct Bf16Weights {
+  using Elem = uint16_t;
+  static float to_f32(uint16_t v) { return bf16_to_f32(v); }
+};
+struct F16Weights {
+  using Elem = uint16_t;
+  static float to_f32(uint16_t v) { return f16_to_f32_vectorizable(v); }
+};
+
+[[gnu::always_inline]] inline float reduce_lanes(float (&acc)[kLanes]) {
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0];
+}
+
+// sum_j x[j] * w[j] in fp32: lane l sums the products j = l (mod 16) in order.
+template <typename W>
+[[gnu::always_inline]] inline float dot(const float* x, const typename W::Elem* w, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[j + l] * W::to_f32(w[j + l]);
+  }
+  for (int l = 0; j + l < n; ++l) acc[l] += x[j + l] * W::to_f32(w[j + l]);
+  return reduce_lanes(acc);
+}
+
+// dot() of x with kRowTile consecutive rows (stride n) at once: the same
+// arithmetic per row, bit for bit, but each x element is loaded once for all
+// rows and the independent partial sums hide the add latency.
+template <typename W>
+[[gnu::always_inline]] inline void dot_rows(const float* x, const typename W::Elem* w, int64_t n, float* out) {
+  float acc[kRowTile][kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int r = 0; r < kRowTile; ++r) {
+      for (int l = 0; l < kLanes; ++l) acc[r][l] += x[j + l] * W::to_f32(w[r * n + j + l]);
+    }
+  }
+  for (int r = 0; r < kRowTile; ++r) {
+    for (int l = 0; j + l < n; ++l) acc[r][l] += x[j + l] * W::to_f32(w[r * n + j + l]);
+    out[r] = reduce_lanes(acc[r]);
+  }
+}
+
+inline float sum_squares(const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[j + l] * x[j + l];
+  }
+  for (int l = 0; j + l < n; ++l) acc[l] += x[j + l] * x[j + l];
+  return reduce_lanes(acc);
+}
+
+template <typename W>
+void row_to_f32(const typename W::Elem* w, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = W::to_f32(w[j]);
+}
+
+// Rows [r_begin, r_end) of y for all tokens. Token tiles outermost so a tile
+// of x stays in cache while the rows stream past; within a tile each group of
+// kRowTile weight rows is reused by every token.
+template <typename W>
+[[gnu::always_inline]] inline void linear_rows(const float* x, int64_t num_tokens, const typename W::Elem* w,
+                                               int64_t rows, int64_t cols, float* y, int64_t r_begin,
+                                               int64_t r_end) {
+  float out[kRowTile];
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenTile) {
+    int64_t t1 = std::min(num_tokens, t0 + kTokenTile);
+    int64_t r0 = r_begin;
+    for (; r0 + kRowTile <= r_end; r0 += kRowTile) {
+      for (int64_t t = t0; t < t1; ++t) {
+        dot_rows<W>(x + t * cols, w + r0 * cols, cols, out);
+        for (int r = 0; r < kRowTile; ++r) y[t * rows + r0 + r] = out[r];
+      }
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t r = r0; r < r_end; ++r) y[t * rows + r] = dot<W>(x + t * cols, w + r * cols, cols);
+    }
+  }
+}
+
+// The same loops compiled twice: for baseline x86-64 (SSE2) and, chosen at
+// run time, for AVX2. FMA stays off in both, so no multiply-add is fused and
+// both give identical bits: the oracle does not depend on the machine.
+template <typename W>
+void linear_rows_portable(const float* x, int64_t num_tokens, const typename W::Elem* w, int64_t rows,
+                          int64_t cols, float* y, int64_t r_begin, int64_t r_end) {
+  linear_rows<W>(x, num_tokens, w, rows, cols, y, r_begin, r_end);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <typename W>
+__attribute__((target("avx2"))) void linear_rows_avx2(const float* x, int64_t num_tokens,
+                                                      const typename W::Elem* w, int64_t rows, int64_t cols,
+                                                      float* y, int64_t r_begin, int64_t r_end) {
+  linear_rows<W>(x, num_tokens, w, rows, cols, y, r_begin, r_end);
+}
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+template <typename W>
+void linear_rows_dispatch(bool portable, const float* x, int64_t num_tokens, const void* w, int64_t rows,
+                          int64_t cols, float* y, int64_t r_begin, int64_t r_end) {
+  const auto* wt = static_cast<const typename W::Elem*>(w);
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!portable && cpu_has_avx2()) {
+    linear_rows_avx2<W>(x, num_tokens, wt, rows, cols, y, r_begin, r_end);
+    return;
+  }
+#endif
+  (void)portable;
+  linear_rows_portable<W>(x, num_tokens, wt, rows, cols, y, r_begin, r_end);
+}
+
+void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
+                 bool portable) {
+  // Enough rows per chunk that waking a worker is worth it.
+  const int64_t grain = std::max<int64_t>(16, 65536 / std::max<int64_t>(1, w.cols * num_tokens));
+  pool.parallel_for(w.rows, grain, [&](int64_t begin, int64_t end) {
+    switch (w.dtype) {
+      case DType::kBF16:
+        linear_rows_dispatch<Bf16Weights>(portable, x, num_tokens, w.data, w.rows, w.cols, y, begin, end);
+        break;
+      case DType::kF16:
+        linear_rows_dispatch<F16Weights>(portable, x, num_tokens, w.data, w.rows, w.cols, y, begin, end);
+        break;
+      default:
+        linear_rows_dispatch<F32Weights>(portable, x, num_tokens, w.data, w.rows, w.cols, y, begin, end);
+        break;
+    }
+  });
+}
+
+}  // namespace
+
+bool is_weight_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+size_t weight_element_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out) {
+  int64_t offset = row * w.cols;
+  switch (w.dtype) {
+    case DType::kBF16:
+      row_to_f32<Bf16Weights>(static_cast<const uint16_t*>(w.data) + offset, w.cols, out);
+      break;
+    case DType::kF16:
+      row_to_f32<F16Weights>(static_cast<const uint16_t*>(w.data) + offset, w.cols, out);
+      break;
+    default:
+      row_to_f32<F32Weights>(static_cast<const float*>(w.data) + offset, w.cols, out);
+      break;
+  }
+}
+
+std::vector<float> weight_vector_to_f32(const WeightVector& w) {
+  std::vector<float> out(static_cast<size_t>(w.size));
+  weight_row_to_f32(WeightMatrix{w.dtype, w.data, 1, w.size}, 0, out.data());
+  return out;
+}
+
+void embedding_lookup(const WeightMatrix& table, std::span<const int32_t> ids, float* out) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    weight_row_to_f32(table, ids[i], out + static_cast<int64_t>(i) * table.cols);
+  }
+}
+
+void linear(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y) {
+  linear_impl(pool, x, num_tokens, w, y, /*portable=*/false);
+}
+
+void linear_portable(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y) {
+  linear_impl(pool, x, num_tokens, w, y, /*portable=*/true);
+}
+
+void rmsnorm(const float* x, int64_t num_tokens, const WeightVector& w, float eps, float* y) {
+  std::vector<float> weight = weight_vector_to_f32(w);
+  const int64_t n = w.size;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* xt = x + t * n;
+    float* yt = y + t * n;
+    float mean = sum_squares(xt, n) / static_cast<float>(n);
+    float inv_rms = 1.0f / std::sqrt(mean + eps);
+    // HF order: the normalized activation first, then the weight.
+    for (int64_t j = 0; j < n; ++j) yt[j] = weight[j] * (xt[j] * inv_rms);
+  }
+}
+
+std::vector<float> rope_inv_freq(int64_t head_dim, double theta) {
+  // HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in fp32.
+  std::vector<float> inv(static_cast<size_t>(head_dim / 2));
+  const float base = static_cast<float>(theta);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    float power = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
+    inv[static_cast<size_t>(i)] = 1.0f / power;
+  }
+  return inv;
+}
+
+void rope_interleaved(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                      std::span<const int64_t> positions, std::span<const float> inv_freq) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> cos_a(static_cast<size_t>(half)), sin_a(static_cast<size_t>(half));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    // The angle is rounded to fp32 as HF's fp32 matmul does; cos and sin of
+    // that fp32 angle are then computed accurately and rounded once.
+    const float pos = static_cast<float>(positions[static_cast<size_t>(t)]);
+    for (int64_t i = 0; i < half; ++i) {
+      float angle = inv_freq[static_cast<size_t>(i)] * pos;
+      cos_a[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_a[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    float* xt = x + t * num_heads * head_dim;
+    for (int64_t h = 0; h < num_heads; ++h) {
+      float* xh = xt + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        float a = xh[2 * i], b = xh[2 * i + 1];
+        float c = cos_a[static_cast<size_t>(i)], s = sin_a[static_cast<size_t>(i)];
+        xh[2 * i] = a * c - b * s;
+        xh[2 * i + 1] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    out[i] = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+void attention(ThreadPool& pool, const float* q, std::span<const int64_t> positions, const KvRowTable& k,
+               const KvRowTable& v, const AttentionShape& shape, float* out) {
+  const int64_t num_tokens = static_cast<int64_t>(positions.size());
+  const int64_t head_dim = shape.head_dim;
+  const int64_t q_dim = shape.num_heads * head_dim;
+  const int64_t group = shape.num_heads / shape.num_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  int64_t max_pos = 0;
+  for (int64_t p : positions) max_pos = std::max(max_pos, p);
+
+  pool.parallel_for(num_tokens * shape.num_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> probs(static_cast<size_t>(max_pos + 1));
+    std::vector<float> acc(static_cast<size_t>(head_dim));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / shape.num_heads;
+      const int64_t h = item % shape.num_heads;
+      const int64_t kv_offset = (h / group) * head_dim;
+      const int64_t len = positions[static_cast<size_t>(t)] + 1;
+      const float* qh = q + t * q_dim + h * head_dim;
+
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        float s = dot<F32Weights>(qh, k.row(j) + kv_offset, head_dim) * scale;
+        probs[static_cast<size_t>(j)] = s;
+        max_score = std::max(max_score, s);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        float e = std::exp(probs[static_cast<size_t>(j)] - max_score);
+        probs[static_cast<size_t>(j)] = e;
+        sum += e;
+      }
+      const float inv_sum = 1.0f / sum;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < len; ++j) {
+        const float p = probs[static_cast<size_t>(j)] * inv_sum;
+        const float* vj = v.row(j) + kv_offset;
+        for (int64_t d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * vj[d];
+      }
+      std::copy(acc.begin(), acc.end(), out + t * q_dim + h * head_dim);
+    }
+  });
+}
+
+}  // namespace tern::cpu

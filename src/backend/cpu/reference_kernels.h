@@ -1,0 +1,103 @@
+// Reference CPU kernels: the correctness oracle every faster CPU or CUDA
+// kernel is tested against. Plain loops, fp32 math with fp32 accumulation in
+// a fixed order (so results do not depend on the thread count or on how many
+// tokens are processed together), multi-threaded over output rows.
+// All pointers are borrowed; nothing here allocates more than scratch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "formats/dtype.h"  // the DType enum only; tern_backend_cpu does not link tern_formats
+
+namespace tern::cpu {
+
+// A weight matrix in PyTorch [out, in] layout, row-major: row r holds the
+// `cols` input weights of output feature r. dtype is kF32, kF16 or kBF16 and
+// `data` must be aligned to the element size. Borrowed (usually a memory map).
+struct WeightMatrix {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // out features
+  int64_t cols = 0;  // in features
+};
+
+// A 1-D weight (norm scales); same dtypes and alignment rule as WeightMatrix.
+struct WeightVector {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;
+  int64_t size = 0;
+};
+
+// True for the element types these kernels read weights in.
+bool is_weight_dtype(DType dtype);
+// Bytes per element of a weight dtype (0 for any other dtype).
+size_t weight_element_size(DType dtype);
+
+// Where the K (or V) rows of one layer of one sequence live. Position p is at
+// blocks[p / block_size] + (p % block_size) * row_stride. A contiguous cache
+// is one block with block_size = capacity; a paged cache passes its block
+// table. Attention reads the cache only through this, so the cache layout can
+// change without touching the kernel.
+struct KvRowTable {
+  std::span<const float* const> blocks;
+  int64_t block_size = 0;  // positions per block
+  int64_t row_stride = 0;  // floats between consecutive positions in a block
+
+  const float* row(int64_t pos) const {
+    return blocks[static_cast<size_t>(pos / block_size)] + (pos % block_size) * row_stride;
+  }
+};
+
+struct AttentionShape {
+  int64_t num_heads = 0;     // query heads
+  int64_t num_kv_heads = 0;  // divides num_heads; kv head j serves q heads j*g .. j*g+g-1
+  int64_t head_dim = 0;
+};
+
+// out[i, :] = fp32 copy of row ids[i] of `table` (out is [ids.size(), cols]).
+// The caller has checked every id is in [0, table.rows).
+void embedding_lookup(const WeightMatrix& table, std::span<const int32_t> ids, float* out);
+
+// One weight row converted to fp32 (cols floats). For tests and lm-head checks.
+void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out);
+// The whole vector converted to fp32.
+std::vector<float> weight_vector_to_f32(const WeightVector& w);
+
+// y[T, w.rows] = x[T, w.cols] . W^T with fp32 accumulation. Parallel over
+// weight rows; tokens are processed in tiles so each weight row is read from
+// memory once per tile rather than once per token. y must not alias x.
+// Uses AVX2 when the CPU has it, with the same bits as the portable path.
+void linear(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y);
+// linear() restricted to baseline x86-64 instructions (for tests of the above).
+void linear_portable(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y);
+
+// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w, fp32 (the weight is
+// used as is, not offset by 1). y may equal x.
+void rmsnorm(const float* x, int64_t num_tokens, const WeightVector& w, float eps, float* y);
+
+// inv_freq[i] = 1 / theta^(2i / head_dim) for i < head_dim/2, computed in
+// fp32 the way HF transformers computes its default rotary frequencies.
+std::vector<float> rope_inv_freq(int64_t head_dim, double theta);
+
+// Interleaved (GPT-J) rotary embedding in place on x [T, num_heads*head_dim]:
+// for each head and i < head_dim/2, with a = inv_freq[i] * positions[t] (fp32),
+//   x[2i]   <- x[2i] cos a - x[2i+1] sin a
+//   x[2i+1] <- x[2i+1] cos a + x[2i] sin a
+void rope_interleaved(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                      std::span<const int64_t> positions, std::span<const float> inv_freq);
+
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. out may alias either.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// Causal grouped-query attention for T query tokens of one sequence.
+// q: [T, num_heads*head_dim]; token t sits at positions[t] and attends to
+// the K/V rows at positions 0..positions[t] (which must already be written).
+// Scores are scaled by 1/sqrt(head_dim); softmax in fp32, max-subtracted.
+// out: [T, num_heads*head_dim]. Parallel over (token, head).
+void attention(ThreadPool& pool, const float* q, std::span<const int64_t> positions, const KvRowTable& k,
+               const KvRowTable& v, const AttentionShape& shape, float* out);
+
+}  // namespace tern::cpu

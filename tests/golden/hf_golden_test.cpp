@@ -1,0 +1,101 @@
+// The model against Hugging Face transformers on the tiny test models: fp32
+// logits of Ernie4_5ForCausalLM and its greedy continuations
+// (tools/make_test_model.py). Token ids and chat rendering against
+// AutoTokenizer are checked in tests/unit/tokenizer/golden_test.cpp.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/arch/ernie4_5.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern {
+namespace {
+
+class HfGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(TERN_TEST_DATA_DIR) + "/" + GetParam();
+    std::ifstream in(dir_ + "/golden.json");
+    ASSERT_TRUE(in) << dir_;
+    golden_ = nlohmann::json::parse(in);
+    auto tok = Tokenizer::load(dir_);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
+  }
+
+  std::unique_ptr<Ernie45Model> load_model() {
+    auto m = Ernie45Model::load(dir_, 2);
+    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+    return m.is_ok() ? std::move(m).value() : nullptr;
+  }
+
+  std::string dir_;
+  nlohmann::json golden_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+// ||a - b|| / ||b||
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_P(HfGolden, LastLogitsMatchTransformersFp32) {
+  auto model = load_model();
+  ASSERT_NE(model, nullptr);
+  const int64_t vocab = model->config().vocab_size;
+  for (const auto& p : golden_["prompts"]) {
+    auto ids = p["ids"].get<std::vector<int32_t>>();
+    auto want = p["last_logits"].get<std::vector<float>>();
+    ASSERT_EQ(static_cast<int64_t>(want.size()), vocab);
+    KvCache cache = model->make_cache(static_cast<int64_t>(ids.size()));
+    std::vector<float> got(static_cast<size_t>(vocab));
+    ASSERT_TRUE(model->forward(ids, cache, got).is_ok());
+    EXPECT_LT(relative_error(got, want), 1e-4) << p["name"];
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / std::max(1.0, std::fabs(double(want[i]))));
+    EXPECT_LT(worst, 1e-3) << p["name"];
+  }
+}
+
+TEST_P(HfGolden, GreedyTokensMatchTransformers) {
+  auto model = load_model();
+  ASSERT_NE(model, nullptr);
+  const int64_t vocab = model->config().vocab_size;
+  for (const auto& p : golden_["prompts"]) {
+    auto ids = p["ids"].get<std::vector<int32_t>>();
+    auto want = p["greedy"].get<std::vector<int32_t>>();
+    KvCache cache = model->make_cache(static_cast<int64_t>(ids.size() + want.size()));
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    ASSERT_TRUE(model->forward(ids, cache, logits).is_ok());
+    std::vector<int32_t> got;
+    for (size_t i = 0; i < want.size(); ++i) {
+      int32_t next = argmax(logits);
+      got.push_back(next);
+      int32_t step[1] = {next};
+      ASSERT_TRUE(model->forward(step, cache, logits).is_ok());
+    }
+    EXPECT_EQ(got, want) << p["name"];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, HfGolden, ::testing::Values("ernie-tiny", "ernie-tiny-untied"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = (c == '-') ? '_' : c;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tern
