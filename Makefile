@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
-.PHONY: all deps configure build test test-unit test-py run bench random-model clean
+.PHONY: all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench random-model clean
 
 all: build
 
@@ -31,7 +31,51 @@ test-unit: build
 test-py: build
 	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e
 
-test: test-unit test-py
+test: test-unit test-py test-fuzz
+
+# Fuzzing: the untrusted-input parsers built with clang + libFuzzer (ASan and
+# UBSan) in their own build dir, without CUDA or the other modules. Each fuzzer
+# runs FUZZ_SECONDS on a scratch copy of tests/fuzz/corpus/<fuzzer> (new inputs
+# never land in the repo); a crash, leak, timeout or broken invariant fails the
+# target and leaves the input in $(FUZZ_BUILD_DIR)/artifacts/.
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 20
+FUZZ_TEST_SECONDS ?= 10
+FUZZ_CC ?= $(if $(shell command -v clang),clang,clang-14)
+FUZZ_CXX ?= $(if $(shell command -v clang++),clang++,clang++-14)
+FUZZERS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.cpp)))
+
+fuzz-build: deps
+	@cmake -S . -B $(FUZZ_BUILD_DIR) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" \
+	  -DTERN_BUILD_FUZZERS=ON -DTERN_ENABLE_CUDA=OFF -DTERN_BUILD_TESTS=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target $(FUZZERS)
+
+# $(call run-fuzzers,SECONDS): runs every fuzzer in turn, then fails if any did.
+# Scratch space is in RAM where possible: fuzz_tokenizer_config writes files per input.
+define run-fuzzers
+scratch=$$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && failed="" && \
+mkdir -p $(FUZZ_BUILD_DIR)/artifacts && \
+for f in $(FUZZERS); do \
+  mkdir "$$scratch/$$f" && cp tests/fuzz/corpus/$$f/* "$$scratch/$$f/" || \
+    { echo "fuzz: $$f has no seeds in tests/fuzz/corpus/$$f"; failed="$$failed $$f"; continue; }; \
+  dict=""; [ ! -f tests/fuzz/$$f.dict ] || dict="-dict=tests/fuzz/$$f.dict"; \
+  if PATH="/usr/lib/llvm-14/bin:$$PATH" TMPDIR="$$scratch" $(FUZZ_BUILD_DIR)/bin/$$f $$dict \
+       -max_total_time=$(1) -timeout=25 -print_final_stats=1 \
+       -artifact_prefix=$(abspath $(FUZZ_BUILD_DIR))/artifacts/$$f- "$$scratch/$$f" >"$$scratch/$$f.log" 2>&1; then \
+    echo "fuzz: $$f ok, $$(sed -n 's/^stat::number_of_executed_units: *//p' "$$scratch/$$f.log") runs in $(1) s"; \
+  else \
+    tail -n 40 "$$scratch/$$f.log"; failed="$$failed $$f"; \
+  fi; \
+done; \
+[ -z "$$failed" ] || { echo "fuzz: FAILED:$$failed (inputs in $(FUZZ_BUILD_DIR)/artifacts/)"; exit 1; }
+endef
+
+fuzz: fuzz-build
+	@$(call run-fuzzers,$(FUZZ_SECONDS))
+
+test-fuzz: fuzz-build
+	@$(call run-fuzzers,$(FUZZ_TEST_SECONDS))
 
 run: build
 	@$(TERN) generate --model $(MODEL) --chat --prompt "$(PROMPT)" --max-tokens 64
@@ -44,4 +88,4 @@ bench: build random-model
 	@$(TERN) bench --model models/ernie-4.5-0.3b-random
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)

@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "cli/engine_setup.h"
 
 namespace tern::cli {
 
 struct GenerateOptions {
-  std::string model;
+  EngineOptions engine;
   std::string prompt;
   bool chat = false;
   int64_t max_tokens = 128;
@@ -18,15 +21,29 @@ struct GenerateOptions {
   std::optional<double> top_p;
   std::optional<int64_t> top_k;
   std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
   std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json = false;
-  int threads = 0;
-  std::string device = "cpu";
   std::string log_level = "warn";
 };
 
 void add_generate_command(CLI::App& app, GenerateOptions& options);
 int run_generate(const GenerateOptions& options);
+
+struct BenchOptions {
+  EngineOptions engine;
+  std::string scenario = "offline";
+  int64_t num_requests = 256;
+  int64_t input_min = 100, input_max = 1024;
+  int64_t output_min = 100, output_max = 1024;
+  uint64_t seed = 0;
+  std::string json_out;
+  std::string log_level = "warn";
+};
+
+void add_bench_command(CLI::App& app, BenchOptions& options);
+int run_bench(const BenchOptions& options);
 
 }  // namespace tern::cli

@@ -1,9 +1,7 @@
 // tern: command-line entry point. Each subcommand lives in its own file and
-// registers its flags on a CLI11 sub-app; every flag also reads TERN_<NAME>
-// from the environment.
+// registers its flags on a CLI11 sub-app; flags also read TERN_<NAME> from
+// the environment.
 #include <CLI/CLI.hpp>
-
-#include <cstdio>
 
 #include "cli/commands.h"
 
@@ -14,8 +12,11 @@ int main(int argc, char** argv) {
 
   tern::cli::GenerateOptions generate;
   tern::cli::add_generate_command(app, generate);
+  tern::cli::BenchOptions bench;
+  tern::cli::add_bench_command(app, bench);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("generate")) return tern::cli::run_generate(generate);
+  if (app.got_subcommand("bench")) return tern::cli::run_bench(bench);
   return 0;
 }

@@ -1,93 +1,214 @@
-// Sampling over logits. Filtering happens on a candidate list sorted by
-// logit so top-k / top-p / min-p compose in the order vLLM applies them.
+// Sampling over one row of logits, in the order documented in sampler.h.
+// Filtering works on a candidate list so top-k / top-p only sort as much of
+// the vocabulary as they need; probabilities are summed in double.
 #include "engine/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <string>
 
 namespace tern {
 
-Status SamplingParams::validate() const {
-  if (!(temperature >= 0.0) || temperature > 1e6)
-    return invalid_argument("temperature must be >= 0, got " + std::to_string(temperature));
-  if (!(top_p > 0.0 && top_p <= 1.0)) return invalid_argument("top_p must be in (0, 1], got " + std::to_string(top_p));
-  if (top_k < -1) return invalid_argument("top_k must be -1 (disabled) or at least 1, got " + std::to_string(top_k));
-  if (!(min_p >= 0.0 && min_p <= 1.0)) return invalid_argument("min_p must be in [0, 1], got " + std::to_string(min_p));
-  if (max_tokens < 1) return invalid_argument("max_tokens must be at least 1, got " + std::to_string(max_tokens));
-  return Status::ok();
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
+bool in_vocab(int64_t id, size_t vocab) { return id >= 0 && static_cast<uint64_t>(id) < vocab; }
+
+// Most likely first; the lower id wins ties so results never depend on the
+// sort's internals.
+bool more_likely(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
+
+}  // namespace
+
 int32_t argmax(std::span<const float> values) {
-  int32_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i)
-    if (values[i] > values[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  return best;
+  size_t best = 0;
+  while (best < values.size() && std::isnan(values[best])) ++best;
+  if (best == values.size()) return 0;
+  for (size_t i = best + 1; i < values.size(); ++i)
+    if (values[i] > values[best]) best = i;
+  return static_cast<int32_t>(best);
 }
 
 Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
+    : params_(params), rng_(params.seed ? *params.seed : random_seed()) {}
 
-int32_t Sampler::sample(std::span<float> logits) {
-  if (params_.greedy() || logits.size() <= 1) return argmax(logits);
+int32_t Sampler::sample(std::span<float> logits) { return sample(logits, SamplingContext{}).token; }
 
-  const auto n = static_cast<int32_t>(logits.size());
-  order_.resize(static_cast<size_t>(n));
+SampleResult Sampler::sample(std::span<float> logits, const SamplingContext& ctx) {
+  SampleResult out{0, std::numeric_limits<float>::quiet_NaN(), {}};
+  if (logits.empty()) return out;
+  if (params_.logprobs) raw_.assign(logits.begin(), logits.end());
+
+  apply_bias_and_mask(logits, ctx);
+  if (params_.has_penalties()) {
+    update_history(ctx, logits.size());
+    apply_penalties(logits);
+  }
+  out.token = params_.greedy() ? argmax(logits) : draw(logits);
+
+  if (params_.logprobs) fill_logprobs(raw_, out);
+  return out;
+}
+
+void Sampler::fill_logprobs(std::span<const float> raw, SampleResult& out) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float x : raw) max = std::max(max, static_cast<double>(x));
+  double sum = 0.0;
+  for (float x : raw) sum += std::exp(static_cast<double>(x) - max);
+  const double lse = max + std::log(sum);
+  out.logprob = static_cast<float>(raw[static_cast<size_t>(out.token)] - lse);
+
+  auto n = std::min(static_cast<size_t>(*params_.logprobs), raw.size());
+  out.top.clear();
+  if (n == 0) return;
+  order_.resize(raw.size());
   std::iota(order_.begin(), order_.end(), 0);
-  int32_t k = (params_.top_k > 0 && params_.top_k < n) ? static_cast<int32_t>(params_.top_k) : n;
-  auto by_logit = [&](int32_t a, int32_t b) {
-    float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
+  auto cmp = [&](int32_t a, int32_t b) {
+    return more_likely(raw[static_cast<size_t>(a)], a, raw[static_cast<size_t>(b)], b);
   };
-  if (k < n) {
-    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
-    order_.resize(static_cast<size_t>(k));
-  } else {
-    std::sort(order_.begin(), order_.end(), by_logit);
+  std::partial_sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), order_.end(), cmp);
+  out.top.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t id = order_[i];
+    out.top.push_back({id, static_cast<float>(raw[static_cast<size_t>(id)] - lse)});
   }
+}
 
-  // Softmax over the candidates at the requested temperature (double for the sum).
-  const double inv_t = 1.0 / params_.temperature;
-  const double top = logits[static_cast<size_t>(order_[0])];
-  std::vector<double> probs(order_.size());
-  double total = 0.0;
-  for (size_t i = 0; i < order_.size(); ++i) {
-    probs[i] = std::exp((logits[static_cast<size_t>(order_[i])] - top) * inv_t);
-    total += probs[i];
+void Sampler::apply_bias_and_mask(std::span<float> logits, const SamplingContext& ctx) const {
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (!in_vocab(id, logits.size())) continue;  // validate() reports these
+    logits[static_cast<size_t>(id)] += static_cast<float>(std::clamp(bias, -kMaxLogitBias, kMaxLogitBias));
   }
-  for (double& p : probs) p /= total;
+  if (static_cast<int64_t>(ctx.output_tokens.size()) >= params_.min_tokens) return;
+  for (auto ids : {ctx.stop_ids, std::span<const int32_t>(params_.stop_token_ids)})
+    for (int32_t id : ids)
+      if (in_vocab(id, logits.size())) logits[static_cast<size_t>(id)] = kNegInf;
+}
 
-  // top-p: smallest prefix whose mass reaches top_p (at least one token).
-  size_t keep = probs.size();
-  if (params_.top_p < 1.0) {
-    double mass = 0.0;
-    for (size_t i = 0; i < probs.size(); ++i) {
-      mass += probs[i];
-      if (mass >= params_.top_p) {
-        keep = i + 1;
-        break;
-      }
+void Sampler::update_history(const SamplingContext& ctx, size_t vocab) {
+  const bool repetition = params_.repetition_penalty != 1.0;
+  const bool prompt_changed = !prompt_read_ || ctx.prompt_tokens.size() != prompt_len_;
+  if (ctx.output_tokens.size() < outputs_counted_ || (repetition && prompt_changed)) {
+    outputs_counted_ = 0;
+    output_counts_.clear();
+    output_only_ids_.clear();
+  }
+  if (repetition && prompt_changed) {
+    prompt_ids_.clear();
+    for (int32_t id : ctx.prompt_tokens)
+      if (in_vocab(id, vocab)) prompt_ids_.push_back(id);
+    std::sort(prompt_ids_.begin(), prompt_ids_.end());
+    prompt_ids_.erase(std::unique(prompt_ids_.begin(), prompt_ids_.end()), prompt_ids_.end());
+    prompt_read_ = true;
+    prompt_len_ = ctx.prompt_tokens.size();
+  }
+  for (size_t i = outputs_counted_; i < ctx.output_tokens.size(); ++i) {
+    int32_t id = ctx.output_tokens[i];
+    if (!in_vocab(id, vocab)) continue;
+    if (output_counts_[id]++ == 0 && repetition && !std::binary_search(prompt_ids_.begin(), prompt_ids_.end(), id))
+      output_only_ids_.push_back(id);
+  }
+  outputs_counted_ = ctx.output_tokens.size();
+}
+
+void Sampler::apply_penalties(std::span<float> logits) const {
+  if (params_.repetition_penalty != 1.0) {
+    const auto r = static_cast<float>(params_.repetition_penalty);
+    auto penalise = [&](int32_t id) {
+      float& x = logits[static_cast<size_t>(id)];
+      x = x > 0.0f ? x / r : x * r;
+    };
+    for (int32_t id : prompt_ids_) penalise(id);
+    for (int32_t id : output_only_ids_) penalise(id);
+  }
+  if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
+    const auto f = static_cast<float>(params_.frequency_penalty);
+    const auto p = static_cast<float>(params_.presence_penalty);
+    for (const auto& [id, count] : output_counts_) {
+      float& x = logits[static_cast<size_t>(id)];
+      x -= f * static_cast<float>(count);
+      x -= p;
     }
   }
-  // min-p: relative to the most likely token.
-  if (params_.min_p > 0.0) {
-    double floor = params_.min_p * probs[0];
-    size_t m = 1;
-    while (m < keep && probs[m] >= floor) ++m;
-    keep = m;
+}
+
+int32_t Sampler::draw(std::span<const float> logits) {
+  auto& c = candidates_;
+  c.clear();
+  float max = kNegInf;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] > kNegInf) {  // drops masked ids and NaNs
+      c.push_back({logits[i], static_cast<int32_t>(i), 0.0});
+      max = std::max(max, logits[i]);
+    }
+  }
+  if (c.empty()) return argmax(logits);
+
+  // Temperature: the most likely token has weight exactly 1.
+  const double inv_t = 1.0 / params_.temperature;
+  for (Candidate& x : c) x.weight = std::exp((static_cast<double>(x.logit) - max) * inv_t);
+  auto by_likelihood = [](const Candidate& a, const Candidate& b) { return more_likely(a.logit, a.id, b.logit, b.id); };
+
+  // top-k: the k most likely, sorted.
+  size_t sorted = 0;  // c[0, sorted) holds the most likely candidates, in order
+  if (params_.top_k > 0 && static_cast<uint64_t>(params_.top_k) < c.size()) {
+    auto k = static_cast<size_t>(params_.top_k);
+    std::nth_element(c.begin(), c.begin() + static_cast<ptrdiff_t>(k - 1), c.end(), by_likelihood);
+    c.resize(k);
+    std::sort(c.begin(), c.end(), by_likelihood);
+    sorted = k;
   }
 
-  double kept_mass = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept_mass += probs[i];
-  std::uniform_real_distribution<double> uniform(0.0, kept_mass);
-  double r = uniform(rng_);
-  for (size_t i = 0; i < keep; ++i) {
-    r -= probs[i];
-    if (r < 0.0) return order_[i];
+  // top-p: sort a growing prefix until its mass reaches top_p of the total;
+  // the nucleus is usually small, so this rarely sorts the whole vocabulary.
+  if (params_.top_p < 1.0) {
+    double total = 0.0;
+    for (const Candidate& x : c) total += x.weight;
+    const double target = params_.top_p * total;
+    double mass = 0.0;
+    size_t keep = c.size();
+    size_t i = 0;
+    for (size_t want = 64;; want *= 4) {
+      size_t m = std::min(want, c.size());
+      if (m > sorted) {
+        if (m < c.size())
+          std::nth_element(c.begin() + static_cast<ptrdiff_t>(sorted), c.begin() + static_cast<ptrdiff_t>(m), c.end(),
+                           by_likelihood);
+        std::sort(c.begin() + static_cast<ptrdiff_t>(sorted), c.begin() + static_cast<ptrdiff_t>(m), by_likelihood);
+        sorted = m;
+      }
+      for (; i < m && keep == c.size(); ++i) {
+        mass += c[i].weight;
+        if (mass >= target) keep = i + 1;
+      }
+      if (keep < c.size() || m == c.size()) break;
+    }
+    c.resize(keep);
   }
-  return order_[keep - 1];
+
+  // min-p: relative to the most likely token, whose weight is 1.
+  if (params_.min_p > 0.0) {
+    std::erase_if(c, [&](const Candidate& x) { return x.weight < params_.min_p; });
+  }
+
+  double kept = 0.0;
+  for (const Candidate& x : c) kept += x.weight;
+  double r = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+  for (const Candidate& x : c) {
+    r -= x.weight;
+    if (r < 0.0) return x.id;
+  }
+  // Rounding left r at or above zero: take the last token that had weight.
+  for (auto it = c.rbegin(); it != c.rend(); ++it)
+    if (it->weight > 0.0) return it->id;
+  return c.front().id;
 }
 
 }  // namespace tern

@@ -1,32 +1,115 @@
-// Picks the next token from a row of logits: greedy, or temperature with
-// top-k, top-p and min-p filtering. One Sampler per sequence owns that
-// sequence's random generator, so a seeded request draws the same tokens
-// whatever else runs beside it. Not thread-safe; engine thread only.
+// Picks a sequence's next token from a row of logits with vLLM's semantics:
+// logit_bias, min_tokens, repetition / presence / frequency penalties,
+// greedy or temperature with top-k, top-p and min-p, and logprobs.
+// One Sampler per sequence, alive as long as the sequence (across
+// preemption): it owns the sequence's random generator, so a seeded request
+// draws the same tokens whatever else runs beside it, and it keeps the
+// output-token counts the penalties need. Not thread-safe; engine thread only.
+//
+// Order of operations in sample(), on the one row of logits:
+//   0. logprobs (when params.logprobs is set) are taken from the RAW logits,
+//      log_softmax over the whole vocabulary before any processing, as
+//      vLLM V1 does by default ("raw_logprobs").
+//   1. logit_bias: logits[id] += clamp(bias, -100, 100).
+//   2. min_tokens: while output_tokens.size() < min_tokens, every id in
+//      ctx.stop_ids and params.stop_token_ids is set to -inf.
+//   3. penalties: repetition (ids in prompt or output: x > 0 ? x / r : x * r),
+//      then frequency (-= f * count) and presence (-= p * (count > 0)) over
+//      output tokens only.
+//   Greedy (temperature < 1e-5 or top_k == 1) returns the argmax here
+//   (lowest id on ties).
+//   4. temperature: x / T.
+//   5. top-k: keep the k largest (lowest id first on ties).
+//   6. top-p: keep the smallest most-likely set whose mass reaches top_p.
+//   7. min-p: drop tokens with p < min_p * p(max).
+//   8. draw one token from what is left, renormalised.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sampling_params.h"
 
 namespace tern {
 
+// What the sampler needs to know about the sequence; views the engine owns,
+// valid for the duration of one sample() call.
+struct SamplingContext {
+  // The same prompt on every call for one Sampler (it is read once).
+  std::span<const int32_t> prompt_tokens;
+  // Tokens generated so far; append-only between calls (only the new tail is
+  // read each step; if it shrinks, the counts are rebuilt from scratch).
+  std::span<const int32_t> output_tokens;
+  // eos and other stop ids masked while min_tokens is not yet reached. The
+  // engine leaves eos out when ignore_eos is set.
+  std::span<const int32_t> stop_ids;
+};
+
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token;
+  // The sampled token's log-probability under the raw logits; NaN when
+  // params.logprobs is unset.
+  float logprob;
+  // The params.logprobs most likely tokens of the raw logits, most likely
+  // first (lowest id first on ties); empty when logprobs is unset or 0.
+  std::vector<TokenLogprob> top;
+};
+
 class Sampler {
  public:
+  // Seeds the generator from params.seed, or from std::random_device.
   explicit Sampler(const SamplingParams& params);
 
-  // `logits` holds one score per vocabulary id; it is used as scratch space.
+  // `logits` holds one score per vocabulary id. It is overwritten: on return
+  // it holds the logits after steps 1-3 (bias, min_tokens, penalties).
+  SampleResult sample(std::span<float> logits, const SamplingContext& ctx);
+  // For callers without history (tern generate): penalties and min_tokens
+  // see an empty prompt and output, so leave them off.
   int32_t sample(std::span<float> logits);
 
+  const SamplingParams& params() const { return params_; }
+
  private:
+  struct Candidate {
+    float logit;
+    int32_t id;
+    double weight;  // exp((logit - max) / T), unnormalised
+  };
+
+  void fill_logprobs(std::span<const float> raw, SampleResult& out);
+  void apply_bias_and_mask(std::span<float> logits, const SamplingContext& ctx) const;
+  void update_history(const SamplingContext& ctx, size_t vocab);
+  void apply_penalties(std::span<float> logits) const;
+  int32_t draw(std::span<const float> logits);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> order_;  // scratch: candidate ids sorted by logit
+
+  // Penalty state, kept only when a penalty is on. Per step the work is
+  // O(distinct ids seen), never O(output length).
+  bool prompt_read_ = false;
+  size_t prompt_len_ = 0;
+  std::vector<int32_t> prompt_ids_;  // distinct valid prompt ids, sorted
+  size_t outputs_counted_ = 0;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<int32_t> output_only_ids_;  // distinct output ids not in the prompt
+
+  // Scratch reused across steps.
+  std::vector<Candidate> candidates_;
+  std::vector<float> raw_;
+  std::vector<int32_t> order_;
 };
 
 // Index of the largest value; the lowest index wins ties (as torch.argmax).
+// NaNs are never chosen unless every value is NaN (then 0).
 int32_t argmax(std::span<const float> values);
 
 }  // namespace tern

@@ -15,6 +15,7 @@
 
 #include "base/checked_math.h"
 #include "base/utf8.h"
+#include "formats/json_util.h"
 
 namespace tern {
 namespace {
@@ -39,45 +40,6 @@ std::string printable(std::string_view s) {
   }
   if (s.size() > kMaxChars) out += "...";
   return out;
-}
-
-// A short rendering of a JSON value for "found ..." parts of messages.
-// Bounded in depth and length: the value may be 100 MB or nested 10^6 deep,
-// and nlohmann's dump() recurses.
-void render_brief(const json& v, int depth, std::string& out) {
-  constexpr size_t kMaxChars = 60;
-  constexpr int kMaxDepth = 3;
-  if (out.size() > kMaxChars) return;
-  if (v.is_array() || v.is_object()) {
-    const bool array = v.is_array();
-    if (depth >= kMaxDepth) {
-      out += array ? "[...]" : "{...}";
-      return;
-    }
-    out += array ? '[' : '{';
-    bool first = true;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (!first) out += ',';
-      first = false;
-      if (out.size() > kMaxChars) {
-        out += "...";
-        break;
-      }
-      if (!array) out += json(it.key().substr(0, kMaxChars)).dump(-1, ' ', false, json::error_handler_t::replace) + ":";
-      render_brief(it.value(), depth + 1, out);
-    }
-    out += array ? ']' : '}';
-  } else if (const auto* s = v.get_ptr<const json::string_t*>()) {
-    out += json(s->substr(0, kMaxChars)).dump(-1, ' ', false, json::error_handler_t::replace);
-  } else {
-    out += v.dump();
-  }
-}
-
-std::string brief(const json& v) {
-  std::string text;
-  render_brief(v, 0, text);
-  return std::string(v.type_name()) + " " + text;
 }
 
 std::string offsets_to_string(uint64_t begin, uint64_t end) {
@@ -173,7 +135,7 @@ class HeaderParser {
 
   // One tensor entry of the header; records its byte range for the overlap check.
   Result<TensorView> parse_tensor(const std::string& name, const json& entry) {
-    if (!entry.is_object()) return fail(name, "entry is " + brief(entry) + ", expected an object");
+    if (!entry.is_object()) return fail(name, "entry is " + json_brief(entry) + ", expected an object");
     TERN_ASSIGN_OR_RETURN(DType dtype, parse_dtype(name, entry));
     TERN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, parse_shape(name, entry));
 
@@ -181,7 +143,7 @@ class HeaderParser {
     if (offsets == entry.end()) return fail(name, "data_offsets is missing");
     if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
         !(*offsets)[1].is_number_unsigned()) {
-      return fail(name, "data_offsets is " + brief(*offsets) + ", expected two non-negative integers");
+      return fail(name, "data_offsets is " + json_brief(*offsets) + ", expected two non-negative integers");
     }
     const uint64_t begin = (*offsets)[0].get<uint64_t>();
     const uint64_t end = (*offsets)[1].get<uint64_t>();
@@ -230,7 +192,7 @@ class HeaderParser {
     auto it = entry.find("dtype");
     if (it == entry.end()) return fail(name, "dtype is missing");
     const auto* text = it->get_ptr<const json::string_t*>();
-    if (text == nullptr) return fail(name, "dtype is " + brief(*it) + ", expected a string such as \"BF16\"");
+    if (text == nullptr) return fail(name, "dtype is " + json_brief(*it) + ", expected a string such as \"BF16\"");
     if (auto dtype = dtype_from_name(*text)) return *dtype;
     if (is_other_safetensors_dtype(*text)) {
       return fail(name,
@@ -243,7 +205,7 @@ class HeaderParser {
   Result<std::vector<int64_t>> parse_shape(const std::string& name, const json& entry) const {
     auto it = entry.find("shape");
     if (it == entry.end()) return fail(name, "shape is missing");
-    if (!it->is_array()) return fail(name, "shape is " + brief(*it) + ", expected an array of integers");
+    if (!it->is_array()) return fail(name, "shape is " + json_brief(*it) + ", expected an array of integers");
     if (it->size() > kMaxSafetensorsRank) {
       return fail(name,
                   "shape has rank " + std::to_string(it->size()) + ", at most " + std::to_string(kMaxSafetensorsRank) +
@@ -256,13 +218,14 @@ class HeaderParser {
       if (dim.is_number_unsigned()) {
         const uint64_t d = dim.get<uint64_t>();
         if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          return fail(name, "shape " + brief(*it) + " has a dimension past 2^63", ErrorCode::kOutOfRange);
+          return fail(name, "shape " + json_brief(*it) + " has a dimension past 2^63", ErrorCode::kOutOfRange);
         }
         shape.push_back(static_cast<int64_t>(d));
       } else if (dim.is_number_integer()) {
-        return fail(name, "shape " + brief(*it) + " has negative dimension " + std::to_string(dim.get<int64_t>()));
+        return fail(name, "shape " + json_brief(*it) + " has negative dimension " + std::to_string(dim.get<int64_t>()));
       } else {
-        return fail(name, "shape " + brief(*it) + " has element " + brief(dim) + ", expected a non-negative integer");
+        return fail(name, "shape " + json_brief(*it) + " has element " + json_brief(dim) +
+                              ", expected a non-negative integer");
       }
     }
     return shape;
@@ -324,7 +287,7 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes, c
     return parse_error(name + ": header is not valid JSON: " + describe_syntax_error(text, text + header_len));
   }
   if (!header.is_object()) {
-    return parse_error(name + ": header is " + brief(header) + ", expected a JSON object");
+    return parse_error(name + ": header is " + json_brief(header) + ", expected a JSON object");
   }
   if (duplicates.found()) {
     return parse_error(name + ": header has key '" + printable(duplicates.key()) + "' twice");
@@ -340,12 +303,12 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes, c
     if (key == "__metadata__") {
       if (value.is_null()) continue;
       if (!value.is_object()) {
-        return parse_error(name + ": __metadata__ is " + brief(value) + ", expected an object of strings");
+        return parse_error(name + ": __metadata__ is " + json_brief(value) + ", expected an object of strings");
       }
       for (auto m = value.begin(); m != value.end(); ++m) {
         const auto* s = m.value().get_ptr<const json::string_t*>();
         if (s == nullptr) {
-          return parse_error(name + ": __metadata__ '" + printable(m.key()) + "' is " + brief(m.value()) +
+          return parse_error(name + ": __metadata__ '" + printable(m.key()) + "' is " + json_brief(m.value()) +
                              ", expected a string");
         }
         out.metadata_[m.key()] = *s;

@@ -186,6 +186,40 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
   });
 }
 
+// Causal attention of `group` consecutive query heads (q and out hold
+// group * head_dim floats) that share the K/V head at `kv_offset`, over rows
+// 0..len-1. Each K and V row is read once for the whole group. Per head the
+// arithmetic and its order are fixed: scores in row order, max-subtracted
+// exp summed in row order, then p * v accumulated in row order.
+void attend_group(const float* q, int64_t len, const KvRowTable& k, const KvRowTable& v, int64_t kv_offset,
+                  int64_t group, int64_t head_dim, float scale, float* probs, float* out) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* kj = k.row(j) + kv_offset;
+    for (int64_t g = 0; g < group; ++g) probs[g * len + j] = dot<F32Weights>(q + g * head_dim, kj, head_dim) * scale;
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    float* pg = probs + g * len;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j < len; ++j) max_score = std::max(max_score, pg[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; ++j) {
+      pg[j] = std::exp(pg[j] - max_score);
+      sum += pg[j];
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int64_t j = 0; j < len; ++j) pg[j] *= inv_sum;
+  }
+  std::fill(out, out + group * head_dim, 0.0f);
+  for (int64_t j = 0; j < len; ++j) {
+    const float* vj = v.row(j) + kv_offset;
+    for (int64_t g = 0; g < group; ++g) {
+      const float p = probs[g * len + j];
+      float* og = out + g * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) og[d] += p * vj[d];
+    }
+  }
+}
+
 }  // namespace
 
 bool is_weight_dtype(DType dtype) {
@@ -299,44 +333,46 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 
 void attention(ThreadPool& pool, const float* q, std::span<const int64_t> positions, const KvRowTable& k,
                const KvRowTable& v, const AttentionShape& shape, float* out) {
-  const int64_t num_tokens = static_cast<int64_t>(positions.size());
+  const AttentionSequence seq{0, static_cast<int64_t>(positions.size()), k, v};
+  attention_batch(pool, q, positions, std::span<const AttentionSequence>(&seq, 1), shape, out);
+}
+
+void attention_batch(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
+                     std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out) {
   const int64_t head_dim = shape.head_dim;
   const int64_t q_dim = shape.num_heads * head_dim;
   const int64_t group = shape.num_heads / shape.num_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  int64_t max_pos = 0;
-  for (int64_t p : positions) max_pos = std::max(max_pos, p);
 
-  pool.parallel_for(num_tokens * shape.num_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> probs(static_cast<size_t>(max_pos + 1));
-    std::vector<float> acc(static_cast<size_t>(head_dim));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / shape.num_heads;
-      const int64_t h = item % shape.num_heads;
-      const int64_t kv_offset = (h / group) * head_dim;
-      const int64_t len = positions[static_cast<size_t>(t)] + 1;
-      const float* qh = q + t * q_dim + h * head_dim;
+  // A unit of work is one token and one kv head: its `group` query heads.
+  // Its cost is the number of K/V rows it reads; each thread takes a
+  // contiguous run of units of about equal total cost.
+  int64_t total_cost = 0, max_len = 0;
+  for (const AttentionSequence& seq : seqs) {
+    for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
+      const int64_t len = positions[static_cast<size_t>(r)] + 1;
+      total_cost += len * shape.num_kv_heads;
+      max_len = std::max(max_len, len);
+    }
+  }
+  if (total_cost == 0) return;
+  const int64_t parts = pool.num_threads();
 
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
-        float s = dot<F32Weights>(qh, k.row(j) + kv_offset, head_dim) * scale;
-        probs[static_cast<size_t>(j)] = s;
-        max_score = std::max(max_score, s);
+  pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
+    std::vector<float> probs(static_cast<size_t>(group * max_len));
+    int64_t cost_before = 0;
+    for (const AttentionSequence& seq : seqs) {
+      for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
+        const int64_t len = positions[static_cast<size_t>(r)] + 1;
+        for (int64_t kvh = 0; kvh < shape.num_kv_heads; ++kvh) {
+          const int64_t part = cost_before * parts / total_cost;
+          cost_before += len;
+          if (part < part_begin || part >= part_end) continue;
+          const int64_t offset = kvh * group * head_dim;  // first q head of the group; q heads are contiguous
+          attend_group(q + r * q_dim + offset, len, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
+                       probs.data(), out + r * q_dim + offset);
+        }
       }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < len; ++j) {
-        float e = std::exp(probs[static_cast<size_t>(j)] - max_score);
-        probs[static_cast<size_t>(j)] = e;
-        sum += e;
-      }
-      const float inv_sum = 1.0f / sum;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float p = probs[static_cast<size_t>(j)] * inv_sum;
-        const float* vj = v.row(j) + kv_offset;
-        for (int64_t d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * vj[d];
-      }
-      std::copy(acc.begin(), acc.end(), out + t * q_dim + h * head_dim);
     }
   });
 }

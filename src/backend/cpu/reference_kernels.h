@@ -92,6 +92,15 @@ void rope_interleaved(float* x, int64_t num_tokens, int64_t num_heads, int64_t h
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. out may alias either.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
+// One sequence's share of a batched attention call: q and out rows
+// [first_token, first_token + num_tokens) are its tokens, and they attend to
+// its K/V rows through `k` and `v`.
+struct AttentionSequence {
+  int64_t first_token = 0;
+  int64_t num_tokens = 0;
+  KvRowTable k, v;
+};
+
 // Causal grouped-query attention for T query tokens of one sequence.
 // q: [T, num_heads*head_dim]; token t sits at positions[t] and attends to
 // the K/V rows at positions 0..positions[t] (which must already be written).
@@ -99,5 +108,13 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 // out: [T, num_heads*head_dim]. Parallel over (token, head).
 void attention(ThreadPool& pool, const float* q, std::span<const int64_t> positions, const KvRowTable& k,
                const KvRowTable& v, const AttentionShape& shape, float* out);
+
+// attention() for the tokens of several sequences in one call (one engine
+// step): row r of q/out sits at positions[r] of the sequence whose range
+// holds r; rows outside every range are not written. Work is split by cost
+// (K/V rows read) over the pool, so long and short sequences mix well. Each
+// output element has the same bits as attention() on that sequence alone.
+void attention_batch(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
+                     std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out);
 
 }  // namespace tern::cpu

@@ -4,6 +4,7 @@
 #include "model/arch/ernie4_5.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -34,6 +35,20 @@ std::string layer_name(int64_t layer, const char* suffix) {
 void add_in_place(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
+
+// Adds the time since the last lap to a ForwardProfile bucket.
+class Lap {
+ public:
+  Lap() : last_(std::chrono::steady_clock::now()) {}
+  void operator()(double& bucket) {
+    const auto now = std::chrono::steady_clock::now();
+    bucket += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+};
 
 }  // namespace
 
@@ -126,20 +141,106 @@ KvCache Ernie45Model::make_cache(int64_t capacity) const {
   return KvCache(config_.num_layers, config_.kv_dim(), capacity);
 }
 
+PagedKvPool Ernie45Model::make_pool(int64_t num_blocks, int64_t block_size) const {
+  return PagedKvPool(config_.num_layers, config_.kv_dim(), num_blocks, block_size);
+}
+
+// ---- Where a step's K/V live. The layer code writes the new rows and reads
+// row tables through this, so one forward pass serves both stores.
+
+class Ernie45Model::KvAccess {
+ public:
+  virtual ~KvAccess() = default;
+  // Writes the step's new K and V rows of `layer`: row r of k and v
+  // ([T, kv_dim]) belongs to token r of the step.
+  virtual void store(int64_t layer, const float* k, const float* v) = 0;
+  // Points the K/V row tables of every sequence in `seqs` at `layer`.
+  virtual void bind(int64_t layer, std::span<cpu::AttentionSequence> seqs) = 0;
+};
+
+// One sequence continuing a KvCache at cache.length().
+class Ernie45Model::CacheKv final : public Ernie45Model::KvAccess {
+ public:
+  CacheKv(KvCache& cache, int64_t num_tokens) : cache_(cache), start_(cache.length()), num_tokens_(num_tokens) {}
+
+  void store(int64_t layer, const float* k, const float* v) override {
+    const int64_t kv_dim = cache_.kv_dim();
+    for (int64_t i = 0; i < num_tokens_; ++i) {
+      std::copy_n(k + i * kv_dim, kv_dim, cache_.key(layer, start_ + i));
+      std::copy_n(v + i * kv_dim, kv_dim, cache_.value(layer, start_ + i));
+    }
+  }
+  void bind(int64_t layer, std::span<cpu::AttentionSequence> seqs) override {
+    seqs[0].k = cache_.key_rows(layer);
+    seqs[0].v = cache_.value_rows(layer);
+  }
+
+ private:
+  KvCache& cache_;
+  int64_t start_, num_tokens_;
+};
+
+namespace {
+
+// Block-table entries that cover positions [0, start_pos + n) of a chunk.
+int64_t blocks_used(const SequenceChunk& chunk, int64_t block_size) {
+  const int64_t end = chunk.start_pos + static_cast<int64_t>(chunk.tokens.size());
+  return (end + block_size - 1) / block_size;
+}
+
+}  // namespace
+
+// The chunks of a batch, each under its block table in a PagedKvPool.
+// `block_ptrs` holds room for 2 * the chunks' blocks_used(): the K then V
+// block pointers of each chunk, rebuilt per layer.
+class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
+ public:
+  PoolKv(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<const float*> block_ptrs)
+      : batch_(batch), pool_(pool), block_ptrs_(block_ptrs) {}
+
+  void store(int64_t layer, const float* k, const float* v) override {
+    const int64_t kv_dim = pool_.kv_dim();
+    int64_t row = 0;
+    for (const SequenceChunk& chunk : batch_) {
+      for (size_t i = 0; i < chunk.tokens.size(); ++i, ++row) {
+        const int64_t pos = chunk.start_pos + static_cast<int64_t>(i);
+        std::copy_n(k + row * kv_dim, kv_dim, pool_.key_row(layer, chunk.block_table, pos));
+        std::copy_n(v + row * kv_dim, kv_dim, pool_.value_row(layer, chunk.block_table, pos));
+      }
+    }
+  }
+  void bind(int64_t layer, std::span<cpu::AttentionSequence> seqs) override {
+    size_t used = 0;
+    for (size_t i = 0; i < batch_.size(); ++i) {
+      const auto n = static_cast<size_t>(blocks_used(batch_[i], pool_.block_size()));
+      const auto table = batch_[i].block_table.first(n);
+      seqs[i].k = pool_.key_rows(layer, table, block_ptrs_.subspan(used, n));
+      seqs[i].v = pool_.value_rows(layer, table, block_ptrs_.subspan(used + n, n));
+      used += 2 * n;
+    }
+  }
+
+ private:
+  std::span<const SequenceChunk> batch_;
+  PagedKvPool& pool_;
+  std::span<const float*> block_ptrs_;
+};
+
+// ---- Entry points: validate, plan the step, run it.
+
 Status Ernie45Model::forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits) {
-  return run(tokens, cache, logits, /*all_logits=*/false);
+  return run_cache(tokens, cache, logits, /*all_logits=*/false);
 }
 
 Status Ernie45Model::forward_all(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits) {
-  return run(tokens, cache, logits, /*all_logits=*/true);
+  return run_cache(tokens, cache, logits, /*all_logits=*/true);
 }
 
-Status Ernie45Model::run(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
-                         bool all_logits) {
+Status Ernie45Model::run_cache(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
+                               bool all_logits) {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
-  const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const int64_t vocab = c.vocab_size;
 
   // Validate everything before touching the cache.
   if (n == 0) return invalid_argument("forward: no tokens");
@@ -150,10 +251,10 @@ Status Ernie45Model::run(std::span<const int32_t> tokens, KvCache& cache, std::s
                               " outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
   }
-  if (cache.num_layers() != c.num_layers || cache.kv_dim() != kv_dim) {
+  if (cache.num_layers() != c.num_layers || cache.kv_dim() != c.kv_dim()) {
     return invalid_argument("KV cache shaped for " + std::to_string(cache.num_layers()) + " layers x " +
                             std::to_string(cache.kv_dim()) + " does not match the model (" +
-                            std::to_string(c.num_layers) + " x " + std::to_string(kv_dim) + ")");
+                            std::to_string(c.num_layers) + " x " + std::to_string(c.kv_dim()) + ")");
   }
   const int64_t out_rows = all_logits ? n : 1;
   if (static_cast<int64_t>(logits.size()) != out_rows * vocab) {
@@ -163,54 +264,178 @@ Status Ernie45Model::run(std::span<const int32_t> tokens, KvCache& cache, std::s
   TERN_RETURN_IF_ERROR(cache.check_room(n));
 
   const int64_t start = cache.length();
+  tokens_.assign(tokens.begin(), tokens.end());
   positions_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) positions_[static_cast<size_t>(i)] = start + i;
-  auto sized = [](std::vector<float>& v, int64_t count) {
-    v.resize(static_cast<size_t>(count));
-    return v.data();
-  };
-  float* x = sized(x_, n * hidden);
-  float* h = sized(h_, n * hidden);
-  float* q = sized(q_, n * q_dim);
-  float* k = sized(k_, n * kv_dim);
-  float* v = sized(v_, n * kv_dim);
-  float* attn = sized(attn_, n * q_dim);
-  float* gate = sized(gate_, n * inter);
-  float* up = sized(up_, n * inter);
-  float* out = sized(out_, n * hidden);
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
+  seqs_.assign(1, cpu::AttentionSequence{0, n, {}, {}});
+  logit_rows_.resize(static_cast<size_t>(out_rows));
+  for (int64_t i = 0; i < out_rows; ++i) logit_rows_[static_cast<size_t>(i)] = n - out_rows + i;
 
-  cpu::embedding_lookup(embed_, tokens, x);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& w = layers_[static_cast<size_t>(l)];
-    // Attention block.
-    cpu::rmsnorm(x, n, w.input_norm, eps, h);
-    cpu::linear(pool_, h, n, w.q, q);
-    cpu::linear(pool_, h, n, w.k, k);
-    cpu::linear(pool_, h, n, w.v, v);
-    cpu::rope_interleaved(q, n, c.num_heads, c.head_dim, positions_, inv_freq_);
-    cpu::rope_interleaved(k, n, c.num_kv_heads, c.head_dim, positions_, inv_freq_);
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(k + i * kv_dim, kv_dim, cache.key(l, start + i));
-      std::copy_n(v + i * kv_dim, kv_dim, cache.value(l, start + i));
-    }
-    cpu::attention(pool_, q, positions_, cache.key_rows(l), cache.value_rows(l), shape, attn);
-    cpu::linear(pool_, attn, n, w.o, out);
-    add_in_place(x, out, n * hidden);
-    // MLP block.
-    cpu::rmsnorm(x, n, w.post_attention_norm, eps, h);
-    cpu::linear(pool_, h, n, w.gate, gate);
-    cpu::linear(pool_, h, n, w.up, up);
-    cpu::silu_mul(gate, up, n * inter, gate);
-    cpu::linear(pool_, gate, n, w.down, out);
-    add_in_place(x, out, n * hidden);
-  }
-  // Only the rows whose logits are wanted go through the final norm and head.
-  const float* last = x + (n - out_rows) * hidden;
-  cpu::rmsnorm(last, out_rows, final_norm_, eps, h);
-  cpu::linear(pool_, h, out_rows, lm_head_, logits.data());
+  CacheKv kv(cache, n);
+  run_step(kv, logits);
   return cache.set_length(start + n);
+}
+
+Status Ernie45Model::forward_batch(std::span<const SequenceChunk> batch, PagedKvPool& pool,
+                                   std::span<float> logits) {
+  TERN_RETURN_IF_ERROR(check_batch(batch, pool, logits));
+  tokens_.clear();
+  positions_.clear();
+  seqs_.clear();
+  logit_rows_.clear();
+  int64_t num_blocks = 0;
+  for (const SequenceChunk& chunk : batch) {
+    const auto first = static_cast<int64_t>(tokens_.size());
+    const auto n = static_cast<int64_t>(chunk.tokens.size());
+    tokens_.insert(tokens_.end(), chunk.tokens.begin(), chunk.tokens.end());
+    for (int64_t i = 0; i < n; ++i) positions_.push_back(chunk.start_pos + i);
+    seqs_.push_back(cpu::AttentionSequence{first, n, {}, {}});
+    if (chunk.want_logits) logit_rows_.push_back(first + n - 1);
+    num_blocks += blocks_used(chunk, pool.block_size());
+  }
+  block_ptrs_.resize(static_cast<size_t>(2 * num_blocks));
+
+  PoolKv kv(batch, pool, block_ptrs_);
+  run_step(kv, logits);
+  return Status::ok();
+}
+
+Status Ernie45Model::check_batch(std::span<const SequenceChunk> batch, const PagedKvPool& pool,
+                                 std::span<float> logits) {
+  const ModelConfig& c = config_;
+  if (pool.num_layers() != c.num_layers || pool.kv_dim() != c.kv_dim()) {
+    return invalid_argument("KV pool shaped for " + std::to_string(pool.num_layers()) + " layers x " +
+                            std::to_string(pool.kv_dim()) + " does not match the model (" +
+                            std::to_string(c.num_layers) + " x " + std::to_string(c.kv_dim()) + ")");
+  }
+  if (batch.empty()) return invalid_argument("forward_batch: empty batch");
+  auto bad = [](size_t chunk, const std::string& what) {
+    return invalid_argument("forward_batch: chunk " + std::to_string(chunk) + ": " + what);
+  };
+  const int64_t block_size = pool.block_size();
+  int64_t num_want = 0;
+  slots_.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceChunk& chunk = batch[i];
+    const auto n = static_cast<int64_t>(chunk.tokens.size());
+    if (n == 0) return bad(i, "no tokens");
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t id = chunk.tokens[static_cast<size_t>(t)];
+      if (id < 0 || id >= c.vocab_size) {
+        return bad(i, "token id " + std::to_string(id) + " at index " + std::to_string(t) +
+                          " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+      }
+    }
+    if (chunk.start_pos < 0 || chunk.start_pos > std::numeric_limits<int64_t>::max() - n) {
+      return bad(i, "start_pos " + std::to_string(chunk.start_pos) + " out of range");
+    }
+    const int64_t end = chunk.start_pos + n;
+    Status table = pool.check_block_table(chunk.block_table, end);
+    if (!table.is_ok()) return bad(i, table.message());
+    for (int64_t pos = chunk.start_pos; pos < end; ++pos) {
+      const int64_t block = chunk.block_table[static_cast<size_t>(pos / block_size)];
+      slots_.push_back(block * block_size + pos % block_size);
+    }
+    if (chunk.want_logits) ++num_want;
+  }
+  if (static_cast<int64_t>(logits.size()) != num_want * c.vocab_size) {
+    return invalid_argument("forward_batch: logits buffer holds " + std::to_string(logits.size()) +
+                            " floats; expected " + std::to_string(num_want) + " x " + std::to_string(c.vocab_size));
+  }
+  // Two writers of one slot would race, and the result would depend on the order.
+  std::sort(slots_.begin(), slots_.end());
+  auto dup = std::adjacent_find(slots_.begin(), slots_.end());
+  if (dup != slots_.end()) {
+    return invalid_argument("forward_batch: pool slot " + std::to_string(*dup % block_size) + " of block " +
+                            std::to_string(*dup / block_size) + " is written twice in one step");
+  }
+  return Status::ok();
+}
+
+// ---- The forward pass over the planned step.
+
+void Ernie45Model::run_step(KvAccess& kv, std::span<float> logits) {
+  const ModelConfig& c = config_;
+  const auto n = static_cast<int64_t>(tokens_.size());
+  auto size = [n](std::vector<float>& v, int64_t width) { v.resize(static_cast<size_t>(n * width)); };
+  size(x_, c.hidden_size);
+  size(h_, c.hidden_size);
+  size(q_, c.q_dim());
+  size(k_, c.kv_dim());
+  size(v_, c.kv_dim());
+  size(attn_, c.q_dim());
+  size(gate_, c.intermediate_size);
+  size(up_, c.intermediate_size);
+  size(out_, c.hidden_size);
+
+  Lap lap;
+  cpu::embedding_lookup(embed_, tokens_, x_.data());
+  lap(profile_.other_s);
+  for (int64_t l = 0; l < c.num_layers; ++l) run_layer(l, kv);
+  lap = Lap();
+  compute_logits(logits);
+  lap(profile_.lm_head_s);
+  ++profile_.calls;
+}
+
+// One decoder layer over all tokens of the step: the linear layers see every
+// token at once; attention runs per sequence over its own K/V.
+void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+  const auto n = static_cast<int64_t>(tokens_.size());
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* x = x_.data();
+  float* h = h_.data();
+  float* out = out_.data();
+
+  ForwardProfile& prof = profile_;
+  Lap lap;
+
+  // Attention block.
+  cpu::rmsnorm(x, n, w.input_norm, eps, h);
+  lap(prof.other_s);
+  cpu::linear(pool_, h, n, w.q, q_.data());
+  cpu::linear(pool_, h, n, w.k, k_.data());
+  cpu::linear(pool_, h, n, w.v, v_.data());
+  lap(prof.linear_s);
+  cpu::rope_interleaved(q_.data(), n, c.num_heads, c.head_dim, positions_, inv_freq_);
+  cpu::rope_interleaved(k_.data(), n, c.num_kv_heads, c.head_dim, positions_, inv_freq_);
+  lap(prof.other_s);
+  kv.store(layer, k_.data(), v_.data());
+  kv.bind(layer, seqs_);
+  const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
+  cpu::attention_batch(pool_, q_.data(), positions_, seqs_, shape, attn_.data());
+  lap(prof.attention_s);
+  cpu::linear(pool_, attn_.data(), n, w.o, out);
+  lap(prof.linear_s);
+  add_in_place(x, out, n * c.hidden_size);
+
+  // MLP block.
+  cpu::rmsnorm(x, n, w.post_attention_norm, eps, h);
+  lap(prof.other_s);
+  cpu::linear(pool_, h, n, w.gate, gate_.data());
+  cpu::linear(pool_, h, n, w.up, up_.data());
+  lap(prof.linear_s);
+  cpu::silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
+  lap(prof.other_s);
+  cpu::linear(pool_, gate_.data(), n, w.down, out);
+  lap(prof.linear_s);
+  add_in_place(x, out, n * c.hidden_size);
+  lap(prof.other_s);
+}
+
+// Only the rows whose logits are wanted go through the final norm and head.
+void Ernie45Model::compute_logits(std::span<float> logits) {
+  const int64_t hidden = config_.hidden_size;
+  const auto rows = static_cast<int64_t>(logit_rows_.size());
+  if (rows == 0) return;
+  float* h = h_.data();
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(x_.data() + logit_rows_[static_cast<size_t>(i)] * hidden, hidden, h + i * hidden);
+  }
+  cpu::rmsnorm(h, rows, final_norm_, static_cast<float>(config_.rms_norm_eps), h);
+  cpu::linear(pool_, h, rows, lm_head_, logits.data());
 }
 
 }  // namespace tern

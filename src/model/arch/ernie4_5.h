@@ -1,7 +1,8 @@
 // Ernie45Model: the ERNIE 4.5 dense decoder (MODEL.md) on the CPU reference
 // kernels. Loads a Hugging Face folder (config.json + safetensors), checks
 // every tensor's name, shape and dtype, and runs the forward pass over a
-// KvCache. Weights stay in the checkpoint's memory map (zero copy).
+// KvCache (one sequence) or a PagedKvPool (a batch of sequences, one engine
+// step). Weights stay in the checkpoint's memory map (zero copy).
 // Thread: one caller at a time (forward uses internal scratch and a pool).
 #pragma once
 
@@ -15,10 +16,22 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "formats/checkpoint.h"
+#include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
+#include "model/paged_kv_pool.h"
 
 namespace tern {
+
+// Wall time of forward calls so far, by part: what a step-time breakdown
+// (tern bench, engine metrics) reports.
+struct ForwardProfile {
+  double linear_s = 0;     // q/k/v/o and MLP projections, all layers
+  double attention_s = 0;  // storing K/V and attending over the cache
+  double lm_head_s = 0;    // final norm and the vocabulary projection
+  double other_s = 0;      // embedding, norms, RoPE, SiLU, residual adds
+  int64_t calls = 0;       // forward / forward_all / forward_batch calls that ran
+};
 
 class Ernie45Model {
  public:
@@ -44,6 +57,27 @@ class Ernie45Model {
   // As forward, but writes the logits of every token: [n, vocab_size].
   Status forward_all(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits);
 
+  const ForwardProfile& profile() const { return profile_; }
+  void reset_profile() { profile_ = ForwardProfile{}; }
+
+  // An empty pool shaped for this model: `num_blocks` blocks of `block_size` positions.
+  PagedKvPool make_pool(int64_t num_blocks, int64_t block_size) const;
+
+  // One engine step over many sequences. The tokens of all chunks run
+  // together (every weight matrix is read once per step); chunk i's tokens
+  // sit at positions start_pos .. start_pos+n-1 of its sequence, their K/V
+  // are written to the pool through its block table, and they attend to
+  // positions 0..pos of that sequence (earlier ones must already be in the
+  // pool). For each chunk with want_logits, in batch order, the logits of
+  // its last token go to the next vocab_size floats of `logits`
+  // ([num_want, vocab_size]). Chunks must not write the same pool slot.
+  // Errors (InvalidArgument; checked before the pool is touched, so on
+  // error nothing is written): empty batch or chunk, token id outside
+  // [0, vocab), negative start_pos, a block table too short or naming a
+  // block outside the pool, two chunks writing one slot, a logits buffer
+  // not exactly num_want * vocab_size, a pool of another shape.
+  Status forward_batch(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<float> logits);
+
  private:
   struct LayerWeights {
     cpu::WeightVector input_norm;
@@ -61,7 +95,19 @@ class Ernie45Model {
   Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols);
   Result<cpu::WeightVector> vector(const std::string& name, int64_t size);
 
-  Status run(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits, bool all_logits);
+  // Where a step's K/V rows go and are read from (interface), for one
+  // sequence in a KvCache or a batch in a PagedKvPool; in ernie4_5.cpp.
+  class KvAccess;
+  class CacheKv;
+  class PoolKv;
+
+  Status run_cache(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits, bool all_logits);
+  Status check_batch(std::span<const SequenceChunk> batch, const PagedKvPool& pool, std::span<float> logits);
+  // The step planned in tokens_, positions_, seqs_ and logit_rows_: embed,
+  // every layer, then the head for the logit rows.
+  void run_step(KvAccess& kv, std::span<float> logits);
+  void run_layer(int64_t layer, KvAccess& kv);
+  void compute_logits(std::span<float> logits);
 
   ModelConfig config_;
   Checkpoint checkpoint_;  // owns the memory maps the weight views point into
@@ -72,9 +118,19 @@ class Ernie45Model {
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
   ThreadPool pool_;
+  ForwardProfile profile_;
 
-  // Scratch, resized per call: activations of the tokens in flight.
+  // The step in flight, rebuilt per call in buffers that keep their
+  // capacity (no allocation once the largest step has been seen): all
+  // sequences' tokens concatenated, their absolute positions, each
+  // sequence's rows and K/V views, and the rows whose logits are wanted.
+  std::vector<int32_t> tokens_;
   std::vector<int64_t> positions_;
+  std::vector<cpu::AttentionSequence> seqs_;
+  std::vector<int64_t> logit_rows_;
+  std::vector<const float*> block_ptrs_;  // the pool's K and V block pointers for seqs_
+  std::vector<int64_t> slots_;            // pool slots written this step (duplicate check)
+  // Activations [T, width] of the tokens in flight.
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, out_;
 };
 

@@ -1,0 +1,100 @@
+// Building an Engine from command-line options.
+#include "cli/engine_setup.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "base/mapped_file.h"
+#include "engine/runner.h"
+
+namespace tern::cli {
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+  cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout)")->required()->envname("TERN_MODEL");
+  cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
+  cmd.add_option("--max-model-len", o.max_model_len,
+                 "Longest sequence (prompt + output) in tokens (default: the model's, capped by the KV cache)")
+      ->envname("TERN_MAX_MODEL_LEN");
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one batch")
+      ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_SEQS");
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Most tokens computed in one step")
+      ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_BATCHED_TOKENS");
+  cmd.add_option("--block-size", o.block_size, "Tokens per KV cache block")
+      ->check(CLI::Range(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");
+  cmd.add_option("--kv-cache-memory", o.kv_cache_memory, "Memory for the KV cache, e.g. 2GiB or 512MiB")
+      ->capture_default_str()->envname("TERN_KV_CACHE_MEMORY");
+  cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "Reuse the KV cache of shared prompt prefixes (default on)")
+      ->envname("TERN_ENABLE_PREFIX_CACHING");
+  cmd.add_option("--device", o.device, "cpu (cuda comes with the GPU backend)")
+      ->check(CLI::IsMember({"cpu"}))->capture_default_str()->envname("TERN_DEVICE");
+}
+
+Result<int64_t> parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return invalid_argument("cannot read a size from '" + text + "' (try 2GiB or 512MiB)");
+  }
+  std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KB") scale = 1e3;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "M" || unit == "MB") scale = 1e6;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB") scale = 1e9;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else return invalid_argument("unknown size unit '" + unit + "' in '" + text + "' (use B, KiB, MiB, GiB, K, M, G)");
+  double bytes = value * scale;
+  if (!(bytes > 0) || bytes > 9e18) return invalid_argument("size '" + text + "' is out of range");
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+Result<LoadedEngine> load_engine(const EngineOptions& o) {
+  auto start = std::chrono::steady_clock::now();
+  LoadedEngine le;
+  TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
+  le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads));
+  std::string gen_path = o.model + "/generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));
+    TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));
+  }
+  const ModelConfig& cfg = le.model->config();
+  TERN_ASSIGN_OR_RETURN(int64_t kv_bytes, parse_bytes(o.kv_cache_memory));
+  TERN_ASSIGN_OR_RETURN(auto runner, CpuRunner::create(*le.model, o.block_size, kv_bytes));
+
+  int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
+  int64_t max_len = o.max_model_len > 0 ? o.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
+  if (max_len > cfg.max_position_embeddings) {
+    return invalid_argument("--max-model-len " + std::to_string(max_len) + " exceeds the model's " +
+                            std::to_string(cfg.max_position_embeddings) + " positions");
+  }
+  if (max_len > cache_tokens) {
+    return invalid_argument("--max-model-len " + std::to_string(max_len) + " needs more KV cache than --kv-cache-memory " +
+                            o.kv_cache_memory + " holds (" + std::to_string(cache_tokens) +
+                            " tokens); raise --kv-cache-memory or lower --max-model-len");
+  }
+  le.max_model_len = max_len;
+
+  EngineConfig config;
+  config.scheduler.max_num_seqs = o.max_num_seqs;
+  config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
+  config.max_model_len = max_len;
+  config.eos_ids = le.tokenizer->default_stop_ids();
+  for (int32_t id : cfg.eos_token_ids)
+    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
+  for (int32_t id : le.generation_defaults.eos_token_ids)
+    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
+  le.engine = std::make_unique<Engine>(std::move(runner), *le.tokenizer, config);
+  le.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return le;
+}
+
+}  // namespace tern::cli

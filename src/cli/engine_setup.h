@@ -1,0 +1,50 @@
+// Shared by every subcommand that runs the engine (generate, bench, serve):
+// the vLLM-named engine flags, and loading model + tokenizer + engine from
+// them. Every flag also reads TERN_<NAME> from the environment.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "model/arch/ernie4_5.h"
+#include "model/model_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern::cli {
+
+struct EngineOptions {
+  std::string model;
+  int threads = 0;
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings, capped by the KV cache
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t block_size = 16;
+  std::string kv_cache_memory = "2GiB";
+  bool enable_prefix_caching = true;
+  std::string device = "cpu";
+};
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o);
+
+// Parses "2GiB", "512MiB", "1.5G", "1000000" into bytes.
+Result<int64_t> parse_bytes(const std::string& text);
+
+// Everything a running engine needs, owned together (the engine refers to
+// the model and tokenizer, so they live here and outlive it).
+struct LoadedEngine {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Ernie45Model> model;
+  GenerationDefaults generation_defaults;
+  int64_t max_model_len = 0;
+  std::unique_ptr<Engine> engine;
+  double load_ms = 0;
+};
+
+Result<LoadedEngine> load_engine(const EngineOptions& o);
+
+}  // namespace tern::cli

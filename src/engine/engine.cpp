@@ -1,0 +1,215 @@
+// The engine step and request lifecycle.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace tern {
+namespace {
+
+double ms_between(SteadyTime a, SteadyTime b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer, const EngineConfig& config)
+    : runner_(std::move(runner)),
+      tokenizer_(tokenizer),
+      config_(config),
+      allocator_(static_cast<int32_t>(runner_->num_kv_blocks()), static_cast<int32_t>(runner_->block_size()),
+                 config.scheduler.enable_prefix_caching),
+      scheduler_(config.scheduler, allocator_) {}
+
+Engine::~Engine() {
+  // Sequences hold BlockTables bound to allocator_: end them before it goes.
+  requests_.clear();
+}
+
+Status Engine::validate(const Request& r) const {
+  if (r.id.empty()) return invalid_argument("request id is empty");
+  if (requests_.count(r.id)) return invalid_argument("request id '" + r.id + "' is already in use");
+  if (r.prompt.empty()) return invalid_argument("the prompt is empty");
+  int64_t len = static_cast<int64_t>(r.prompt.size());
+  if (len >= config_.max_model_len) {
+    return invalid_argument("This model's maximum context length is " + std::to_string(config_.max_model_len) +
+                            " tokens. However, your request has " + std::to_string(len) +
+                            " input tokens. Please reduce the length of the input messages.");
+  }
+  for (int32_t id : r.prompt)
+    if (id < 0 || id >= runner_->vocab_size())
+      return invalid_argument("token id " + std::to_string(id) + " is out of vocabulary (size " +
+                              std::to_string(runner_->vocab_size()) + ")");
+  if (r.n < 1 || r.n > 128) return invalid_argument("n must be in [1, 128], got " + std::to_string(r.n));
+  TERN_RETURN_IF_ERROR(r.params.validate(runner_->vocab_size()));
+  int64_t most = std::min(config_.max_model_len, len + r.params.max_tokens);
+  int64_t blocks = (most + runner_->block_size() - 1) / runner_->block_size();
+  if (blocks > runner_->num_kv_blocks()) {
+    return resource_exhausted("the request needs up to " + std::to_string(most) + " tokens of KV cache (" +
+                              std::to_string(blocks) + " blocks) but the cache holds " +
+                              std::to_string(runner_->num_kv_blocks()) + " blocks; lower max_tokens");
+  }
+  return Status::ok();
+}
+
+Status Engine::add_request(Request request, std::shared_ptr<RequestStream> stream) {
+  TERN_RETURN_IF_ERROR(validate(request));
+  auto state = std::make_unique<RequestState>();
+  state->request = std::move(request);
+  state->stream = std::move(stream);
+  state->eos_ids = config_.eos_ids;
+  state->stop_ids = config_.eos_ids;
+  for (int32_t id : state->request.params.stop_token_ids) state->stop_ids.push_back(id);
+  for (int i = 0; i < state->request.n; ++i) {
+    state->sequences.push_back(
+        std::make_unique<Sequence>(*state, i, BlockTable(allocator_, state->request.cache_salt), tokenizer_));
+  }
+  // With n > 1 only the first sequence computes the prompt; the rest fork from it.
+  scheduler_.add_waiting(state->sequences[0].get());
+  stats_.prompt_tokens_total += static_cast<int64_t>(state->request.prompt.size());
+  std::string id = state->request.id;
+  requests_.emplace(std::move(id), std::move(state));
+  return Status::ok();
+}
+
+void Engine::finish_sequence(Sequence& seq, FinishReason reason) {
+  if (!seq.finish_reason()) seq.finish(reason);
+  scheduler_.remove(&seq);
+  seq.blocks().release();
+  switch (*seq.finish_reason()) {
+    case FinishReason::kStop: ++stats_.finished_stop; break;
+    case FinishReason::kLength: ++stats_.finished_length; break;
+    case FinishReason::kAbort: ++stats_.finished_abort; break;
+    case FinishReason::kError: ++stats_.finished_error; break;
+  }
+}
+
+void Engine::abort_request(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  RequestState& state = *it->second;
+  for (auto& seq : state.sequences)
+    if (seq->status != SequenceStatus::kFinished) finish_sequence(*seq, FinishReason::kAbort);
+  std::erase(touched_, &state);
+  publish(state);
+}
+
+void Engine::abort_all(FinishReason reason, const Status& error) {
+  std::vector<RequestState*> states;
+  for (auto& [id, state] : requests_) states.push_back(state.get());
+  for (RequestState* state : states) {
+    state->error = error;
+    for (auto& seq : state->sequences)
+      if (seq->status != SequenceStatus::kFinished) finish_sequence(*seq, reason);
+    publish(*state);
+  }
+}
+
+void Engine::step() {
+  auto start = std::chrono::steady_clock::now();
+  StepPlan plan = scheduler_.schedule();
+  if (plan.empty()) return;
+  for (const auto& c : plan.chunks) {
+    RequestState& r = c.seq->request();
+    if (!r.first_scheduled) r.first_scheduled = start;
+  }
+  Status st = run(plan);
+  if (st.is_ok()) {
+    postprocess(plan);
+  } else {
+    fail_plan(plan, st);
+  }
+  for (RequestState* r : touched_) publish(*r);
+  touched_.clear();
+
+  ++stats_.num_steps;
+  stats_.last_step_ms = ms_between(start, std::chrono::steady_clock::now());
+  stats_.last_step_tokens = plan.num_tokens();
+  stats_.last_step_seqs = static_cast<int64_t>(plan.chunks.size());
+}
+
+Status Engine::run(const StepPlan& plan) { return runner_->execute(plan, logits_); }
+
+void Engine::postprocess(const StepPlan& plan) {
+  const size_t vocab = static_cast<size_t>(runner_->vocab_size());
+  size_t row = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence& seq = *c.seq;
+    seq.set_num_computed(seq.num_computed() + c.num_tokens);
+    if (config_.scheduler.enable_prefix_caching)
+      seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(
+          static_cast<size_t>(seq.num_computed())));
+    if (!c.want_logits) continue;
+    std::span<const float> logits(logits_.data() + row * vocab, vocab);
+    ++row;
+    RequestState& r = seq.request();
+    if (r.request.n > 1 && !r.forked) fork_siblings(seq, logits);
+    sample_into(seq, logits);
+  }
+}
+
+void Engine::fork_siblings(Sequence& first, std::span<const float> row) {
+  RequestState& r = first.request();
+  r.forked = true;
+  for (size_t i = 1; i < r.sequences.size(); ++i) {
+    Sequence& sib = *r.sequences[i];
+    sib.copy_prefill_from(first);
+    scheduler_.add_running(&sib);
+    sample_into(sib, row);
+  }
+}
+
+void Engine::sample_into(Sequence& seq, std::span<const float> row) {
+  RequestState& r = seq.request();
+  row_scratch_.assign(row.begin(), row.end());
+  SamplingContext ctx{seq.prompt(), seq.output(), r.stop_ids};
+  SampleResult s = seq.sampler().sample(row_scratch_, ctx);
+  auto finish = seq.append(s, config_.max_model_len);
+  ++stats_.generation_tokens_total;
+  if (!r.first_token) r.first_token = std::chrono::steady_clock::now();
+  if (finish) finish_sequence(seq, *finish);
+  if (std::find(touched_.begin(), touched_.end(), &r) == touched_.end()) touched_.push_back(&r);
+}
+
+void Engine::fail_plan(const StepPlan& plan, const Status& error) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    RequestState& r = c.seq->request();
+    r.error = error;
+    for (auto& seq : r.sequences)
+      if (seq->status != SequenceStatus::kFinished) finish_sequence(*seq, FinishReason::kError);
+    if (std::find(touched_.begin(), touched_.end(), &r) == touched_.end()) touched_.push_back(&r);
+  }
+}
+
+void Engine::publish(RequestState& state) {
+  auto now = std::chrono::steady_clock::now();
+  RequestOutput out;
+  out.num_prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
+  out.num_cached_tokens = state.num_cached_tokens;
+  out.queue_ms = state.first_scheduled ? ms_between(state.request.arrival, *state.first_scheduled) : 0;
+  out.ttft_ms = state.first_token ? ms_between(state.request.arrival, *state.first_token) : 0;
+  out.elapsed_ms = ms_between(state.request.arrival, now);
+  for (auto& seq : state.sequences) {
+    out.num_output_tokens += seq->num_output_tokens();
+    SequenceOutput so;
+    seq->take_output(so);
+    if (!so.token_ids.empty() || !so.text.empty() || so.finish) out.sequences.push_back(std::move(so));
+  }
+  out.finished = state.finished();
+  out.error = state.error;
+  if (state.stream) state.stream->push(std::move(out));
+  if (state.finished()) requests_.erase(state.request.id);  // frees the sequences; blocks are already back
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.num_running = scheduler_.num_running();
+  s.num_waiting = scheduler_.num_waiting();
+  s.num_total_blocks = allocator_.num_blocks();
+  s.num_free_blocks = allocator_.num_available();
+  s.kv_cache_usage = allocator_.usage();
+  s.num_preemptions = scheduler_.num_preemptions();
+  s.prefix_cache_queries = allocator_.prefix_cache_queries();
+  s.prefix_cache_hits = allocator_.prefix_cache_hits();
+  return s;
+}
+
+}  // namespace tern

@@ -1,0 +1,92 @@
+// Engine: the loop body that serves many requests at once. Each step() is
+// schedule -> run the batch on the backend -> sample -> post-process (append
+// tokens, check stop rules, free finished sequences' blocks, publish events).
+// Owns the scheduler, the block allocator and the runner. Engine thread only:
+// other threads go through EngineClient.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/request_stream.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/block_allocator.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int64_t max_model_len = 4096;
+  std::vector<int32_t> eos_ids;  // ids that end a sequence unless ignore_eos (model and tokenizer EOS)
+};
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_total_blocks = 0;
+  int64_t num_free_blocks = 0;  // free or evictable
+  double kv_cache_usage = 0;    // fraction of blocks in use
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
+  int64_t num_steps = 0;
+  double last_step_ms = 0;
+  int64_t last_step_tokens = 0;
+  int64_t last_step_seqs = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer, const EngineConfig& config);
+  ~Engine();
+
+  // Checks and queues a request; its events go to `stream`. Errors (bad
+  // ids, too long, impossible to fit in the KV cache) are returned and
+  // nothing is queued.
+  Status add_request(Request request, std::shared_ptr<RequestStream> stream);
+  // Ends a request wherever it is (queued, in prefill, decoding); its blocks
+  // are free when this returns and its stream gets a final "abort" event.
+  // Unknown ids are ignored (the request may have just finished).
+  void abort_request(const std::string& id);
+  // Ends every request with `reason` (shutdown).
+  void abort_all(FinishReason reason, const Status& error = Status::ok());
+
+  bool has_work() const { return !requests_.empty(); }
+  void step();
+  EngineStats stats() const;
+  const BlockAllocator& allocator() const { return allocator_; }
+
+ private:
+  Status validate(const Request& request) const;
+  StepPlan schedule();
+  Status run(const StepPlan& plan);
+  void postprocess(const StepPlan& plan);
+  void sample_into(Sequence& seq, std::span<const float> row);
+  void fork_siblings(Sequence& first, std::span<const float> row);
+  void publish(RequestState& state);
+  void finish_sequence(Sequence& seq, FinishReason reason);
+  void fail_plan(const StepPlan& plan, const Status& error);
+
+  std::unique_ptr<Runner> runner_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  BlockAllocator allocator_;
+  Scheduler scheduler_;
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  std::vector<RequestState*> touched_;  // requests with news this step
+  std::vector<float> logits_;
+  std::vector<float> row_scratch_;
+  EngineStats stats_;
+};
+
+}  // namespace tern

@@ -1,0 +1,48 @@
+// Runner: executes a StepPlan on a backend and returns the logits of the
+// chunks that want them. The engine sees only this interface, so the CPU
+// reference backend and the CUDA backend are interchangeable. Engine thread
+// only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/scheduler.h"
+#include "model/arch/ernie4_5.h"
+#include "model/paged_kv_pool.h"
+
+namespace tern {
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // Performs plan.copies, then the forward pass; `logits` receives one row of
+  // vocab_size() floats per chunk with want_logits, in plan order.
+  virtual Status execute(const StepPlan& plan, std::vector<float>& logits) = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t num_kv_blocks() const = 0;
+  virtual int64_t block_size() const = 0;
+};
+
+// The CPU backend: the reference forward over a paged fp32 KV pool in host memory.
+class CpuRunner final : public Runner {
+ public:
+  // `kv_cache_bytes` sizes the pool; the number of blocks is what fits.
+  static Result<std::unique_ptr<CpuRunner>> create(Ernie45Model& model, int64_t block_size,
+                                                    int64_t kv_cache_bytes);
+  Status execute(const StepPlan& plan, std::vector<float>& logits) override;
+  int64_t vocab_size() const override { return model_.config().vocab_size; }
+  int64_t num_kv_blocks() const override { return pool_.num_blocks(); }
+  int64_t block_size() const override { return pool_.block_size(); }
+
+ private:
+  CpuRunner(Ernie45Model& model, PagedKvPool pool) : model_(model), pool_(std::move(pool)) {}
+  Ernie45Model& model_;
+  PagedKvPool pool_;
+  std::vector<SequenceChunk> chunks_;  // reused across steps
+};
+
+}  // namespace tern

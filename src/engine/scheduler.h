@@ -1,0 +1,73 @@
+// Scheduler: decides each step's batch. Running sequences go first (one
+// decode token each, or their next prompt chunk), then waiting ones are
+// admitted by priority and arrival while the token budget
+// (max_num_batched_tokens), the sequence limit (max_num_seqs) and free KV
+// blocks allow. When blocks run out, the newest running sequence of the
+// lowest priority is preempted: its blocks are freed and it is requeued to be
+// recomputed later. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_allocator.h"
+
+namespace tern {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+};
+
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t num_tokens = 0;    // tokens computed this step, starting at seq->num_computed()
+  bool want_logits = false;  // the chunk reaches the end of the sequence's tokens: sample after it
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<BlockCopy> copies;  // copy-on-write block copies to do before the forward pass
+  bool empty() const { return chunks.empty(); }
+  int64_t num_tokens() const;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, BlockAllocator& allocator);
+
+  // Queues a sequence (new or preempted) by (priority, arrival order).
+  void add_waiting(Sequence* seq);
+  // Adds a sequence that already holds its blocks (n > 1 forks) to the running set.
+  void add_running(Sequence* seq);
+  // Forgets a sequence (finished or aborted), wherever it is.
+  void remove(Sequence* seq);
+
+  StepPlan schedule();
+
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+
+ private:
+  struct Entry {
+    Sequence* seq;
+    int priority;
+    uint64_t order;  // arrival order, kept across preemption
+  };
+  bool reserve(Sequence& seq, int64_t num_tokens, StepPlan& plan);
+  void preempt(Entry entry);
+  void insert_waiting(Entry entry);
+  uint64_t order_of(Sequence* seq);
+
+  SchedulerConfig config_;
+  BlockAllocator& allocator_;
+  std::vector<Entry> waiting_;  // sorted by (priority, order)
+  std::vector<Entry> running_;  // admission order
+  uint64_t next_order_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace tern

@@ -1,0 +1,106 @@
+// Sequence: one of a request's n generations as the engine tracks it: its
+// tokens (prompt then output), how many have K/V in the cache, its blocks
+// (RAII: released when the sequence is destroyed or preempted), its sampler,
+// and the text it has produced with stop-string holdback. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/request_stream.h"
+#include "engine/sampler.h"
+#include "kv/block_table.h"
+#include "tokenizer/detokenizer.h"
+
+namespace tern {
+
+struct RequestState;
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+class Sequence {
+ public:
+  Sequence(RequestState& request, int index, BlockTable blocks, const Tokenizer& tokenizer);
+
+  RequestState& request() { return *request_; }
+  const RequestState& request() const { return *request_; }
+  int index() const { return index_; }
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t num_prompt_tokens() const { return num_prompt_; }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_; }
+  std::span<const int32_t> prompt() const { return {tokens_.data(), static_cast<size_t>(num_prompt_)}; }
+  std::span<const int32_t> output() const {
+    return {tokens_.data() + num_prompt_, static_cast<size_t>(num_output_tokens())};
+  }
+
+  // Tokens whose K/V are in the cache; the rest run in the next steps.
+  int64_t num_computed() const { return num_computed_; }
+  void set_num_computed(int64_t n) { num_computed_ = n; }
+  int64_t num_uncomputed() const { return num_tokens() - num_computed_; }
+
+  BlockTable& blocks() { return blocks_; }
+  std::span<const BlockId> blocks_view() const { return blocks_.blocks(); }
+  Sampler& sampler() { return sampler_; }
+  SequenceStatus status = SequenceStatus::kWaiting;
+
+  // Appends a sampled token, updates the text and checks the stop rules.
+  // Returns the finish reason when this token ends the sequence.
+  std::optional<FinishReason> append(const SampleResult& sample, int64_t max_model_len);
+
+  // Frees the blocks and forgets the cache contents: the sequence will
+  // recompute its tokens when rescheduled.
+  void preempt();
+
+  // Moves the news since the last call into `out` (tokens, logprobs, text).
+  void take_output(SequenceOutput& out);
+
+  std::optional<FinishReason> finish_reason() const { return finish_; }
+  void finish(FinishReason reason) { finish_ = reason; status = SequenceStatus::kFinished; }
+  const std::string& stop_reason() const { return stop_reason_; }
+
+  // Forks the state of `other` (used for n > 1 right after the prompt is computed).
+  void copy_prefill_from(Sequence& other);
+
+ private:
+  bool is_eos(int32_t token) const;
+  void update_text(int32_t token);
+
+  RequestState* request_;
+  int index_;
+  std::vector<int32_t> tokens_;
+  int64_t num_prompt_ = 0;
+  int64_t num_computed_ = 0;
+  BlockTable blocks_;
+  Sampler sampler_;
+  Detokenizer detok_;
+  std::string text_;          // all output text so far (stop string cut off once matched)
+  size_t text_emitted_ = 0;   // bytes of text_ already sent
+  size_t tokens_emitted_ = 0; // output tokens already sent
+  std::vector<SampleResult> pending_logprobs_;
+  std::optional<FinishReason> finish_;
+  bool finish_sent_ = false;
+  std::string stop_reason_;
+};
+
+// A request while the engine holds it: its sequences and timing.
+struct RequestState {
+  Request request;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<int32_t> stop_ids;  // eos ids of the model plus the request's stop_token_ids
+  std::vector<int32_t> eos_ids;   // the subset that ignore_eos disables
+  std::vector<std::unique_ptr<Sequence>> sequences;
+  bool forked = false;            // n > 1: the other sequences joined after the prompt
+  std::optional<SteadyTime> first_scheduled;
+  std::optional<SteadyTime> first_token;
+  int64_t num_cached_tokens = 0;
+  Status error;                   // why the request failed, if it did
+  bool finished() const;
+};
+
+}  // namespace tern

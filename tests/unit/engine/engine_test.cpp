@@ -1,0 +1,346 @@
+// The engine end to end on the tiny HF-made model: batching, chunked prefill,
+// preemption, prefix caching, n > 1, stop rules and cancellation must be
+// invisible in the outputs and must never lose a KV block.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/engine_client.h"
+#include "engine/runner.h"
+#include "model/arch/ernie4_5.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern {
+namespace {
+
+const std::string kModelDir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
+
+struct Fixture {
+  std::unique_ptr<Ernie45Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+
+  Fixture() {
+    auto m = Ernie45Model::load(kModelDir, 2);
+    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+    model = std::move(m).value();
+    auto t = Tokenizer::load(kModelDir);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    tokenizer = std::make_unique<Tokenizer>(std::move(t).value());
+  }
+
+  std::unique_ptr<Engine> make_engine(int64_t num_blocks, int64_t block_size = 16, int64_t max_tokens_per_step = 256,
+                                      int64_t max_seqs = 64, bool prefix_caching = true) {
+    const ModelConfig& c = model->config();
+    int64_t bytes = num_blocks * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size);
+    auto runner = CpuRunner::create(*model, block_size, bytes);
+    EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
+    EngineConfig config;
+    config.scheduler.max_num_seqs = max_seqs;
+    config.scheduler.max_num_batched_tokens = max_tokens_per_step;
+    config.scheduler.enable_prefix_caching = prefix_caching;
+    config.max_model_len = 1024;
+    config.eos_ids = tokenizer->default_stop_ids();
+    return std::make_unique<Engine>(std::move(runner).value(), *tokenizer, config);
+  }
+
+  // Greedy continuation computed alone with the contiguous KV cache path.
+  std::vector<int32_t> greedy_alone(const std::vector<int32_t>& prompt, int64_t steps) {
+    KvCache cache = model->make_cache(static_cast<int64_t>(prompt.size()) + steps);
+    std::vector<float> logits(static_cast<size_t>(model->config().vocab_size));
+    EXPECT_TRUE(model->forward(prompt, cache, logits).is_ok());
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < steps; ++i) {
+      out.push_back(argmax(logits));
+      if (i + 1 < steps) {
+        int32_t t[1] = {out.back()};
+        EXPECT_TRUE(model->forward(t, cache, logits).is_ok());
+      }
+    }
+    return out;
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len) {
+  std::uniform_int_distribution<int32_t> tok(20, 1000);  // plain pieces, no special tokens
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (auto& t : p) t = tok(rng);
+  return p;
+}
+
+Request greedy_request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  Request r;
+  r.id = std::move(id);
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+struct Collected {
+  std::map<int, std::vector<int32_t>> tokens;  // by sequence index
+  std::map<int, std::string> text;
+  std::map<int, FinishReason> finish;
+  bool finished = false;
+  Status error;
+  int events = 0;
+};
+
+Collected collect(RequestStream& stream) {
+  Collected c;
+  for (auto& e : stream.drain()) {
+    ++c.events;
+    for (auto& s : e.sequences) {
+      c.tokens[s.index].insert(c.tokens[s.index].end(), s.token_ids.begin(), s.token_ids.end());
+      c.text[s.index] += s.text;
+      if (s.finish) c.finish[s.index] = *s.finish;
+    }
+    if (e.finished) c.finished = true;
+    if (!e.error.is_ok()) c.error = e.error;
+  }
+  return c;
+}
+
+void run_to_completion(Engine& engine) {
+  for (int guard = 0; engine.has_work(); ++guard) {
+    ASSERT_LT(guard, 100000) << "engine made no progress";
+    engine.step();
+  }
+}
+
+TEST(Engine, BatchingIsInvisible) {
+  auto& f = fixture();
+  auto engine = f.make_engine(/*num_blocks=*/512, /*block_size=*/16, /*max_tokens_per_step=*/96);
+  std::mt19937 rng(1);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> lengths;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 32; ++i) {
+    prompts.push_back(random_prompt(rng, 1 + static_cast<int64_t>(rng() % 70)));
+    lengths.push_back(4 + static_cast<int64_t>(rng() % 20));
+    streams.push_back(std::make_shared<RequestStream>());
+    ASSERT_TRUE(engine->add_request(greedy_request("r" + std::to_string(i), prompts[i], lengths[i]), streams[i]).is_ok());
+  }
+  run_to_completion(*engine);
+  for (int i = 0; i < 32; ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_TRUE(c.finished);
+    EXPECT_EQ(c.tokens[0], f.greedy_alone(prompts[i], lengths[i])) << "request " << i;
+    EXPECT_EQ(c.finish[0], FinishReason::kLength);
+  }
+  EXPECT_EQ(engine->allocator().num_used(), 0);
+}
+
+TEST(Engine, PreemptionIsInvisible) {
+  auto& f = fixture();
+  // 12 blocks of 4 tokens: far less than 16 sequences need at once.
+  auto engine = f.make_engine(/*num_blocks=*/12, /*block_size=*/4, /*max_tokens_per_step=*/64);
+  std::mt19937 rng(2);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 16; ++i) {
+    prompts.push_back(random_prompt(rng, 3 + static_cast<int64_t>(rng() % 20)));
+    streams.push_back(std::make_shared<RequestStream>());
+    ASSERT_TRUE(engine->add_request(greedy_request("p" + std::to_string(i), prompts[i], 16), streams[i]).is_ok());
+  }
+  run_to_completion(*engine);
+  for (int i = 0; i < 16; ++i) {
+    Collected c = collect(*streams[i]);
+    EXPECT_EQ(c.tokens[0], f.greedy_alone(prompts[i], 16)) << "request " << i;
+  }
+  EXPECT_GT(engine->stats().num_preemptions, 5);
+  EXPECT_EQ(engine->allocator().num_used(), 0);
+}
+
+TEST(Engine, PrefixCacheHitsGiveTheSameTokens) {
+  auto& f = fixture();
+  auto engine = f.make_engine(256, 4);
+  std::mt19937 rng(3);
+  auto shared = random_prompt(rng, 40);
+  auto a = shared, b = shared;
+  a.push_back(100);
+  b.push_back(200);
+  auto sa = std::make_shared<RequestStream>(), sb = std::make_shared<RequestStream>();
+  ASSERT_TRUE(engine->add_request(greedy_request("a", a, 8), sa).is_ok());
+  run_to_completion(*engine);
+  ASSERT_TRUE(engine->add_request(greedy_request("b", b, 8), sb).is_ok());
+  run_to_completion(*engine);
+  EXPECT_EQ(collect(*sa).tokens[0], f.greedy_alone(a, 8));
+  EXPECT_EQ(collect(*sb).tokens[0], f.greedy_alone(b, 8));
+  EXPECT_GE(engine->stats().prefix_cache_hits, 40);  // all ten full blocks of the shared part
+}
+
+TEST(Engine, SeededSamplingIgnoresBatchComposition) {
+  auto& f = fixture();
+  auto sampled = [&](int companions) {
+    auto engine = f.make_engine(512, 16);
+    std::mt19937 rng(4);
+    Request r;
+    r.id = "seeded";
+    r.prompt = random_prompt(rng, 12);
+    r.params.temperature = 1.0;
+    r.params.seed = 1234;
+    r.params.max_tokens = 24;
+    r.params.ignore_eos = true;
+    auto s = std::make_shared<RequestStream>();
+    for (int i = 0; i < companions; ++i) {
+      Request other = r;
+      other.id = "other" + std::to_string(i);
+      other.params.seed.reset();
+      other.prompt = random_prompt(rng, 5 + i);
+      EXPECT_TRUE(engine->add_request(other, std::make_shared<RequestStream>()).is_ok());
+    }
+    EXPECT_TRUE(engine->add_request(r, s).is_ok());
+    run_to_completion(*engine);
+    return collect(*s).tokens[0];
+  };
+  auto alone = sampled(0);
+  EXPECT_EQ(alone.size(), 24u);
+  EXPECT_EQ(sampled(7), alone);
+  EXPECT_EQ(sampled(20), alone);
+}
+
+TEST(Engine, NGreaterThanOneForksFromOnePrefill) {
+  auto& f = fixture();
+  auto engine = f.make_engine(256, 4);
+  Request r;
+  r.id = "n4";
+  std::mt19937 rng(5);
+  r.prompt = random_prompt(rng, 10);  // a partial last block: forks must copy it before writing
+  r.n = 4;
+  r.params.temperature = 1.0;
+  r.params.seed = 99;
+  r.params.max_tokens = 12;
+  r.params.ignore_eos = true;
+  auto s = std::make_shared<RequestStream>();
+  ASSERT_TRUE(engine->add_request(r, s).is_ok());
+  run_to_completion(*engine);
+  Collected c = collect(*s);
+  ASSERT_EQ(c.tokens.size(), 4u);
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& [i, toks] : c.tokens) {
+    EXPECT_EQ(toks.size(), 12u);
+    distinct.insert(toks);
+  }
+  EXPECT_GT(distinct.size(), 1u);
+  EXPECT_EQ(engine->allocator().num_used(), 0);
+  EXPECT_EQ(engine->stats().prompt_tokens_total, 10);
+}
+
+TEST(Engine, StopStringsEndTheSequenceAndNeverAppear) {
+  auto& f = fixture();
+  // Find a string the greedy continuation will produce, then ask to stop on it.
+  std::vector<int32_t> prompt = f.tokenizer->encode("你好");
+  auto greedy = f.greedy_alone(prompt, 20);
+  std::string full = f.tokenizer->decode(greedy);
+  ASSERT_GT(full.size(), 6u);
+  // Two whole characters from the middle (a client's stop string is valid UTF-8).
+  auto is_cont = [&](size_t i) { return i < full.size() && (static_cast<unsigned char>(full[i]) & 0xc0) == 0x80; };
+  size_t from = full.size() / 2;
+  while (is_cont(from)) ++from;
+  size_t to = from;
+  for (int chars = 0; chars < 2 && to < full.size(); ++chars) {
+    ++to;
+    while (is_cont(to)) ++to;
+  }
+  std::string stop = full.substr(from, to - from);
+  ASSERT_FALSE(stop.empty());
+  auto engine = f.make_engine(128, 16);
+  Request r = greedy_request("s", prompt, 20);
+  r.params.stop = {stop};
+  auto s = std::make_shared<RequestStream>();
+  ASSERT_TRUE(engine->add_request(r, s).is_ok());
+  run_to_completion(*engine);
+  Collected c = collect(*s);
+  EXPECT_EQ(c.finish[0], FinishReason::kStop);
+  EXPECT_EQ(c.text[0].find(stop), std::string::npos);
+  EXPECT_EQ(c.text[0], full.substr(0, full.find(stop)));
+}
+
+TEST(Engine, CancellingAThousandRequestsLeavesNoBlockInUse) {
+  auto& f = fixture();
+  auto engine = f.make_engine(64, 4, 128, 32);
+  std::mt19937 rng(6);
+  std::vector<std::string> live;
+  int next = 0;
+  for (int step = 0; step < 3000 && (next < 1000 || engine->has_work()); ++step) {
+    // Add a few, cancel a few at random moments (queued, in prefill, decoding).
+    for (int k = 0; k < 3 && next < 1000; ++k) {
+      Request r = greedy_request("c" + std::to_string(next++), random_prompt(rng, 1 + rng() % 30),
+                                 1 + static_cast<int64_t>(rng() % 30));
+      live.push_back(r.id);
+      ASSERT_TRUE(engine->add_request(r, std::make_shared<RequestStream>()).is_ok());
+    }
+    for (int k = 0; k < 3 && !live.empty(); ++k) {
+      size_t i = rng() % live.size();
+      engine->abort_request(live[i]);
+      live.erase(live.begin() + static_cast<int64_t>(i));
+    }
+    engine->step();
+  }
+  for (auto& id : live) engine->abort_request(id);
+  run_to_completion(*engine);
+  EXPECT_FALSE(engine->has_work());
+  EXPECT_EQ(engine->allocator().num_used(), 0);
+  EXPECT_GT(engine->stats().finished_abort, 500);
+}
+
+TEST(Engine, RejectsWhatCanNeverRun) {
+  auto& f = fixture();
+  auto engine = f.make_engine(4, 4);  // 16 tokens of KV in all
+  auto s = std::make_shared<RequestStream>();
+  Status too_big = engine->add_request(greedy_request("big", std::vector<int32_t>(10, 50), 20), s);
+  EXPECT_EQ(too_big.code(), ErrorCode::kResourceExhausted);
+  Status bad_id = engine->add_request(greedy_request("bad", {50, 999999}, 2), s);
+  EXPECT_EQ(bad_id.code(), ErrorCode::kInvalidArgument);
+  Status empty = engine->add_request(greedy_request("empty", {}, 2), s);
+  EXPECT_EQ(empty.code(), ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(engine->has_work());
+}
+
+TEST(EngineClient, StreamsFromTheEngineThreadAndCancels) {
+  auto& f = fixture();
+  EngineClient client(f.make_engine(256, 16), /*max_queued_requests=*/8);
+  std::mt19937 rng(7);
+  auto prompt = random_prompt(rng, 9);
+  auto stream = client.submit(greedy_request("t1", prompt, 10));
+  ASSERT_TRUE(stream.is_ok());
+  std::vector<int32_t> got;
+  for (;;) {
+    auto e = (*stream)->next(std::chrono::seconds(30));
+    ASSERT_TRUE(e.has_value()) << "no event within 30 s";
+    for (auto& s : e->sequences) got.insert(got.end(), s.token_ids.begin(), s.token_ids.end());
+    if (e->finished) break;
+  }
+  EXPECT_EQ(got, f.greedy_alone(prompt, 10));
+
+  auto long_one = client.submit(greedy_request("t2", prompt, 900));
+  ASSERT_TRUE(long_one.is_ok());
+  client.cancel("t2");
+  bool aborted = false;
+  for (int i = 0; i < 10000 && !aborted; ++i) {
+    auto e = (*long_one)->next(std::chrono::seconds(30));
+    ASSERT_TRUE(e.has_value());
+    for (auto& s : e->sequences) aborted |= s.finish == FinishReason::kAbort;
+    if (e->finished) break;
+  }
+  EXPECT_TRUE(aborted);
+  for (int i = 0; i < 100 && client.stats().kv_cache_usage > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(client.stats().kv_cache_usage, 0.0);
+  EXPECT_EQ(client.num_unfinished(), 0);
+}
+
+}  // namespace
+}  // namespace tern

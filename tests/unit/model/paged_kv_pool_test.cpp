@@ -1,0 +1,133 @@
+// PagedKvPool: sizing, the mapping from (layer, block table, position) to
+// storage (every slot distinct, row tables agreeing with key_row), block
+// table checks, and copy_block copying exactly one block of every layer.
+#include "model/paged_kv_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <vector>
+
+namespace tern {
+namespace {
+
+TEST(PagedKvPool, BytesPerBlock) {
+  // ERNIE-4.5-0.3B in fp32: 18 layers x K,V x 256 floats x 16 positions.
+  EXPECT_EQ(PagedKvPool::bytes_per_block(18, 256, 16), 18 * 2 * 256 * 16 * 4);
+  EXPECT_EQ(PagedKvPool::bytes_per_block(0, 256, 16), 0);
+  EXPECT_EQ(PagedKvPool::bytes_per_block(18, -1, 16), 0);
+  const int64_t huge = int64_t{1} << 40;
+  EXPECT_EQ(PagedKvPool::bytes_per_block(huge, huge, 16), std::numeric_limits<int64_t>::max());
+  PagedKvPool pool(3, 8, 5, 4);
+  EXPECT_EQ(static_cast<int64_t>(pool.storage().size() * sizeof(float)),
+            5 * PagedKvPool::bytes_per_block(3, 8, 4));
+}
+
+TEST(PagedKvPool, EverySlotHasItsOwnRowAndRowTablesAgree) {
+  const int64_t layers = 3, kv_dim = 6, blocks = 5, block_size = 4;
+  PagedKvPool pool(layers, kv_dim, blocks, block_size);
+  const std::vector<int32_t> table = {3, 0, 4, 1, 2};  // every block, out of order
+  std::set<const float*> rows;
+  float tag = 1.0f;
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t pos = 0; pos < blocks * block_size; ++pos) {
+      float* k = pool.key_row(l, table, pos);
+      float* v = pool.value_row(l, table, pos);
+      ASSERT_TRUE(rows.insert(k).second) << "layer " << l << " pos " << pos;
+      ASSERT_TRUE(rows.insert(v).second) << "layer " << l << " pos " << pos;
+      std::fill_n(k, kv_dim, tag++);
+      std::fill_n(v, kv_dim, tag++);
+    }
+  }
+  // K and V rows of all layers tile the storage exactly, without overlap.
+  EXPECT_EQ(static_cast<int64_t>(rows.size()) * kv_dim, static_cast<int64_t>(pool.storage().size()));
+  std::set<float> tags(pool.storage().begin(), pool.storage().end());
+  EXPECT_EQ(static_cast<int64_t>(tags.size()), layers * 2 * blocks * block_size);
+
+  std::vector<const float*> kptrs(table.size()), vptrs(table.size());
+  for (int64_t l = 0; l < layers; ++l) {
+    cpu::KvRowTable kt = pool.key_rows(l, table, kptrs);
+    cpu::KvRowTable vt = pool.value_rows(l, table, vptrs);
+    EXPECT_EQ(kt.block_size, block_size);
+    EXPECT_EQ(kt.row_stride, kv_dim);
+    for (int64_t pos = 0; pos < blocks * block_size; ++pos) {
+      EXPECT_EQ(kt.row(pos), pool.key_row(l, table, pos));
+      EXPECT_EQ(vt.row(pos), pool.value_row(l, table, pos));
+    }
+  }
+  // Position p of a table lives in block table[p / block_size], slot p % block_size.
+  const std::vector<int32_t> other = {2, 3};
+  EXPECT_EQ(pool.key_row(1, other, 5), pool.key_row(1, table, 1));  // block 3 is table[0]
+}
+
+TEST(PagedKvPool, CheckBlockTable) {
+  PagedKvPool pool(2, 4, 6, 4);
+  const std::vector<int32_t> table = {5, 0, 3};
+  EXPECT_TRUE(pool.check_block_table(table, 12).is_ok());
+  EXPECT_TRUE(pool.check_block_table(table, 9).is_ok());
+  EXPECT_TRUE(pool.check_block_table({}, 0).is_ok());
+  Status st = pool.check_block_table(table, 13);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("13 positions need 4"), std::string::npos) << st.to_string();
+  const std::vector<int32_t> past = {5, 6}, negative = {-1};
+  st = pool.check_block_table(past, 5);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("entry 1 is block 6"), std::string::npos) << st.to_string();
+  EXPECT_EQ(pool.check_block_table(negative, 1).code(), ErrorCode::kInvalidArgument);
+  // Entries past the positions asked about are not read.
+  EXPECT_TRUE(pool.check_block_table(past, 4).is_ok());
+  EXPECT_EQ(pool.check_block_table(table, -1).code(), ErrorCode::kInvalidArgument);
+  // A default pool has no blocks at all.
+  EXPECT_EQ(PagedKvPool().check_block_table(table, 1).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(PagedKvPool, CopyBlockCopiesEveryLayerOfOneBlockOnly) {
+  const int64_t layers = 3, kv_dim = 5, blocks = 4, block_size = 3;
+  PagedKvPool pool(layers, kv_dim, blocks, block_size);
+  std::vector<int32_t> all(blocks);
+  std::iota(all.begin(), all.end(), 0);
+  float value = 1.0f;
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t pos = 0; pos < blocks * block_size; ++pos) {
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        pool.key_row(l, all, pos)[j] = value++;
+        pool.value_row(l, all, pos)[j] = -(value++);
+      }
+    }
+  }
+  const std::vector<float> before(pool.storage().begin(), pool.storage().end());
+  pool.copy_block(2, 0);
+  const std::vector<int32_t> src = {2}, dst = {0};
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t pos = 0; pos < block_size; ++pos) {
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        EXPECT_EQ(pool.key_row(l, dst, pos)[j], pool.key_row(l, src, pos)[j]);
+        EXPECT_EQ(pool.value_row(l, dst, pos)[j], pool.value_row(l, src, pos)[j]);
+      }
+    }
+  }
+  // Everything but block 0 is as before; block 0 changed.
+  size_t changed = 0;
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t pos = 0; pos < blocks * block_size; ++pos) {
+      for (bool key : {true, false}) {
+        const float* row = key ? pool.key_row(l, all, pos) : pool.value_row(l, all, pos);
+        const size_t offset = static_cast<size_t>(row - pool.storage().data());
+        for (int64_t j = 0; j < kv_dim; ++j) {
+          const bool same = row[j] == before[offset + size_t(j)];
+          EXPECT_EQ(same, pos >= block_size) << "layer " << l << " pos " << pos;
+          changed += same ? 0 : 1;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(changed, size_t(layers * 2 * block_size * kv_dim));
+  pool.copy_block(1, 1);  // a no-op
+  EXPECT_EQ(pool.key_row(0, all, block_size)[0], before[static_cast<size_t>(block_size * kv_dim)]);
+}
+
+}  // namespace
+}  // namespace tern
