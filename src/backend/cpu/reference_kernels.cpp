@@ -104,6 +104,18 @@ inline float sum_squares(const float* x, int64_t n) {
 }
 
 template <typename W>
+void rmsnorm_rows(const float* x, int64_t num_tokens, const typename W::Elem* w, int64_t n, float eps, float* y) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* xt = x + t * n;
+    float* yt = y + t * n;
+    float mean = sum_squares(xt, n) / static_cast<float>(n);
+    float inv_rms = 1.0f / std::sqrt(mean + eps);
+    // HF order: the normalized activation first, then the weight.
+    for (int64_t j = 0; j < n; ++j) yt[j] = W::to_f32(w[j]) * (xt[j] * inv_rms);
+  }
+}
+
+template <typename W>
 void row_to_f32(const typename W::Elem* w, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) out[j] = W::to_f32(w[j]);
 }
@@ -191,8 +203,9 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
 // 0..len-1. Each K and V row is read once for the whole group. Per head the
 // arithmetic and its order are fixed: scores in row order, max-subtracted
 // exp summed in row order, then p * v accumulated in row order.
-void attend_group(const float* q, int64_t len, const KvRowTable& k, const KvRowTable& v, int64_t kv_offset,
-                  int64_t group, int64_t head_dim, float scale, float* probs, float* out) {
+[[gnu::always_inline]] inline void attend_group(const float* q, int64_t len, const KvRowTable& k,
+                                                const KvRowTable& v, int64_t kv_offset, int64_t group,
+                                                int64_t head_dim, float scale, float* probs, float* out) {
   for (int64_t j = 0; j < len; ++j) {
     const float* kj = k.row(j) + kv_offset;
     for (int64_t g = 0; g < group; ++g) probs[g * len + j] = dot<F32Weights>(q + g * head_dim, kj, head_dim) * scale;
@@ -219,6 +232,20 @@ void attend_group(const float* q, int64_t len, const KvRowTable& k, const KvRowT
     }
   }
 }
+
+// attend_group compiled for baseline x86-64 and for AVX2 (no FMA: same bits).
+void attend_group_portable(const float* q, int64_t len, const KvRowTable& k, const KvRowTable& v,
+                           int64_t kv_offset, int64_t group, int64_t head_dim, float scale, float* probs,
+                           float* out) {
+  attend_group(q, len, k, v, kv_offset, group, head_dim, scale, probs, out);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void attend_group_avx2(const float* q, int64_t len, const KvRowTable& k,
+                                                       const KvRowTable& v, int64_t kv_offset, int64_t group,
+                                                       int64_t head_dim, float scale, float* probs, float* out) {
+  attend_group(q, len, k, v, kv_offset, group, head_dim, scale, probs, out);
+}
+#endif
 
 }  // namespace
 
@@ -274,15 +301,16 @@ void linear_portable(ThreadPool& pool, const float* x, int64_t num_tokens, const
 }
 
 void rmsnorm(const float* x, int64_t num_tokens, const WeightVector& w, float eps, float* y) {
-  std::vector<float> weight = weight_vector_to_f32(w);
-  const int64_t n = w.size;
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const float* xt = x + t * n;
-    float* yt = y + t * n;
-    float mean = sum_squares(xt, n) / static_cast<float>(n);
-    float inv_rms = 1.0f / std::sqrt(mean + eps);
-    // HF order: the normalized activation first, then the weight.
-    for (int64_t j = 0; j < n; ++j) yt[j] = weight[j] * (xt[j] * inv_rms);
+  switch (w.dtype) {
+    case DType::kBF16:
+      rmsnorm_rows<Bf16Weights>(x, num_tokens, static_cast<const uint16_t*>(w.data), w.size, eps, y);
+      break;
+    case DType::kF16:
+      rmsnorm_rows<F16Weights>(x, num_tokens, static_cast<const uint16_t*>(w.data), w.size, eps, y);
+      break;
+    default:
+      rmsnorm_rows<F32Weights>(x, num_tokens, static_cast<const float*>(w.data), w.size, eps, y);
+      break;
   }
 }
 
@@ -301,22 +329,18 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta) {
 void rope_interleaved(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                       std::span<const int64_t> positions, std::span<const float> inv_freq) {
   const int64_t half = head_dim / 2;
-  std::vector<float> cos_a(static_cast<size_t>(half)), sin_a(static_cast<size_t>(half));
   for (int64_t t = 0; t < num_tokens; ++t) {
-    // The angle is rounded to fp32 as HF's fp32 matmul does; cos and sin of
-    // that fp32 angle are then computed accurately and rounded once.
     const float pos = static_cast<float>(positions[static_cast<size_t>(t)]);
-    for (int64_t i = 0; i < half; ++i) {
-      float angle = inv_freq[static_cast<size_t>(i)] * pos;
-      cos_a[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_a[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
     float* xt = x + t * num_heads * head_dim;
-    for (int64_t h = 0; h < num_heads; ++h) {
-      float* xh = xt + h * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
+    for (int64_t i = 0; i < half; ++i) {
+      // The angle is rounded to fp32 as HF's fp32 matmul does; cos and sin of
+      // that fp32 angle are then computed accurately and rounded once.
+      const float angle = inv_freq[static_cast<size_t>(i)] * pos;
+      const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+      const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* xh = xt + h * head_dim;
         float a = xh[2 * i], b = xh[2 * i + 1];
-        float c = cos_a[static_cast<size_t>(i)], s = sin_a[static_cast<size_t>(i)];
         xh[2 * i] = a * c - b * s;
         xh[2 * i + 1] = b * c + a * s;
       }
@@ -357,6 +381,10 @@ void attention_batch(ThreadPool& pool, const float* q, std::span<const int64_t> 
   }
   if (total_cost == 0) return;
   const int64_t parts = pool.num_threads();
+  auto* group_fn = &attend_group_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx2()) group_fn = &attend_group_avx2;
+#endif
 
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float> probs(static_cast<size_t>(group * max_len));
@@ -369,8 +397,8 @@ void attention_batch(ThreadPool& pool, const float* q, std::span<const int64_t> 
           cost_before += len;
           if (part < part_begin || part >= part_end) continue;
           const int64_t offset = kvh * group * head_dim;  // first q head of the group; q heads are contiguous
-          attend_group(q + r * q_dim + offset, len, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
-                       probs.data(), out + r * q_dim + offset);
+          group_fn(q + r * q_dim + offset, len, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
+                   probs.data(), out + r * q_dim + offset);
         }
       }
     }

@@ -105,7 +105,7 @@ struct AttentionSequence {
 // q: [T, num_heads*head_dim]; token t sits at positions[t] and attends to
 // the K/V rows at positions 0..positions[t] (which must already be written).
 // Scores are scaled by 1/sqrt(head_dim); softmax in fp32, max-subtracted.
-// out: [T, num_heads*head_dim]. Parallel over (token, head).
+// out: [T, num_heads*head_dim]. Same work split as attention_batch.
 void attention(ThreadPool& pool, const float* q, std::span<const int64_t> positions, const KvRowTable& k,
                const KvRowTable& v, const AttentionShape& shape, float* out);
 

@@ -70,7 +70,9 @@ class Ernie45Model {
   // positions 0..pos of that sequence (earlier ones must already be in the
   // pool). For each chunk with want_logits, in batch order, the logits of
   // its last token go to the next vocab_size floats of `logits`
-  // ([num_want, vocab_size]). Chunks must not write the same pool slot.
+  // ([num_want, vocab_size]). No two chunks may write one pool slot
+  // (checked), and no chunk may write a slot another chunk reads, i.e. a
+  // shared block (not checked: copy on write is the engine's job).
   // Errors (InvalidArgument; checked before the pool is touched, so on
   // error nothing is written): empty batch or chunk, token id outside
   // [0, vocab), negative start_pos, a block table too short or naming a
