@@ -18,7 +18,8 @@ PagedKvPool::PagedKvPool(int64_t num_layers, int64_t kv_dim, int64_t num_blocks,
       kv_dim_(std::max<int64_t>(0, kv_dim)),
       num_blocks_(std::max<int64_t>(0, num_blocks)),
       block_size_(std::max<int64_t>(1, block_size)) {
-  data_.resize(static_cast<size_t>(num_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_));
+  size_ = static_cast<size_t>(num_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_);
+  data_.reset(new float[size_]);
 }
 
 int64_t PagedKvPool::bytes_per_block(int64_t num_layers, int64_t kv_dim, int64_t block_size) {
@@ -50,7 +51,7 @@ Status PagedKvPool::check_block_table(std::span<const int32_t> block_table, int6
 cpu::KvRowTable PagedKvPool::rows(int64_t layer, int64_t kind, std::span<const int32_t> block_table,
                                   std::span<const float*> blocks) const {
   for (size_t i = 0; i < block_table.size(); ++i) {
-    blocks[i] = data_.data() + block_offset(layer, kind, block_table[i]);
+    blocks[i] = data_.get() + block_offset(layer, kind, block_table[i]);
   }
   cpu::KvRowTable table;
   table.blocks = blocks.first(block_table.size());
@@ -65,8 +66,8 @@ void PagedKvPool::copy_block(int32_t src, int32_t dst) {
   const int64_t block_floats = block_size_ * kv_dim_;
   for (int64_t layer = 0; layer < num_layers_; ++layer) {
     for (int64_t kind = 0; kind < 2; ++kind) {
-      const float* from = data_.data() + block_offset(layer, kind, src);
-      std::copy_n(from, block_floats, data_.data() + block_offset(layer, kind, dst));
+      const float* from = data_.get() + block_offset(layer, kind, src);
+      std::copy_n(from, block_floats, data_.get() + block_offset(layer, kind, dst));
     }
   }
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -68,7 +69,7 @@ class PagedKvPool {
   void copy_block(int32_t src, int32_t dst);
 
   // The whole pool, read-only: for checksums in tests and debugging.
-  std::span<const float> storage() const { return data_; }
+  std::span<const float> storage() const { return {data_.get(), size_}; }
 
  private:
   int64_t block_offset(int64_t layer, int64_t kind, int64_t block) const {
@@ -76,13 +77,16 @@ class PagedKvPool {
   }
   float* row_ptr(int64_t layer, int64_t kind, std::span<const int32_t> block_table, int64_t pos) {
     const int64_t block = block_table[static_cast<size_t>(pos / block_size_)];
-    return data_.data() + block_offset(layer, kind, block) + (pos % block_size_) * kv_dim_;
+    return data_.get() + block_offset(layer, kind, block) + (pos % block_size_) * kv_dim_;
   }
   cpu::KvRowTable rows(int64_t layer, int64_t kind, std::span<const int32_t> block_table,
                        std::span<const float*> blocks) const;
 
   int64_t num_layers_ = 0, kv_dim_ = 0, num_blocks_ = 0, block_size_ = 1;
-  std::vector<float> data_;
+  // Not zeroed: a large pool is mapped lazily by the OS, so start-up does not
+  // pay for touching gigabytes. Every slot is written before it is read.
+  std::unique_ptr<float[]> data_;
+  size_t size_ = 0;
 };
 
 }  // namespace tern
