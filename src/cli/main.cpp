@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/serve_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tern: an inference server for ERNIE 4.5 language models"};
@@ -12,11 +13,14 @@ int main(int argc, char** argv) {
 
   tern::cli::GenerateOptions generate;
   tern::cli::add_generate_command(app, generate);
+  tern::cli::ServeOptions serve;
+  tern::cli::add_serve_command(app, serve);
   tern::cli::BenchOptions bench;
   tern::cli::add_bench_command(app, bench);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("generate")) return tern::cli::run_generate(generate);
   if (app.got_subcommand("bench")) return tern::cli::run_bench(bench);
+  if (app.got_subcommand("serve")) return tern::cli::run_serve(serve);
   return 0;
 }

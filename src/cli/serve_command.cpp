@@ -1,0 +1,187 @@
+// `tern serve`: loads the model, starts the engine thread and the HTTP server
+// with the OpenAI/vLLM, TGI and metrics routes, and serves until SIGINT or
+// SIGTERM (then finishes or cancels in-flight requests within
+// --shutdown-timeout and exits 0). Flags use vLLM's names.
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "base/logging.h"
+#include "base/mapped_file.h"
+#include "cli/serve_command.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_routes.h"
+#include "server/serving_context.h"
+#include "server/tgi_routes.h"
+#include "server/web_routes.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja_json.h"
+#include "tokenizer/jinja_template.h"
+
+namespace tern::cli {
+namespace {
+
+int fail(const Status& s) {
+  spdlog::error("tern serve: {}", s.to_string());
+  std::fprintf(stderr, "tern serve: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+// The chat renderer: the model's (or --chat-template's) Jinja template, with
+// the variables transformers passes (special tokens, add_generation_prompt,
+// chat_template_kwargs).
+Result<server::ChatRenderer> make_renderer(const ServeOptions& o, const Tokenizer& tok) {
+  std::string source = tok.chat_template();
+  if (!o.chat_template.empty()) {
+    TERN_ASSIGN_OR_RETURN(source, read_text_file(o.chat_template));
+  }
+  if (source.empty()) {
+    spdlog::warn("the model has no chat template; /v1/chat/completions uses the ERNIE 4.5 format");
+    return server::ChatRenderer([&tok](const nlohmann::json& messages, bool agp, const nlohmann::json&)
+                                    -> Result<std::string> {
+      std::vector<ChatMessage> msgs;
+      for (const auto& m : messages) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      return render_ernie_chat(msgs, agp, tok.cls_token(), tok.sep_token());
+    });
+  }
+  auto compiled = JinjaTemplate::compile(source);
+  if (!compiled.is_ok()) return compiled.status().with_context("chat template");
+  auto tmpl = std::make_shared<JinjaTemplate>(std::move(compiled).value());
+  nlohmann::json specials = {{"bos_token", tok.bos_token()}, {"eos_token", tok.eos_token()}};
+  if (!tok.cls_token().empty()) specials["cls_token"] = tok.cls_token();
+  if (!tok.sep_token().empty()) specials["sep_token"] = tok.sep_token();
+  return server::ChatRenderer([tmpl, specials](const nlohmann::json& messages, bool agp,
+                                               const nlohmann::json& kwargs) -> Result<std::string> {
+    nlohmann::json ctx = specials;
+    for (const auto& [k, v] : kwargs.items()) ctx[k] = v;
+    ctx["messages"] = messages;
+    if (!kwargs.contains("add_generation_prompt")) ctx["add_generation_prompt"] = agp;
+    TERN_ASSIGN_OR_RETURN(JinjaValue value, jinja_from_json(ctx));
+    return tmpl->render(value);
+  });
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, ServeOptions& o) {
+  auto* cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI, vLLM and TGI APIs, metrics, chat page)");
+  add_engine_options(*cmd, o.engine);
+  cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str()->envname("TERN_HOST");
+  cmd->add_option("--port", o.port, "Port to listen on (0 picks a free one)")->capture_default_str()
+      ->envname("TERN_PORT");
+  cmd->add_option("--served-model-name", o.served_model_name, "Model name in the API (default: the folder name)")
+      ->envname("TERN_SERVED_MODEL_NAME");
+  cmd->add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on API routes")
+      ->envname("TERN_API_KEY");
+  cmd->add_option("--allowed-origins", o.allowed_origins, "CORS origins, comma separated, or *")
+      ->capture_default_str()->envname("TERN_ALLOWED_ORIGINS");
+  cmd->add_option("--chat-template", o.chat_template, "Jinja chat template file (default: the model's)")
+      ->envname("TERN_CHAT_TEMPLATE");
+  cmd->add_option("--generation-config", o.generation_config,
+                  "auto: the model's generation_config.json supplies sampling defaults; vllm: neutral defaults")
+      ->check(CLI::IsMember({"auto", "vllm"}))->capture_default_str()->envname("TERN_GENERATION_CONFIG");
+  cmd->add_option("--max-queued-requests", o.max_queued_requests,
+                  "Unfinished requests beyond which new ones get 503 + Retry-After (0: no limit)")
+      ->capture_default_str()->envname("TERN_MAX_QUEUED_REQUESTS");
+  cmd->add_option("--log-format", o.log_format, "text or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))->capture_default_str()->envname("TERN_LOG_FORMAT");
+  cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str()
+      ->envname("TERN_LOG_LEVEL");
+  cmd->add_flag("--disable-log-requests", o.disable_log_requests, "No log line per request")
+      ->envname("TERN_DISABLE_LOG_REQUESTS");
+  cmd->add_flag("--log-requests-text", o.log_requests_text, "Include prompt text in request logs")
+      ->envname("TERN_LOG_REQUESTS_TEXT");
+  cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
+                  "Seconds in-flight requests get after SIGTERM/SIGINT")->capture_default_str()
+      ->envname("TERN_SHUTDOWN_TIMEOUT");
+  cmd->add_option("--http-threads", o.http_threads, "HTTP io threads")->capture_default_str()
+      ->envname("TERN_HTTP_THREADS");
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
+      ->capture_default_str()->envname("TERN_MAX_BODY_BYTES");
+  cmd->add_option("--web-root", o.web_root, "Folder of the chat page (default: the built-in web/ folder)")
+      ->envname("TERN_WEB_ROOT");
+  // Accepted for vLLM compatibility.
+  cmd->add_option("--tensor-parallel-size", o.tensor_parallel_size, "Only 1 is supported")
+      ->check(CLI::Range(1, 1))->capture_default_str();
+  cmd->add_option("--data-parallel-size", o.data_parallel_size, "Engine replicas (1 on the CPU)")
+      ->check(CLI::Range(1, 1))->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "auto|bfloat16|float16|float32 (the CPU computes in float32)")
+      ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32", "half", "float"}))->capture_default_str();
+}
+
+int run_serve(const ServeOptions& o) {
+  configure_logging(o.log_format == "json" ? LogFormat::kJson : LogFormat::kText, o.log_level);
+  auto loaded = load_engine(o.engine);
+  if (!loaded.is_ok()) return fail(loaded.status());
+  LoadedEngine le = std::move(loaded).value();
+
+  auto renderer = make_renderer(o, *le.tokenizer);
+  if (!renderer.is_ok()) return fail(renderer.status());
+
+  server::ServingContext ctx;
+  ctx.tokenizer = le.tokenizer.get();
+  ctx.render_chat = std::move(renderer).value();
+  ctx.model_path = o.engine.model;
+  ctx.model_name = o.served_model_name.empty()
+                       ? std::filesystem::path(o.engine.model).lexically_normal().filename().string()
+                       : o.served_model_name;
+  if (ctx.model_name.empty()) ctx.model_name = std::filesystem::path(o.engine.model).parent_path().filename().string();
+  ctx.max_model_len = le.max_model_len;
+  ctx.vocab_size = le.model->config().vocab_size;
+  ctx.generation_defaults = le.generation_defaults;
+  ctx.use_generation_defaults = o.generation_config == "auto";
+  ctx.log_requests = !o.disable_log_requests;
+  ctx.log_requests_text = o.log_requests_text;
+  server::Metrics metrics(ctx.model_name);
+  ctx.metrics = &metrics;
+  EngineClient client(std::move(le.engine), o.max_queued_requests);
+  ctx.engine = &client;
+
+  server::Router router;
+  server::add_openai_routes(router, ctx);
+  server::add_tgi_routes(router, ctx);
+  auto counters = std::make_shared<server::HttpCounters>();
+  server::add_web_routes(router, ctx, counters, o.web_root);
+
+  server::HttpServerOptions http;
+  http.host = o.host;
+  http.port = o.port;
+  http.io_threads = o.http_threads;
+  http.max_body_bytes = o.max_body_bytes;
+  http.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
+  http.auth.api_key = o.api_key;
+  http.cors.allowed_origins = split_list(o.allowed_origins);
+  server::HttpServer srv(http, std::move(router), counters);
+  Status st = srv.listen();
+  if (!st.is_ok()) return fail(st);
+  ctx.ready = true;
+  spdlog::info("tern serve: model {} ({} max tokens, {} threads) ready in {:.0f} ms on http://{}:{}", ctx.model_name,
+               ctx.max_model_len, le.model->num_threads(), le.load_ms, o.host, srv.port());
+  std::fprintf(stderr, "tern serve: listening on http://%s:%u (model %s)\n", o.host.c_str(), srv.port(),
+               ctx.model_name.c_str());
+  srv.run();
+  ctx.ready = false;
+  client.shutdown();
+  spdlog::info("tern serve: stopped");
+  return 0;
+}
+
+}  // namespace tern::cli

@@ -1,0 +1,39 @@
+// `tern serve` options and entry point.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "cli/engine_setup.h"
+
+namespace tern::cli {
+
+struct ServeOptions {
+  EngineOptions engine;
+  std::string host = "0.0.0.0";
+  uint16_t port = 8000;
+  std::string served_model_name;
+  std::string api_key;
+  std::string allowed_origins = "*";
+  std::string chat_template;
+  std::string generation_config = "auto";
+  int64_t max_queued_requests = 0;
+  std::string log_format = "text";
+  std::string log_level = "info";
+  bool disable_log_requests = false;
+  bool log_requests_text = false;
+  double shutdown_timeout_s = 30;
+  int http_threads = 2;
+  uint64_t max_body_bytes = 16ull << 20;
+  std::string web_root;
+  int tensor_parallel_size = 1;
+  int data_parallel_size = 1;
+  std::string dtype = "auto";
+};
+
+void add_serve_command(CLI::App& app, ServeOptions& options);
+int run_serve(const ServeOptions& options);
+
+}  // namespace tern::cli
