@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
-.PHONY: all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench random-model clean
+.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench random-model clean
 
 all: build
 
@@ -77,7 +77,15 @@ fuzz: fuzz-build
 test-fuzz: fuzz-build
 	@$(call run-fuzzers,$(FUZZ_TEST_SECONDS))
 
+# Serves MODEL with the OpenAI/vLLM/TGI APIs and the chat page on http://HOST:PORT/.
+HOST ?= 127.0.0.1
+PORT ?= 8000
 run: build
+	@echo "tern: serving $(MODEL) on http://$(HOST):$(PORT)/ (Ctrl-C stops)"
+	@$(TERN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
+
+# One prompt through the engine, printed as it is generated.
+generate: build
 	@$(TERN) generate --model $(MODEL) --chat --prompt "$(PROMPT)" --max-tokens 64
 
 # Full-size ERNIE-4.5-0.3B-shaped checkpoint with random weights, for benchmarks.
