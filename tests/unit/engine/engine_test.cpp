@@ -296,6 +296,28 @@ TEST(Engine, CancellingAThousandRequestsLeavesNoBlockInUse) {
   EXPECT_GT(engine->stats().finished_abort, 500);
 }
 
+TEST(Engine, PriorityOrdersWaitingRequests) {
+  auto& f = fixture();
+  // One sequence at a time: the order in which requests finish is the order they ran.
+  auto engine = f.make_engine(64, 16, 256, /*max_seqs=*/1);
+  std::mt19937 rng(8);
+  std::vector<std::pair<std::string, int>> submitted = {{"late-low", 5}, {"urgent", -1}, {"normal", 0}, {"low", 5}};
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  for (auto& [id, priority] : submitted) {
+    Request r = greedy_request(id, random_prompt(rng, 4), 3);
+    r.priority = priority;
+    streams[id] = std::make_shared<RequestStream>();
+    ASSERT_TRUE(engine->add_request(r, streams[id]).is_ok());
+  }
+  std::vector<std::string> order;
+  while (engine->has_work()) {
+    engine->step();
+    for (auto& [id, s] : streams)
+      if (s->done() && std::find(order.begin(), order.end(), id) == order.end()) order.push_back(id);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"urgent", "normal", "late-low", "low"}));
+}
+
 TEST(Engine, RejectsWhatCanNeverRun) {
   auto& f = fixture();
   auto engine = f.make_engine(4, 4);  // 16 tokens of KV in all
