@@ -97,3 +97,11 @@ bench: build random-model
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)
+
+# GPU tests (tests/gpu): each CUDA kernel against the CPU reference kernels,
+# the model on the GPU against the HF goldens and the CPU engine path. Needs
+# a CUDA GPU (run on the GPU machine); CI only compiles them.
+.PHONY: test-gpu
+test-gpu: build
+	@test -x $(BUILD_DIR)/bin/gpu_tests || { echo "test-gpu: gpu_tests not built (CMake found no nvcc)"; exit 1; }
+	@$(BUILD_DIR)/bin/gpu_tests

@@ -357,6 +357,12 @@ Task<void> Connection::serve() {
       co_await handle_read_error(ec);
       co_return;
     }
+    // A request body framed by anything but chunked cannot be delimited
+    // (RFC 9112 6.3): refuse it rather than guess where the next request starts.
+    if (parser.get().has(http::field::transfer_encoding) && !parser.chunked()) {
+      co_await send_error_and_close(400, "Unsupported Transfer-Encoding (only chunked is accepted)");
+      co_return;
+    }
     if (!parser.is_done()) {
       auto expect = parser.get()[http::field::expect];
       if (beast::iequals(expect, "100-continue")) {

@@ -9,6 +9,20 @@
 
 namespace tern::server {
 
+namespace {
+
+// Request text quoted back in an error message: ASCII only (the body must
+// stay valid UTF-8 JSON whatever bytes came in) and bounded.
+std::string quote_back(std::string_view s) {
+  constexpr size_t kMax = 200;
+  std::string out;
+  for (char c : s.substr(0, kMax)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  if (s.size() > kMax) out += "...";
+  return out;
+}
+
+}  // namespace
+
 Dispatcher::Dispatcher(Router router, AuthOptions auth, CorsOptions cors)
     : router_(std::move(router)), auth_(std::move(auth)), cors_(std::move(cors)) {}
 
@@ -47,13 +61,14 @@ Task<void> Dispatcher::dispatch(HttpRequest& request, Responder& responder) cons
     std::vector<HttpHeader> allow{{"Allow", match.allow}};
     if (!match.path_known) {
       co_await responder.respond(404, std::string(kJsonContentType),
-                                 openai_error_body(404, "Not Found: " + request.method + " " + request.path));
+                                 openai_error_body(404, "Not Found: " + quote_back(request.method) + " " +
+                                                               quote_back(request.path)));
     } else if (request.method == "OPTIONS") {
       co_await responder.respond(204, "", "", std::move(allow));
     } else {
       co_await responder.respond(
           405, std::string(kJsonContentType),
-          openai_error_body(405, "Method " + request.method + " not allowed for " + request.path +
+          openai_error_body(405, "Method " + quote_back(request.method) + " not allowed for " + request.path +
                                      " (allowed: " + match.allow + ")"),
           std::move(allow));
     }

@@ -93,6 +93,7 @@ class JsonWriter {
         write_string(v.as_string());
         return Status::ok();
       case JinjaValue::Kind::kList:
+        if (v.as_list().is_iterator) return invalid_argument("Object of type generator is not JSON serializable");
         return write_list(v.as_list(), level);
       case JinjaValue::Kind::kDict:
         return write_dict(v.as_dict(), level);

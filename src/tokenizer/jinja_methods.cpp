@@ -12,10 +12,10 @@
 namespace tern::jinja {
 namespace {
 
-constexpr std::array<std::string_view, 24> kStrMethods = {
+constexpr std::array<std::string_view, 25> kStrMethods = {
     "strip",   "lstrip", "rstrip",  "startswith", "endswith", "split",   "rsplit",  "splitlines",
     "upper",   "lower",  "replace", "title",      "capitalize", "find",  "rfind",   "count",
-    "join",    "isdigit", "isalpha", "isalnum",   "isspace",  "islower", "isupper", "index"};
+    "join",    "isdigit", "isalpha", "isalnum",   "isspace",  "islower", "isupper", "index", "format"};
 constexpr std::array<std::string_view, 5> kDictMethods = {"items", "keys", "values", "get", "copy"};
 constexpr std::array<std::string_view, 3> kListMethods = {"index", "count", "copy"};
 constexpr std::array<std::string_view, 13> kMutators = {"append", "extend", "insert", "pop",    "remove",
@@ -27,10 +27,13 @@ bool contains(const std::array<std::string_view, N>& set, std::string_view name)
   return std::find(set.begin(), set.end(), name) != set.end();
 }
 
-std::string object_repr(const JinjaValue& obj) {
+// jinja2's object_type_repr: "None" or "dict object".
+std::string object_type(const JinjaValue& obj) {
   if (obj.is_none()) return "None";
-  return "'" + std::string(obj.type_name()) + " object'";
+  return std::string(obj.type_name()) + " object";
 }
+
+std::string object_repr(const JinjaValue& obj) { return "'" + object_type(obj) + "'"; }
 
 JinjaValue missing_attribute(const JinjaValue& obj, std::string_view name) {
   return JinjaValue::undefined(object_repr(obj) + " has no attribute '" + std::string(name) + "'");
@@ -101,14 +104,64 @@ JinjaValue all_chars(const std::string& s, Pred pred) {
   return JinjaValue::boolean(true);
 }
 
-bool is_alpha(char32_t c) {
-  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  return !py_isspace(c) && py_isprintable(c) && !(c >= 0x2000 && c <= 0x2BFF) && !(c >= 0x3000 && c <= 0x303F) &&
-         !(c >= 0xFF00 && c <= 0xFF20);
-}
 bool is_digit(char32_t c) { return c >= '0' && c <= '9'; }
 
+// str.format with plain fields: {}, {0}, {name}, {!r}, {{ and }}; format
+// specs and field attribute/index lookups are refused.
+Result<std::string> str_format(const std::string& fmt, const CallArgs& a) {
+  std::string out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    char c = fmt[i];
+    if (c == '}') {
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
+      else return invalid_argument("Single '}' encountered in format string");
+      out += '}';
+      continue;
+    }
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    if (i + 1 < fmt.size() && fmt[i + 1] == '{') {
+      out += '{';
+      ++i;
+      continue;
+    }
+    size_t close = fmt.find('}', i);
+    if (close == std::string::npos) return invalid_argument("Single '{' encountered in format string");
+    std::string field = fmt.substr(i + 1, close - i - 1);
+    i = close;
+    char conversion = 's';
+    size_t bang = field.find('!');
+    if (bang != std::string::npos) {
+      if (bang + 2 != field.size() || (field[bang + 1] != 'r' && field[bang + 1] != 's')) {
+        return unsupported("format conversion '" + field.substr(bang) + "' is not supported");
+      }
+      conversion = field[bang + 1];
+      field.resize(bang);
+    }
+    if (field.find_first_of(":.[") != std::string::npos) {
+      return unsupported("format field '{" + field + "}' is not supported");
+    }
+    const JinjaValue* v = nullptr;
+    if (field.empty() || field.find_first_not_of("0123456789") == std::string::npos) {
+      size_t index = field.empty() ? auto_index++ : static_cast<size_t>(std::stoul(field.substr(0, 9)));
+      if (index >= a.args.size()) return invalid_argument("Replacement index " + std::to_string(index) + " out of range");
+      v = &a.args[index];
+    } else {
+      for (const auto& [k, val] : a.kwargs) {
+        if (k == field) v = &val;
+      }
+      if (v == nullptr) return invalid_argument("'" + field + "'");
+    }
+    out += conversion == 'r' ? repr(*v) : to_str(*v);
+  }
+  return out;
+}
+
 Result<JinjaValue> string_method(const std::string& s, std::string_view name, const CallArgs& a, size_t max_size) {
+  // Methods walk the string once; call_method charged for it.
   auto bind = [&](std::vector<std::string_view> params) { return ArgBinder::bind(a, name, std::move(params)); };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     TERN_ASSIGN_OR_RETURN(ArgBinder b, bind({"chars"}));
@@ -140,9 +193,9 @@ Result<JinjaValue> string_method(const std::string& s, std::string_view name, co
     TERN_ASSIGN_OR_RETURN(std::string old_text, string_arg(b.get(0), name));
     TERN_ASSIGN_OR_RETURN(std::string new_text, string_arg(b.get(1), name));
     TERN_ASSIGN_OR_RETURN(long count, int_arg(b.get(2), -1, name));
-    std::string out = py_replace(s, old_text, new_text, count);
-    if (out.size() > max_size) return out_of_range("string too large");
-    return JinjaValue::string(std::move(out));
+    auto out = py_replace(s, old_text, new_text, count, max_size);
+    if (!out) return out_of_range("string too large");
+    return JinjaValue::string(std::move(*out));
   }
   if (name == "find" || name == "rfind" || name == "index") {
     TERN_ASSIGN_OR_RETURN(ArgBinder b, bind({"sub"}));
@@ -178,9 +231,14 @@ Result<JinjaValue> string_method(const std::string& s, std::string_view name, co
     }
     return JinjaValue::string(std::move(out));
   }
+  if (name == "format") {
+    TERN_ASSIGN_OR_RETURN(std::string out, str_format(s, a));
+    if (out.size() > max_size) return out_of_range("string too large");
+    return JinjaValue::string(std::move(out));
+  }
   if (name == "isdigit") return all_chars(s, is_digit);
-  if (name == "isalpha") return all_chars(s, is_alpha);
-  if (name == "isalnum") return all_chars(s, [](char32_t c) { return is_alpha(c) || is_digit(c); });
+  if (name == "isalpha") return all_chars(s, py_isalpha);
+  if (name == "isalnum") return all_chars(s, [](char32_t c) { return py_isalpha(c) || py_isnumeric(c); });
   if (name == "isspace") return all_chars(s, py_isspace);
   if (name == "islower" || name == "isupper") {
     bool any_cased = false;
@@ -338,14 +396,14 @@ Result<JinjaValue> get_item(const JinjaValue& obj, const JinjaValue& key) {
         return JinjaValue::string(std::move(out));
       }
     }
-    return JinjaValue::undefined(object_repr(obj) + " has no element " + std::to_string(key.as_int()));
+    return JinjaValue::undefined(object_type(obj) + " has no element " + std::to_string(key.as_int()));
   }
   if (obj.is_dict()) {
     const JinjaValue* v = obj.as_dict().find(key);
     if (v != nullptr) return *v;
   }
   if (key.is_string()) return get_attribute(obj, key.as_string());
-  return JinjaValue::undefined(object_repr(obj) + " has no element " + repr(key));
+  return JinjaValue::undefined(object_type(obj) + " has no element " + repr(key));
 }
 
 Result<JinjaValue> get_slice(const JinjaValue& obj, const JinjaValue* start, const JinjaValue* stop,
@@ -383,18 +441,36 @@ Result<JinjaValue> get_slice(const JinjaValue& obj, const JinjaValue* start, con
   return JinjaValue::string(encode_utf8(out));
 }
 
+Status Budget::charge(double units) {
+  work_ += units;
+  if (work_ > max_work_) {
+    return out_of_range("rendering the chat template took more than " + std::to_string(static_cast<uint64_t>(max_work_)) +
+                        " steps");
+  }
+  return Status::ok();
+}
+
 Result<JinjaValue> call_method(const JinjaValue& self, std::string_view name, const CallArgs& args,
-                               size_t max_size) {
+                               Budget& budget) {
+  double weight = self.weight();
+  for (const JinjaValue& a : args.args) weight += a.weight();
+  TERN_RETURN_IF_ERROR(budget.charge(weight));
+  Result<JinjaValue> r = internal_error("method on a value without methods");
   switch (self.kind()) {
     case JinjaValue::Kind::kString:
-      return string_method(self.as_string(), name, args, max_size);
+      r = string_method(self.as_string(), name, args, budget.max_size());
+      break;
     case JinjaValue::Kind::kDict:
-      return dict_method(self, name, args);
+      r = dict_method(self, name, args);
+      break;
     case JinjaValue::Kind::kList:
-      return list_method(self, name, args);
+      r = list_method(self, name, args);
+      break;
     default:
-      return internal_error("method on a value without methods");
+      break;
   }
+  if (r.is_ok()) TERN_RETURN_IF_ERROR(budget.charge(r.value().weight()));
+  return r;
 }
 
 }  // namespace tern::jinja

@@ -19,6 +19,22 @@ namespace tern::jinja {
 struct Stmt;
 struct Scope;
 
+// The render's bounds as filters and methods see them: the largest string
+// they may build (lists: a 32nd of it) and the shared work counter, charged
+// by every operation in proportion to the data it walks or builds.
+class Budget {
+ public:
+  Budget(size_t max_size, double max_work) : max_size_(max_size), max_work_(max_work) {}
+  size_t max_size() const { return max_size_; }
+  size_t max_items() const { return max_size_ / 32; }
+  Status charge(double units);
+
+ private:
+  size_t max_size_;
+  double max_work_;
+  double work_ = 0;
+};
+
 // Positional and keyword arguments of a call, filter or test.
 struct CallArgs {
   std::vector<JinjaValue> args;
@@ -28,10 +44,10 @@ struct CallArgs {
 // A value that can be called: a global function, a method bound to its
 // object, a macro (with the scope it was defined in) or loop.cycle.
 struct Callable {
-  enum class Kind : uint8_t { kBuiltin, kMethod, kMacro, kLoopCycle };
+  enum class Kind : uint8_t { kBuiltin, kMethod, kMacro, kLoopCycle, kLoopChanged };
   Kind kind = Kind::kBuiltin;
   std::string name;
-  JinjaValue self;                  // kMethod: the bound object
+  JinjaValue self;                  // kMethod: the bound object; kLoopChanged: a namespace holding the last value
   const Stmt* macro = nullptr;      // kMacro: owned by the compiled template
   std::shared_ptr<Scope> closure;   // kMacro
   int64_t loop_index0 = 0;          // kLoopCycle
@@ -60,6 +76,6 @@ Result<JinjaValue> get_slice(const JinjaValue& obj, const JinjaValue* start, con
 
 // Calls method `name` of `self` (a bound method from get_attribute).
 Result<JinjaValue> call_method(const JinjaValue& self, std::string_view name, const CallArgs& args,
-                               size_t max_size);
+                               Budget& budget);
 
 }  // namespace tern::jinja

@@ -2,6 +2,7 @@
 // arithmetic is 64-bit and overflow is an error (Python would grow the int).
 #include "tokenizer/jinja_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -11,6 +12,14 @@ namespace tern::jinja {
 namespace {
 
 constexpr int kMaxPrintDepth = 512;
+// repr() stops growing past this; the caller's output limit then fails the
+// render. Values shared many times (through namespaces) could otherwise
+// print exponentially much.
+constexpr size_t kMaxReprBytes = 64u << 20;
+
+// Namespaces being printed, so a namespace that contains itself prints as
+// Python does ("<Namespace {...}>") instead of recursing.
+using Active = std::vector<const void*>;
 
 std::string quote_type(const JinjaValue& v) { return "'" + std::string(v.type_name()) + "'"; }
 
@@ -18,9 +27,9 @@ Status type_error(std::string m) { return invalid_argument(std::move(m)); }
 
 Status undefined_error(const JinjaValue& v) { return invalid_argument(undefined_message(v)); }
 
-void repr_into(std::string& out, const JinjaValue& v, int depth);
+void repr_into(std::string& out, const JinjaValue& v, int depth, Active& active);
 
-void str_into(std::string& out, const JinjaValue& v, int depth) {
+void str_into(std::string& out, const JinjaValue& v, int depth, Active& active) {
   switch (v.kind()) {
     case JinjaValue::Kind::kUndefined:
       return;
@@ -28,12 +37,12 @@ void str_into(std::string& out, const JinjaValue& v, int depth) {
       out += v.as_string();
       return;
     default:
-      repr_into(out, v, depth);
+      repr_into(out, v, depth, active);
   }
 }
 
-void repr_into(std::string& out, const JinjaValue& v, int depth) {
-  if (depth > kMaxPrintDepth) {
+void repr_into(std::string& out, const JinjaValue& v, int depth, Active& active) {
+  if (depth > kMaxPrintDepth || out.size() > kMaxReprBytes) {
     out += "...";
     return;
   }
@@ -58,10 +67,14 @@ void repr_into(std::string& out, const JinjaValue& v, int depth) {
       return;
     case JinjaValue::Kind::kList: {
       const JinjaList& l = v.as_list();
+      if (l.is_iterator) {
+        out += "<generator object>";
+        return;
+      }
       out += l.is_tuple ? '(' : '[';
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i > 0) out += ", ";
-        repr_into(out, l.items[i], depth + 1);
+        repr_into(out, l.items[i], depth + 1, active);
       }
       if (l.is_tuple && l.items.size() == 1) out += ',';
       out += l.is_tuple ? ')' : ']';
@@ -73,18 +86,26 @@ void repr_into(std::string& out, const JinjaValue& v, int depth) {
       for (const auto& [k, val] : v.as_dict().items()) {
         if (!first) out += ", ";
         first = false;
-        repr_into(out, k, depth + 1);
+        repr_into(out, k, depth + 1, active);
         out += ": ";
-        repr_into(out, val, depth + 1);
+        repr_into(out, val, depth + 1, active);
       }
       out += '}';
       return;
     }
-    case JinjaValue::Kind::kNamespace:
+    case JinjaValue::Kind::kNamespace: {
+      const void* self = v.shared().get();
+      if (std::find(active.begin(), active.end(), self) != active.end()) {
+        out += "<Namespace {...}>";
+        return;
+      }
+      active.push_back(self);
       out += "<Namespace ";
-      repr_into(out, JinjaValue::dict(v.namespace_attrs()), depth + 1);
+      repr_into(out, JinjaValue::dict(v.namespace_attrs()), depth + 1, active);
       out += '>';
+      active.pop_back();
       return;
+    }
     case JinjaValue::Kind::kCallable:
       out += "<function>";
       return;
@@ -107,6 +128,7 @@ bool equal_at(const JinjaValue& a, const JinjaValue& b, int depth) {
     case JinjaValue::Kind::kList: {
       const JinjaList& x = a.as_list();
       const JinjaList& y = b.as_list();
+      if (x.is_iterator || y.is_iterator) return a.shared() == b.shared();
       if (x.is_tuple != y.is_tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i) {
         if (!equal_at(x.items[i], y.items[i], depth + 1)) return false;
@@ -141,7 +163,8 @@ Result<int> compare_at(const JinjaValue& a, const JinjaValue& b, std::string_vie
     int c = a.as_string().compare(b.as_string());  // byte order == code point order in UTF-8
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple && depth < kMaxPrintDepth) {
+  if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple && !a.as_list().is_iterator &&
+      !b.as_list().is_iterator && depth < kMaxPrintDepth) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -165,7 +188,7 @@ Result<JinjaValue> repeat(const JinjaValue& seq, int64_t n, size_t max_size) {
     return JinjaValue::string(std::move(out));
   }
   const JinjaList& l = seq.as_list();
-  if (!l.items.empty() && static_cast<uint64_t>(n) > max_size / l.items.size())
+  if (!l.items.empty() && static_cast<uint64_t>(n) > max_size / 32 / l.items.size())
     return out_of_range("list repetition too large");
   std::vector<JinjaValue> items;
   items.reserve(l.items.size() * static_cast<size_t>(n));
@@ -303,13 +326,15 @@ std::string undefined_message(const JinjaValue& v) {
 
 std::string to_str(const JinjaValue& v) {
   std::string out;
-  str_into(out, v, 0);
+  Active active;
+  str_into(out, v, 0, active);
   return out;
 }
 
 std::string repr(const JinjaValue& v) {
   std::string out;
-  repr_into(out, v, 0);
+  Active active;
+  repr_into(out, v, 0, active);
   return out;
 }
 
@@ -351,10 +376,11 @@ Result<JinjaValue> binary_op(BinaryOp op, const JinjaValue& a, const JinjaValue&
       if (a.as_string().size() + b.as_string().size() > max_size) return out_of_range("string too large");
       return JinjaValue::string(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
+    if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple && !a.as_list().is_iterator &&
+        !b.as_list().is_iterator) {
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
-      if (x.size() + y.size() > max_size) return out_of_range("list too large");
+      if (x.size() + y.size() > max_size / 32) return out_of_range("list too large");
       std::vector<JinjaValue> items;
       items.reserve(x.size() + y.size());
       items.insert(items.end(), x.begin(), x.end());
@@ -370,8 +396,9 @@ Result<JinjaValue> binary_op(BinaryOp op, const JinjaValue& a, const JinjaValue&
     }
   }
   if (op == BinaryOp::kMul) {
-    if ((a.is_string() || a.is_list()) && b.is_integral()) return repeat(a, b.as_int(), max_size);
-    if ((b.is_string() || b.is_list()) && a.is_integral()) return repeat(b, a.as_int(), max_size);
+    auto repeatable = [](const JinjaValue& v) { return v.is_string() || (v.is_list() && !v.as_list().is_iterator); };
+    if (repeatable(a) && b.is_integral()) return repeat(a, b.as_int(), max_size);
+    if (repeatable(b) && a.is_integral()) return repeat(b, a.as_int(), max_size);
   }
   if (op == BinaryOp::kMod && a.is_string()) {
     auto s = percent_format(a.as_string(), b, max_size);
@@ -432,6 +459,7 @@ Result<int64_t> py_len(const JinjaValue& v) {
     case JinjaValue::Kind::kString:
       return static_cast<int64_t>(utf8_length(v.as_string()));
     case JinjaValue::Kind::kList:
+      if (v.as_list().is_iterator) return type_error("object of type 'generator' has no len()");
       return static_cast<int64_t>(v.as_list().items.size());
     case JinjaValue::Kind::kDict:
       return static_cast<int64_t>(v.as_dict().size());

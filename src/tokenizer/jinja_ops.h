@@ -28,7 +28,8 @@ Result<int> py_compare(const JinjaValue& a, const JinjaValue& b, std::string_vie
 // `item in container`.
 Result<bool> py_contains(const JinjaValue& container, const JinjaValue& item);
 
-// Results larger than `max_bytes` (strings) or elements (lists) are refused.
+// Results larger than `max_size` bytes (strings) or max_size / 32 items
+// (lists) are refused.
 Result<JinjaValue> binary_op(BinaryOp op, const JinjaValue& a, const JinjaValue& b, size_t max_size);
 Result<JinjaValue> negate(const JinjaValue& v);
 Result<JinjaValue> unary_plus(const JinjaValue& v);

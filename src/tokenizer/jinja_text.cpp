@@ -3,6 +3,7 @@
 // fullwidth Latin; other scripts pass through unchanged.
 #include "tokenizer/jinja_text.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -185,6 +186,46 @@ bool py_isprintable(char32_t c) {
   return true;
 }
 
+bool py_isalpha(char32_t c) {
+  struct Range {
+    char32_t lo, hi;
+  };
+  static constexpr Range kAlpha[] = {
+      {'A', 'Z'},         {'a', 'z'},         {0xAA, 0xAA},       {0xB5, 0xB5},       {0xBA, 0xBA},
+      {0xC0, 0xD6},       {0xD8, 0xF6},       {0xF8, 0x2C1},      {0x2C6, 0x2D1},     {0x2E0, 0x2E4},
+      {0x2EC, 0x2EC},     {0x2EE, 0x2EE},     {0x370, 0x374},     {0x376, 0x37D},     {0x37F, 0x37F},
+      {0x386, 0x386},     {0x388, 0x3F5},     {0x3F7, 0x481},     {0x48A, 0x52F},     {0x531, 0x556},
+      {0x559, 0x559},     {0x560, 0x588},     {0x5D0, 0x5EA},     {0x5EF, 0x5F2},     {0x620, 0x64A},
+      {0x66E, 0x66F},     {0x671, 0x6D3},     {0x6D5, 0x6D5},     {0x6E5, 0x6E6},     {0x6EE, 0x6EF},
+      {0x6FA, 0x6FC},     {0x6FF, 0x6FF},     {0x904, 0x939},     {0x93D, 0x93D},     {0x950, 0x950},
+      {0x958, 0x961},     {0x971, 0x980},     {0xE01, 0xE30},     {0xE32, 0xE33},     {0xE40, 0xE46},
+      {0x10A0, 0x10C5},   {0x10D0, 0x10FA},   {0x10FC, 0x1248},   {0x1100, 0x11FF},   {0x1E00, 0x1F15},
+      {0x1F18, 0x1F1D},   {0x1F20, 0x1F45},   {0x1F48, 0x1F4D},   {0x1F50, 0x1F57},   {0x1F59, 0x1F7D},
+      {0x1F80, 0x1FB4},   {0x1FB6, 0x1FBC},   {0x1FC2, 0x1FC4},   {0x1FC6, 0x1FCC},   {0x1FD0, 0x1FD3},
+      {0x1FD6, 0x1FDB},   {0x1FE0, 0x1FEC},   {0x1FF2, 0x1FF4},   {0x1FF6, 0x1FFC},   {0x2071, 0x2071},
+      {0x207F, 0x207F},   {0x2090, 0x209C},   {0x2C00, 0x2CE4},   {0x3005, 0x3006},   {0x3031, 0x3035},
+      {0x303B, 0x303C},   {0x3041, 0x3096},   {0x309D, 0x309F},   {0x30A1, 0x30FA},   {0x30FC, 0x30FF},
+      {0x3105, 0x312F},   {0x3131, 0x318E},   {0x31A0, 0x31BF},   {0x31F0, 0x31FF},   {0x3400, 0x4DBF},
+      {0x4E00, 0x9FFF},   {0xA000, 0xA48C},   {0xAC00, 0xD7A3},   {0xF900, 0xFA6D},   {0xFA70, 0xFAD9},
+      {0xFB00, 0xFB06},   {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},   {0xFF66, 0xFFBE},   {0x10000, 0x1000B},
+      {0x1D400, 0x1D6A5}, {0x20000, 0x2A6DF}, {0x2A700, 0x2EBE0}, {0x2F800, 0x2FA1D}, {0x30000, 0x3134A},
+  };
+  for (const Range& r : kAlpha) {
+    if (c < r.lo) return false;
+    if (c <= r.hi) return true;
+  }
+  return false;
+}
+
+bool py_isnumeric(char32_t c) {
+  return (c >= '0' && c <= '9') || c == 0xB2 || c == 0xB3 || c == 0xB9 || (c >= 0xBC && c <= 0xBE) ||
+         (c >= 0x660 && c <= 0x669) || (c >= 0x6F0 && c <= 0x6F9) || (c >= 0x966 && c <= 0x96F) ||
+         (c >= 0xE50 && c <= 0xE59) || (c >= 0x2070 && c <= 0x2079 && c != 0x2071 && c != 0x2072 && c != 0x2073) ||
+         (c >= 0x2080 && c <= 0x2089) || (c >= 0x2150 && c <= 0x2189) || (c >= 0x2460 && c <= 0x249B) ||
+         (c >= 0x24EA && c <= 0x24FF) || c == 0x3007 || (c >= 0x3021 && c <= 0x3029) ||
+         (c >= 0x3220 && c <= 0x3229) || (c >= 0xFF10 && c <= 0xFF19);
+}
+
 std::string py_upper(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -345,20 +386,24 @@ std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
   return out;
 }
 
-std::string py_replace(std::string_view s, std::string_view old_text, std::string_view new_text, long count) {
+std::optional<std::string> py_replace(std::string_view s, std::string_view old_text, std::string_view new_text,
+                                      long count, size_t max_size) {
   std::string out;
   if (old_text.empty()) {
     // Python inserts `new` before every code point and at the end.
     std::u32string cps = decode_utf8(s);
-    long done = 0;
+    size_t inserts = cps.size() + 1;
+    if (count >= 0) inserts = std::min(inserts, static_cast<size_t>(count));
+    if (!new_text.empty() && inserts > (max_size - std::min(max_size, s.size())) / new_text.size()) return std::nullopt;
+    size_t done = 0;
     for (char32_t c : cps) {
-      if (count < 0 || done < count) {
+      if (done < inserts) {
         out += new_text;
         ++done;
       }
       append_utf8(out, c);
     }
-    if (count < 0 || done < count) out += new_text;
+    if (done < inserts) out += new_text;
     return out;
   }
   size_t pos = 0;
@@ -368,10 +413,12 @@ std::string py_replace(std::string_view s, std::string_view old_text, std::strin
     if (next == std::string_view::npos) break;
     out += s.substr(pos, next - pos);
     out += new_text;
+    if (out.size() > max_size) return std::nullopt;
     pos = next + old_text.size();
     ++done;
   }
   out += s.substr(pos);
+  if (out.size() > max_size) return std::nullopt;
   return out;
 }
 

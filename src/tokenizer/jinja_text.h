@@ -21,6 +21,10 @@ size_t utf8_length(std::string_view s);
 // Python's str.isspace() for one code point (also what `\s` matches in re).
 bool py_isspace(char32_t cp);
 bool py_isprintable(char32_t cp);
+// str.isalpha() / str.isnumeric() per code point, for the common scripts
+// (Latin, Greek, Cyrillic, Hebrew, Arabic, Thai, CJK, Hangul, ...).
+bool py_isalpha(char32_t cp);
+bool py_isnumeric(char32_t cp);
 
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
@@ -34,8 +38,10 @@ std::string py_strip(std::string_view s, const std::optional<std::string>& chars
 std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, long maxsplit);
 std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep, long maxsplit);
 std::vector<std::string> py_splitlines(std::string_view s, bool keepends);
-// str.replace(old, new, count); count < 0 = all.
-std::string py_replace(std::string_view s, std::string_view old_text, std::string_view new_text, long count);
+// str.replace(old, new, count); count < 0 = all. nullopt when the result
+// would exceed max_size bytes.
+std::optional<std::string> py_replace(std::string_view s, std::string_view old_text, std::string_view new_text,
+                                      long count, size_t max_size);
 
 // repr(str): quotes and escapes as CPython does.
 std::string py_repr_string(std::string_view s);

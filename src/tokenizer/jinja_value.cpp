@@ -78,14 +78,24 @@ JinjaValue JinjaValue::string(std::string s) {
 JinjaValue JinjaValue::list(std::vector<JinjaValue> items, bool is_tuple) {
   auto l = std::make_shared<JinjaList>();
   uint32_t depth = 0;
-  for (const JinjaValue& item : items) depth = std::max(depth, item.depth());
+  double weight = 4;
+  for (const JinjaValue& item : items) {
+    depth = std::max(depth, item.depth());
+    weight += item.weight();
+  }
   l->items = std::move(items);
   l->is_tuple = is_tuple;
-  l->depth = depth + 1;
   JinjaValue v;
   v.kind_ = Kind::kList;
-  v.i_ = l->depth;
+  v.i_ = depth + 1;
+  v.f_ = weight;
   v.p_ = std::move(l);
+  return v;
+}
+
+JinjaValue JinjaValue::iterator(std::vector<JinjaValue> items) {
+  JinjaValue v = list(std::move(items));
+  static_cast<JinjaList*>(v.p_.get())->is_iterator = true;
   return v;
 }
 
@@ -93,6 +103,7 @@ JinjaValue JinjaValue::dict(JinjaDict d) {
   JinjaValue v;
   v.kind_ = Kind::kDict;
   v.i_ = d.depth();
+  v.f_ = d.weight();
   v.p_ = std::make_shared<JinjaDict>(std::move(d));
   return v;
 }
@@ -151,7 +162,7 @@ bool JinjaValue::truthy() const {
     case Kind::kString:
       return !as_string().empty();
     case Kind::kList:
-      return !as_list().items.empty();
+      return as_list().is_iterator || !as_list().items.empty();
     case Kind::kDict:
       return !as_dict().empty();
     case Kind::kNamespace:
@@ -173,6 +184,18 @@ uint32_t JinjaValue::depth() const {
   }
 }
 
+double JinjaValue::weight() const {
+  switch (kind_) {
+    case Kind::kList:
+    case Kind::kDict:
+      return f_;
+    case Kind::kString:
+      return 1 + static_cast<double>(as_string().size()) / 4;
+    default:
+      return 1;
+  }
+}
+
 std::string_view JinjaValue::type_name() const {
   switch (kind_) {
     case Kind::kUndefined:
@@ -188,7 +211,7 @@ std::string_view JinjaValue::type_name() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return as_list().is_tuple ? "tuple" : "list";
+      return as_list().is_iterator ? "generator" : as_list().is_tuple ? "tuple" : "list";
     case Kind::kDict:
       return "dict";
     case Kind::kNamespace:
@@ -199,9 +222,28 @@ std::string_view JinjaValue::type_name() const {
   return "object";
 }
 
+size_t JinjaDict::find_string(std::string_view key) const {
+  if (items_.size() > kIndexFrom) {
+    auto it = string_index_.find(std::string(key));
+    return it == string_index_.end() ? items_.size() : it->second;
+  }
+  for (size_t i = 0; i < items_.size(); ++i) {
+    const JinjaValue& k = items_[i].first;
+    if (k.is_string() && k.as_string() == key) return i;
+  }
+  return items_.size();
+}
+
+void JinjaDict::build_index() {
+  string_index_.clear();
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (items_[i].first.is_string()) string_index_.emplace(items_[i].first.as_string(), i);
+  }
+}
+
 const JinjaValue* JinjaDict::find(std::string_view key) const {
-  auto it = string_index_.find(std::string(key));
-  return it == string_index_.end() ? nullptr : &items_[it->second].second;
+  size_t i = find_string(key);
+  return i == items_.size() ? nullptr : &items_[i].second;
 }
 
 const JinjaValue* JinjaDict::find(const JinjaValue& key) const {
@@ -213,13 +255,20 @@ const JinjaValue* JinjaDict::find(const JinjaValue& key) const {
 }
 
 void JinjaDict::set(std::string key, JinjaValue value) {
-  auto it = string_index_.find(key);
-  if (it != string_index_.end()) {
-    items_[it->second].second = std::move(value);
+  size_t i = find_string(key);
+  if (i < items_.size()) {
+    items_[i].second = std::move(value);
     return;
   }
-  string_index_.emplace(key, items_.size());
+  if (items_.size() > kIndexFrom) string_index_.emplace(key, items_.size());
   items_.emplace_back(JinjaValue::string(std::move(key)), std::move(value));
+  if (items_.size() == kIndexFrom + 1) build_index();
+}
+
+void JinjaDict::append_new(JinjaValue key, JinjaValue value) {
+  if (items_.size() > kIndexFrom && key.is_string()) string_index_.emplace(key.as_string(), items_.size());
+  items_.emplace_back(std::move(key), std::move(value));
+  if (items_.size() == kIndexFrom + 1) build_index();
 }
 
 void JinjaDict::set(JinjaValue key, JinjaValue value) {
@@ -234,11 +283,18 @@ void JinjaDict::set(JinjaValue key, JinjaValue value) {
     }
   }
   items_.emplace_back(std::move(key), std::move(value));
+  if (items_.size() == kIndexFrom + 1) build_index();
 }
 
 void JinjaDict::clear() {
   items_.clear();
   string_index_.clear();
+}
+
+double JinjaDict::weight() const {
+  double w = 4;
+  for (const auto& [k, v] : items_) w += k.weight() + v.weight();
+  return w;
 }
 
 uint32_t JinjaDict::depth() const {

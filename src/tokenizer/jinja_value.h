@@ -40,6 +40,9 @@ class JinjaValue {
   static JinjaValue number(double d);
   static JinjaValue string(std::string s);
   static JinjaValue list(std::vector<JinjaValue> items, bool is_tuple = false);
+  // What map/select/unique/items/reverse return in jinja2: a one-shot
+  // iterator that is always truthy and has no len().
+  static JinjaValue iterator(std::vector<JinjaValue> items);
   static JinjaValue dict(JinjaDict d);
   static JinjaValue new_namespace(JinjaDict attrs);
   static JinjaValue callable(std::shared_ptr<const jinja::Callable> fn);
@@ -73,20 +76,24 @@ class JinjaValue {
   bool truthy() const;
   // Container nesting (0 for scalars; a namespace counts as 1).
   uint32_t depth() const;
+  // Rough cost of building or walking the whole value (4 per container
+  // element, 1 per 4 string bytes), charged to the render's work budget so
+  // that the budget also bounds the memory a render can allocate.
+  double weight() const;
   // Python's type name: 'str', 'int', 'list', 'dict', 'NoneType', ...
   std::string_view type_name() const;
 
  private:
   Kind kind_ = Kind::kUndefined;
-  int64_t i_ = 0;
-  double f_ = 0;
+  int64_t i_ = 0;  // bool, int; depth of a list or dict
+  double f_ = 0;   // float; weight of a list or dict
   std::shared_ptr<void> p_;
 };
 
 struct JinjaList {
   std::vector<JinjaValue> items;
   bool is_tuple = false;
-  uint32_t depth = 1;
+  bool is_iterator = false;
 };
 
 // Insertion-ordered dict with Python key equality (1 == 1.0 == True).
@@ -97,13 +104,23 @@ class JinjaDict {
   // Overwriting keeps the key's first position, as Python does.
   void set(JinjaValue key, JinjaValue value);
   void set(std::string key, JinjaValue value);
+  // Appends a key known to be absent (no lookup); for building fixed shapes.
+  void append_new(JinjaValue key, JinjaValue value);
+  void reserve(size_t n) { items_.reserve(n); }
   const std::vector<std::pair<JinjaValue, JinjaValue>>& items() const { return items_; }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   void clear();
   uint32_t depth() const;  // 1 + deepest value
+  double weight() const;
 
  private:
+  // Small dicts (messages, loop) are searched linearly; past kIndexFrom
+  // entries string keys get a hash index.
+  static constexpr size_t kIndexFrom = 16;
+  size_t find_string(std::string_view key) const;
+  void build_index();
+
   std::vector<std::pair<JinjaValue, JinjaValue>> items_;
   std::unordered_map<std::string, size_t> string_index_;
 };

@@ -57,6 +57,22 @@ class Ernie45Model {
   // As forward, but writes the logits of every token: [n, vocab_size].
   Status forward_all(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits);
 
+  // The bound weights, read-only: views into the checkpoint (valid while the
+  // model lives) in the checkpoint's dtype, for backends that upload them
+  // elsewhere (CUDA). lm_head() is embedding() when the model ties them.
+  struct LayerWeights {
+    cpu::WeightVector input_norm;
+    cpu::WeightMatrix q, k, v, o;
+    cpu::WeightVector post_attention_norm;
+    cpu::WeightMatrix gate, up, down;
+  };
+  const cpu::WeightMatrix& embedding() const { return embed_; }
+  const cpu::WeightMatrix& lm_head() const { return lm_head_; }
+  const cpu::WeightVector& final_norm() const { return final_norm_; }
+  std::span<const LayerWeights> layer_weights() const { return layers_; }
+  // The rotary frequencies the reference forward uses (head_dim / 2 floats).
+  std::span<const float> rope_inv_freq() const { return inv_freq_; }
+
   const ForwardProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = ForwardProfile{}; }
 
@@ -81,13 +97,6 @@ class Ernie45Model {
   Status forward_batch(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<float> logits);
 
  private:
-  struct LayerWeights {
-    cpu::WeightVector input_norm;
-    cpu::WeightMatrix q, k, v, o;
-    cpu::WeightVector post_attention_norm;
-    cpu::WeightMatrix gate, up, down;
-  };
-
   Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads);
 
   Status bind_weights();

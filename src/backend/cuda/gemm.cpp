@@ -1,0 +1,30 @@
+// cuBLAS GEMM for the linear layers. Row-major y = x W^T is, in cuBLAS's
+// column-major terms, y^T[N, T] = W[N, K] (stored as a K x N column-major
+// matrix, hence op T) times x^T[K, T] (stored as K x T, op N).
+#include "backend/cuda/gemm.h"
+
+#include <limits>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace tern::cuda {
+
+Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w,
+              int64_t out_features, void* y, GemmOut out_type) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (num_tokens <= 0) return Status::ok();
+  if (num_tokens > kMax || in_features > kMax || out_features > kMax) {
+    return invalid_argument("GEMM shape too large for cuBLAS: " + std::to_string(num_tokens) + " x " +
+                            std::to_string(in_features) + " x " + std::to_string(out_features));
+  }
+  const int m = static_cast<int>(out_features), n = static_cast<int>(num_tokens), k = static_cast<int>(in_features);
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t c_type = out_type == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16BF, k, x,
+                                           CUDA_R_16BF, k, &beta, y, c_type, m, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT));
+  return Status::ok();
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,21 @@
+// The linear layers on cuBLAS: y[T, N] = x[T, K] . W^T with W in PyTorch
+// [N, K] row-major layout (so fused weights are row blocks stacked on
+// upload), bf16 operands, fp32 accumulation, bf16 or fp32 output.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "base/status.h"
+
+namespace tern::cuda {
+
+enum class GemmOut { kBf16, kF32 };
+
+// Enqueues on the handle's stream. Shapes must fit in int (cuBLAS's API).
+Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w,
+              int64_t out_features, void* y, GemmOut out_type);
+
+}  // namespace tern::cuda

@@ -1,0 +1,78 @@
+// CUDA runner: StepPlan -> block copies + SequenceChunks -> DeviceModel.
+#include "engine/cuda_runner.h"
+
+namespace tern {
+
+#ifdef TERN_HAVE_CUDA
+
+namespace {
+
+class CudaRunner final : public Runner {
+ public:
+  explicit CudaRunner(std::unique_ptr<cuda::DeviceModel> device) : device_(std::move(device)) {}
+
+  Status execute(const StepPlan& plan, std::vector<float>& logits) override {
+    for (const BlockCopy& c : plan.copies) TERN_RETURN_IF_ERROR(device_->copy_block(c.src, c.dst));
+    chunks_.clear();
+    size_t want = 0;
+    for (const ScheduledChunk& sc : plan.chunks) {
+      const Sequence& seq = *sc.seq;
+      SequenceChunk chunk;
+      chunk.tokens = std::span<const int32_t>(seq.tokens())
+                         .subspan(static_cast<size_t>(seq.num_computed()), static_cast<size_t>(sc.num_tokens));
+      chunk.start_pos = seq.num_computed();
+      chunk.block_table = seq.blocks_view();
+      chunk.want_logits = sc.want_logits;
+      want += sc.want_logits ? 1 : 0;
+      chunks_.push_back(chunk);
+    }
+    logits.resize(want * static_cast<size_t>(vocab_size()));
+    return device_->forward_batch(chunks_, logits);
+  }
+  int64_t vocab_size() const override { return device_->vocab_size(); }
+  int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }
+  int64_t block_size() const override { return device_->block_size(); }
+
+ private:
+  std::unique_ptr<cuda::DeviceModel> device_;
+  std::vector<SequenceChunk> chunks_;  // reused across steps
+};
+
+}  // namespace
+
+bool cuda_backend_built() { return true; }
+
+cuda::HostWeights cuda_host_weights(const Ernie45Model& model) {
+  cuda::HostWeights w;
+  w.embedding = model.embedding();
+  w.lm_head = model.lm_head();
+  w.final_norm = model.final_norm();
+  for (const Ernie45Model::LayerWeights& l : model.layer_weights()) {
+    w.layers.push_back(cuda::HostLayerWeights{l.input_norm, l.q, l.k, l.v, l.o, l.post_attention_norm, l.gate, l.up,
+                                              l.down});
+  }
+  w.rope_inv_freq.assign(model.rope_inv_freq().begin(), model.rope_inv_freq().end());
+  return w;
+}
+
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes,
+                                                 int64_t max_num_batched_tokens) {
+  cuda::DeviceModelOptions options;
+  options.block_size = block_size;
+  options.kv_cache_bytes = kv_cache_bytes;
+  options.max_num_batched_tokens = max_num_batched_tokens;
+  TERN_ASSIGN_OR_RETURN(auto device, cuda::DeviceModel::create(model.config(), cuda_host_weights(model), options));
+  return std::unique_ptr<Runner>(new CudaRunner(std::move(device)));
+}
+
+#else  // !TERN_HAVE_CUDA
+
+bool cuda_backend_built() { return false; }
+
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model&, int64_t, int64_t, int64_t) {
+  return unsupported("this tern was built without CUDA support");
+}
+
+#endif
+
+}  // namespace tern

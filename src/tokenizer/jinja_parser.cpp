@@ -1,0 +1,919 @@
+// jinja2's Parser (jinja2/parser.py) over tern's tokens: statements
+// (for/if/set/macro/with/filter/print/break/continue and transformers'
+// generation tag) and expressions with jinja2's precedence, from condexpr
+// down to postfix, filters and tests.
+#include "tokenizer/jinja_parser.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "tokenizer/jinja_filters.h"
+
+namespace tern::jinja {
+namespace {
+
+constexpr std::string_view kUnsupportedTags[] = {"block", "extends", "include", "import", "from", "call",
+                                                 "autoescape", "trans", "pluralize", "do"};
+
+std::string describe(const Token& t) {
+  switch (t.kind) {
+    case TokenKind::kData:
+      return "template data";
+    case TokenKind::kVariableBegin:
+      return "begin of print statement";
+    case TokenKind::kVariableEnd:
+      return "end of print statement";
+    case TokenKind::kBlockBegin:
+      return "begin of statement block";
+    case TokenKind::kBlockEnd:
+      return "end of statement block";
+    case TokenKind::kName:
+    case TokenKind::kOperator:
+      return "'" + t.text + "'";
+    case TokenKind::kString:
+      return "string";
+    case TokenKind::kInteger:
+      return "integer";
+    case TokenKind::kFloat:
+      return "float";
+    case TokenKind::kEof:
+      return "end of template";
+  }
+  return "token";
+}
+
+std::string quoted_list(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += "'" + std::string(names[i]) + "'";
+  }
+  return out;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  Result<Body> parse() {
+    TERN_ASSIGN_OR_RETURN(Body body, subparse({}));
+    if (cur().kind != TokenKind::kEof) return fail(cur(), "unexpected " + describe(cur()));
+    return body;
+  }
+
+ private:
+  // ---- token helpers ----
+  const Token& cur() const { return tokens_[pos_]; }
+  const Token& look() const { return tokens_[std::min(pos_ + 1, tokens_.size() - 1)]; }
+  void next() {
+    if (pos_ + 1 < tokens_.size()) ++pos_;
+  }
+  bool at_name(std::string_view n) const { return cur().kind == TokenKind::kName && cur().text == n; }
+  bool at_op(std::string_view op) const { return cur().kind == TokenKind::kOperator && cur().text == op; }
+  bool skip_name(std::string_view n) {
+    if (!at_name(n)) return false;
+    next();
+    return true;
+  }
+  bool skip_op(std::string_view op) {
+    if (!at_op(op)) return false;
+    next();
+    return true;
+  }
+
+  Status fail(const Token& t, std::string_view message, ErrorCode code = ErrorCode::kParse) const {
+    return template_error(code, t.line, t.column, message);
+  }
+  Status expect_op(std::string_view op) {
+    if (!skip_op(op)) return fail(cur(), "expected '" + std::string(op) + "', got " + describe(cur()));
+    return Status::ok();
+  }
+  Status expect_kind(TokenKind kind) {
+    if (cur().kind != kind) {
+      Token want;
+      want.kind = kind;
+      return fail(cur(), "expected " + describe(want) + ", got " + describe(cur()));
+    }
+    next();
+    return Status::ok();
+  }
+  Result<std::string> expect_name() {
+    if (cur().kind != TokenKind::kName) return fail(cur(), "expected a name, got " + describe(cur()));
+    std::string n = cur().text;
+    next();
+    return n;
+  }
+
+  // Depth guard for every recursive path of the grammar.
+  class DepthGuard {
+   public:
+    explicit DepthGuard(uint32_t& d) : d_(d) { ++d_; }
+    ~DepthGuard() { --d_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    uint32_t& d_;
+  };
+  Status check_depth() const {
+    if (depth_ > kMaxParseDepth) return fail(cur(), "template nested too deeply", ErrorCode::kOutOfRange);
+    return Status::ok();
+  }
+
+  ExprPtr make(ExprKind kind, const Token& at) const {
+    auto e = std::make_unique<Expr>();
+    e->kind = kind;
+    e->line = at.line;
+    e->column = at.column;
+    return e;
+  }
+  // Records the subtree height; refuses trees too deep to walk safely.
+  Result<ExprPtr> seal(ExprPtr e) const {
+    uint32_t d = e->target ? e->target->depth : 0;
+    for (const ExprPtr& a : e->args) {
+      if (a) d = std::max(d, a->depth);
+    }
+    for (const Keyword& k : e->kwargs) d = std::max(d, k.value->depth);
+    e->depth = d + 1;
+    if (e->depth > 2 * kMaxParseDepth) {
+      return template_error(ErrorCode::kOutOfRange, e->line, e->column, "expression nested too deeply");
+    }
+    return e;
+  }
+
+  // ---- statements ----
+  Result<Body> subparse(const std::vector<std::string_view>& end_names) {
+    DepthGuard guard(depth_);
+    TERN_RETURN_IF_ERROR(check_depth());
+    Body body;
+    while (cur().kind != TokenKind::kEof) {
+      const Token& t = cur();
+      if (t.kind == TokenKind::kData) {
+        auto s = std::make_unique<Stmt>();
+        s->kind = StmtKind::kData;
+        s->line = t.line;
+        s->column = t.column;
+        s->text = t.text;
+        body.push_back(std::move(s));
+        next();
+      } else if (t.kind == TokenKind::kVariableBegin) {
+        auto s = std::make_unique<Stmt>();
+        s->kind = StmtKind::kOutput;
+        s->line = t.line;
+        s->column = t.column;
+        next();
+        TERN_ASSIGN_OR_RETURN(s->expr, parse_tuple(true, {}, false));
+        TERN_RETURN_IF_ERROR(expect_kind(TokenKind::kVariableEnd));
+        body.push_back(std::move(s));
+      } else if (t.kind == TokenKind::kBlockBegin) {
+        next();
+        if (cur().kind == TokenKind::kName &&
+            std::find(end_names.begin(), end_names.end(), cur().text) != end_names.end()) {
+          return body;
+        }
+        TERN_ASSIGN_OR_RETURN(StmtPtr s, parse_statement());
+        TERN_RETURN_IF_ERROR(expect_kind(TokenKind::kBlockEnd));
+        body.push_back(std::move(s));
+      } else {
+        return fail(t, "unexpected " + describe(t));
+      }
+    }
+    return body;
+  }
+
+  // Parses `[:] %}` body up to one of `end_names`; leaves the end name current
+  // (or consumes it with drop_needle).
+  Result<Body> parse_statements(const Token& opener, const std::vector<std::string_view>& end_names,
+                                bool drop_needle) {
+    skip_op(":");
+    TERN_RETURN_IF_ERROR(expect_kind(TokenKind::kBlockEnd));
+    TERN_ASSIGN_OR_RETURN(Body body, subparse(end_names));
+    if (cur().kind == TokenKind::kEof) {
+      return fail(cur(), "unexpected end of template: '" + opener.text + "' opened at line " +
+                             std::to_string(opener.line) + " is never closed (expected " + quoted_list(end_names) +
+                             ")");
+    }
+    if (drop_needle) next();
+    return body;
+  }
+
+  StmtPtr new_stmt(StmtKind kind, const Token& at) const {
+    auto s = std::make_unique<Stmt>();
+    s->kind = kind;
+    s->line = at.line;
+    s->column = at.column;
+    return s;
+  }
+
+  Result<StmtPtr> parse_statement() {
+    const Token tag = cur();
+    if (tag.kind != TokenKind::kName) return fail(tag, "tag name expected");
+    const std::string& n = tag.text;
+    if (n == "for") return parse_for();
+    if (n == "if") return parse_if();
+    if (n == "set") return parse_set();
+    if (n == "macro") return parse_macro();
+    if (n == "with") return parse_with();
+    if (n == "filter") return parse_filter_block();
+    if (n == "print") return parse_print();
+    if (n == "generation") {
+      next();
+      StmtPtr s = new_stmt(StmtKind::kScope, tag);
+      TERN_ASSIGN_OR_RETURN(s->body, parse_statements(tag, {"endgeneration"}, true));
+      return s;
+    }
+    if (n == "break" || n == "continue") {
+      if (loop_depth_ == 0) return fail(tag, "'" + n + "' outside of a for loop");
+      next();
+      return new_stmt(n == "break" ? StmtKind::kBreak : StmtKind::kContinue, tag);
+    }
+    for (std::string_view u : kUnsupportedTags) {
+      if (n == u) return fail(tag, "unsupported tag '" + n + "'", ErrorCode::kUnsupported);
+    }
+    if (n.rfind("end", 0) == 0 || n == "elif" || n == "else") return fail(tag, "unexpected tag '" + n + "'");
+    return fail(tag, "unknown tag '" + n + "'", ErrorCode::kUnsupported);
+  }
+
+  Result<StmtPtr> parse_for() {
+    const Token tag = cur();
+    next();
+    StmtPtr s = new_stmt(StmtKind::kFor, tag);
+    TERN_ASSIGN_OR_RETURN(s->target, parse_target(false, "in"));
+    if (!skip_name("in")) return fail(cur(), "expected 'in', got " + describe(cur()));
+    TERN_ASSIGN_OR_RETURN(s->expr, parse_tuple(false, {"recursive"}, false));
+    if (skip_name("if")) {
+      TERN_ASSIGN_OR_RETURN(s->filter, parse_expression(true));
+    }
+    if (at_name("recursive")) return fail(cur(), "recursive for loops are not supported", ErrorCode::kUnsupported);
+    ++loop_depth_;
+    auto body = parse_statements(tag, {"endfor", "else"}, false);
+    --loop_depth_;
+    if (!body.is_ok()) return body.status();
+    s->body = std::move(body).value();
+    bool has_else = cur().text == "else";
+    next();
+    if (has_else) {
+      TERN_ASSIGN_OR_RETURN(s->else_body, parse_statements(tag, {"endfor"}, true));
+    }
+    return s;
+  }
+
+  Result<StmtPtr> parse_if() {
+    const Token tag = cur();
+    next();
+    StmtPtr s = new_stmt(StmtKind::kIf, tag);
+    while (true) {
+      IfBranch branch;
+      TERN_ASSIGN_OR_RETURN(branch.test, parse_tuple(false, {}, false));
+      TERN_ASSIGN_OR_RETURN(branch.body, parse_statements(tag, {"elif", "else", "endif"}, false));
+      s->branches.push_back(std::move(branch));
+      std::string end = cur().text;
+      next();
+      if (end == "elif") continue;
+      if (end == "else") {
+        TERN_ASSIGN_OR_RETURN(s->else_body, parse_statements(tag, {"endif"}, true));
+      }
+      break;
+    }
+    return s;
+  }
+
+  Result<StmtPtr> parse_set() {
+    const Token tag = cur();
+    next();
+    TERN_ASSIGN_OR_RETURN(Target target, parse_target(true, ""));
+    if (skip_op("=")) {
+      StmtPtr s = new_stmt(StmtKind::kSet, tag);
+      s->target = std::move(target);
+      TERN_ASSIGN_OR_RETURN(s->expr, parse_tuple(true, {}, false));
+      return s;
+    }
+    StmtPtr s = new_stmt(StmtKind::kSetBlock, tag);
+    s->target = std::move(target);
+    if (at_op("|")) {
+      TERN_ASSIGN_OR_RETURN(s->filter, parse_filter(nullptr, false));
+    }
+    TERN_ASSIGN_OR_RETURN(s->body, parse_statements(tag, {"endset"}, true));
+    return s;
+  }
+
+  Result<StmtPtr> parse_macro() {
+    const Token tag = cur();
+    next();
+    StmtPtr s = new_stmt(StmtKind::kMacro, tag);
+    TERN_ASSIGN_OR_RETURN(s->name, expect_name());
+    TERN_RETURN_IF_ERROR(expect_op("("));
+    while (!at_op(")")) {
+      if (!s->params.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      MacroParam p;
+      TERN_ASSIGN_OR_RETURN(p.name, expect_name());
+      if (skip_op("=")) {
+        TERN_ASSIGN_OR_RETURN(p.default_value, parse_expression(true));
+      } else if (!s->params.empty() && s->params.back().default_value) {
+        return fail(cur(), "non-default argument follows default argument");
+      }
+      s->params.push_back(std::move(p));
+    }
+    next();
+    int saved_loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    macro_flags_.emplace_back(false, false);
+    auto body = parse_statements(tag, {"endmacro"}, true);
+    loop_depth_ = saved_loop_depth;
+    s->catch_varargs = macro_flags_.back().first;
+    s->catch_kwargs = macro_flags_.back().second;
+    macro_flags_.pop_back();
+    if (!body.is_ok()) return body.status();
+    s->body = std::move(body).value();
+    return s;
+  }
+
+  Result<StmtPtr> parse_with() {
+    const Token tag = cur();
+    next();
+    StmtPtr s = new_stmt(StmtKind::kWith, tag);
+    while (cur().kind != TokenKind::kBlockEnd) {
+      if (!s->assignments.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      TERN_ASSIGN_OR_RETURN(Target t, parse_target(false, ""));
+      TERN_RETURN_IF_ERROR(expect_op("="));
+      TERN_ASSIGN_OR_RETURN(ExprPtr value, parse_expression(true));
+      s->assignments.emplace_back(std::move(t), std::move(value));
+    }
+    TERN_ASSIGN_OR_RETURN(s->body, parse_statements(tag, {"endwith"}, true));
+    return s;
+  }
+
+  Result<StmtPtr> parse_filter_block() {
+    const Token tag = cur();
+    next();
+    StmtPtr s = new_stmt(StmtKind::kFilterBlock, tag);
+    TERN_ASSIGN_OR_RETURN(s->filter, parse_filter(nullptr, true));
+    TERN_ASSIGN_OR_RETURN(s->body, parse_statements(tag, {"endfilter"}, true));
+    return s;
+  }
+
+  Result<StmtPtr> parse_print() {
+    const Token tag = cur();
+    next();
+    StmtPtr s = new_stmt(StmtKind::kScope, tag);  // a body of outputs, rendered in place
+    while (cur().kind != TokenKind::kBlockEnd) {
+      if (!s->body.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      StmtPtr out = new_stmt(StmtKind::kOutput, cur());
+      TERN_ASSIGN_OR_RETURN(out->expr, parse_expression(true));
+      s->body.push_back(std::move(out));
+    }
+    return s;
+  }
+
+  // Assignment targets: names, `ns.attr` (set only) and tuples of them.
+  Result<Target> parse_target(bool with_namespace, std::string_view end_name) {
+    const Token first = cur();
+    std::vector<Target> items;
+    bool is_tuple = false;
+    while (true) {
+      if (!items.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      if (cur().kind == TokenKind::kBlockEnd || at_op(")") || (!end_name.empty() && at_name(end_name))) break;
+      TERN_ASSIGN_OR_RETURN(Target t, parse_target_primary(with_namespace));
+      items.push_back(std::move(t));
+      if (at_op(",")) {
+        is_tuple = true;
+      } else {
+        break;
+      }
+    }
+    if (items.empty()) return fail(cur(), "expected an assignment target, got " + describe(cur()));
+    if (!is_tuple) return std::move(items[0]);
+    Target t;
+    t.kind = Target::Kind::kTuple;
+    t.items = std::move(items);
+    t.line = first.line;
+    t.column = first.column;
+    return t;
+  }
+
+  Result<Target> parse_target_primary(bool with_namespace) {
+    DepthGuard guard(depth_);
+    TERN_RETURN_IF_ERROR(check_depth());
+    const Token t = cur();
+    Target target;
+    target.line = t.line;
+    target.column = t.column;
+    if (t.kind == TokenKind::kName) {
+      if (t.text == "true" || t.text == "false" || t.text == "True" || t.text == "False" || t.text == "none" ||
+          t.text == "None") {
+        return fail(t, "can't assign to const");
+      }
+      next();
+      target.name = t.text;
+      if (with_namespace && skip_op(".")) {
+        target.kind = Target::Kind::kNamespaceAttr;
+        TERN_ASSIGN_OR_RETURN(target.attr, expect_name());
+      }
+      return target;
+    }
+    if (skip_op("(")) {
+      TERN_ASSIGN_OR_RETURN(target, parse_target(with_namespace, ""));
+      TERN_RETURN_IF_ERROR(expect_op(")"));
+      return target;
+    }
+    return fail(t, "can't assign to " + describe(t));
+  }
+
+  // ---- expressions ----
+  bool is_tuple_end(const std::vector<std::string_view>& extra_end) const {
+    if (cur().kind == TokenKind::kVariableEnd || cur().kind == TokenKind::kBlockEnd || at_op(")")) return true;
+    for (std::string_view n : extra_end) {
+      if (at_name(n)) return true;
+    }
+    return false;
+  }
+
+  Result<ExprPtr> parse_tuple(bool with_condexpr, const std::vector<std::string_view>& extra_end,
+                              bool explicit_parens) {
+    const Token first = cur();
+    std::vector<ExprPtr> args;
+    bool is_tuple = false;
+    while (true) {
+      if (!args.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      if (is_tuple_end(extra_end)) break;
+      TERN_ASSIGN_OR_RETURN(ExprPtr e, parse_expression(with_condexpr));
+      args.push_back(std::move(e));
+      if (at_op(",")) {
+        is_tuple = true;
+      } else {
+        break;
+      }
+    }
+    if (!is_tuple) {
+      if (!args.empty()) return std::move(args[0]);
+      if (!explicit_parens) return fail(cur(), "expected an expression, got " + describe(cur()));
+    }
+    ExprPtr t = make(ExprKind::kTuple, first);
+    t->args = std::move(args);
+    return seal(std::move(t));
+  }
+
+  Result<ExprPtr> parse_expression(bool with_condexpr) {
+    DepthGuard guard(depth_);
+    TERN_RETURN_IF_ERROR(check_depth());
+    return with_condexpr ? parse_condexpr() : parse_or();
+  }
+
+  Result<ExprPtr> parse_condexpr() {
+    DepthGuard guard(depth_);
+    TERN_RETURN_IF_ERROR(check_depth());
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr expr1, parse_or());
+    while (skip_name("if")) {
+      ExprPtr e = make(ExprKind::kCondExpr, first);
+      TERN_ASSIGN_OR_RETURN(ExprPtr test, parse_or());
+      ExprPtr otherwise;
+      if (skip_name("else")) {
+        TERN_ASSIGN_OR_RETURN(otherwise, parse_condexpr());
+      }
+      e->args.push_back(std::move(test));
+      e->args.push_back(std::move(expr1));
+      e->args.push_back(std::move(otherwise));
+      TERN_ASSIGN_OR_RETURN(expr1, seal(std::move(e)));
+    }
+    return expr1;
+  }
+
+  Result<ExprPtr> parse_or() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_and());
+    while (skip_name("or")) {
+      TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_and());
+      ExprPtr e = make(ExprKind::kOr, first);
+      e->args.push_back(std::move(left));
+      e->args.push_back(std::move(right));
+      TERN_ASSIGN_OR_RETURN(left, seal(std::move(e)));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_and() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_not());
+    while (skip_name("and")) {
+      TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_not());
+      ExprPtr e = make(ExprKind::kAnd, first);
+      e->args.push_back(std::move(left));
+      e->args.push_back(std::move(right));
+      TERN_ASSIGN_OR_RETURN(left, seal(std::move(e)));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_not() {
+    if (at_name("not")) {
+      DepthGuard guard(depth_);
+      TERN_RETURN_IF_ERROR(check_depth());
+      ExprPtr e = make(ExprKind::kNot, cur());
+      next();
+      TERN_ASSIGN_OR_RETURN(e->target, parse_not());
+      return seal(std::move(e));
+    }
+    return parse_compare();
+  }
+
+  Result<ExprPtr> parse_compare() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr expr, parse_math1());
+    ExprPtr cmp;
+    while (true) {
+      CompareOp op;
+      if (at_op("==")) {
+        op = CompareOp::kEq;
+      } else if (at_op("!=")) {
+        op = CompareOp::kNe;
+      } else if (at_op("<")) {
+        op = CompareOp::kLt;
+      } else if (at_op("<=")) {
+        op = CompareOp::kLe;
+      } else if (at_op(">")) {
+        op = CompareOp::kGt;
+      } else if (at_op(">=")) {
+        op = CompareOp::kGe;
+      } else if (at_name("in")) {
+        op = CompareOp::kIn;
+      } else if (at_name("not") && look().kind == TokenKind::kName && look().text == "in") {
+        op = CompareOp::kNotIn;
+        next();
+      } else {
+        break;
+      }
+      next();
+      if (!cmp) {
+        cmp = make(ExprKind::kCompare, first);
+        cmp->target = std::move(expr);
+      }
+      cmp->compare_ops.push_back(op);
+      TERN_ASSIGN_OR_RETURN(ExprPtr operand, parse_math1());
+      cmp->args.push_back(std::move(operand));
+    }
+    if (!cmp) return expr;
+    return seal(std::move(cmp));
+  }
+
+  Result<ExprPtr> binary(const Token& at, BinaryOp op, ExprPtr left, ExprPtr right) {
+    ExprPtr e = make(ExprKind::kBinary, at);
+    e->op = op;
+    e->args.push_back(std::move(left));
+    e->args.push_back(std::move(right));
+    return seal(std::move(e));
+  }
+
+  Result<ExprPtr> parse_math1() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_concat());
+    while (at_op("+") || at_op("-")) {
+      BinaryOp op = at_op("+") ? BinaryOp::kAdd : BinaryOp::kSub;
+      next();
+      TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_concat());
+      TERN_ASSIGN_OR_RETURN(left, binary(first, op, std::move(left), std::move(right)));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_concat() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_math2());
+    if (!at_op("~")) return left;
+    ExprPtr e = make(ExprKind::kConcat, first);
+    e->args.push_back(std::move(left));
+    while (skip_op("~")) {
+      TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_math2());
+      e->args.push_back(std::move(right));
+    }
+    return seal(std::move(e));
+  }
+
+  Result<ExprPtr> parse_math2() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_pow());
+    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
+      BinaryOp op = at_op("*") ? BinaryOp::kMul : at_op("/") ? BinaryOp::kDiv : at_op("//") ? BinaryOp::kFloorDiv
+                                                                                           : BinaryOp::kMod;
+      next();
+      TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_pow());
+      TERN_ASSIGN_OR_RETURN(left, binary(first, op, std::move(left), std::move(right)));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_pow() {
+    const Token first = cur();
+    TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_unary(true));
+    while (skip_op("**")) {
+      TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_unary(true));
+      TERN_ASSIGN_OR_RETURN(left, binary(first, BinaryOp::kPow, std::move(left), std::move(right)));
+    }
+    return left;
+  }
+
+  Result<ExprPtr> parse_unary(bool with_filter) {
+    DepthGuard guard(depth_);
+    TERN_RETURN_IF_ERROR(check_depth());
+    ExprPtr node;
+    if (at_op("-") || at_op("+")) {
+      node = make(at_op("-") ? ExprKind::kNeg : ExprKind::kPos, cur());
+      next();
+      TERN_ASSIGN_OR_RETURN(node->target, parse_unary(false));
+      TERN_ASSIGN_OR_RETURN(node, seal(std::move(node)));
+    } else {
+      TERN_ASSIGN_OR_RETURN(node, parse_primary());
+    }
+    TERN_ASSIGN_OR_RETURN(node, parse_postfix(std::move(node)));
+    if (with_filter) {
+      TERN_ASSIGN_OR_RETURN(node, parse_filter_expr(std::move(node)));
+    }
+    return node;
+  }
+
+  Result<ExprPtr> parse_primary() {
+    const Token t = cur();
+    switch (t.kind) {
+      case TokenKind::kName: {
+        next();
+        ExprPtr e = make(ExprKind::kConst, t);
+        if (t.text == "true" || t.text == "True" || t.text == "false" || t.text == "False") {
+          e->value = JinjaValue::boolean(t.text == "true" || t.text == "True");
+        } else if (t.text == "none" || t.text == "None") {
+          e->value = JinjaValue::none();
+        } else {
+          e->kind = ExprKind::kName;
+          e->name = t.text;
+          if (!macro_flags_.empty()) {
+            if (t.text == "varargs") macro_flags_.back().first = true;
+            if (t.text == "kwargs") macro_flags_.back().second = true;
+          }
+        }
+        return e;
+      }
+      case TokenKind::kString: {
+        std::string s;
+        while (cur().kind == TokenKind::kString) {
+          s += cur().text;
+          next();
+        }
+        ExprPtr e = make(ExprKind::kConst, t);
+        e->value = JinjaValue::string(std::move(s));
+        return e;
+      }
+      case TokenKind::kInteger:
+      case TokenKind::kFloat: {
+        next();
+        ExprPtr e = make(ExprKind::kConst, t);
+        e->value = t.kind == TokenKind::kInteger ? JinjaValue::integer(t.int_value) : JinjaValue::number(t.float_value);
+        return e;
+      }
+      case TokenKind::kOperator:
+        if (t.text == "(") {
+          next();
+          TERN_ASSIGN_OR_RETURN(ExprPtr e, parse_tuple(true, {}, true));
+          TERN_RETURN_IF_ERROR(expect_op(")"));
+          return e;
+        }
+        if (t.text == "[") return parse_list();
+        if (t.text == "{") return parse_dict();
+        break;
+      default:
+        break;
+    }
+    return fail(t, "unexpected " + describe(t));
+  }
+
+  Result<ExprPtr> parse_list() {
+    ExprPtr e = make(ExprKind::kList, cur());
+    next();
+    while (!at_op("]")) {
+      if (!e->args.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      if (at_op("]")) break;
+      TERN_ASSIGN_OR_RETURN(ExprPtr item, parse_expression(true));
+      e->args.push_back(std::move(item));
+    }
+    TERN_RETURN_IF_ERROR(expect_op("]"));
+    return seal(std::move(e));
+  }
+
+  Result<ExprPtr> parse_dict() {
+    ExprPtr e = make(ExprKind::kDict, cur());
+    next();
+    while (!at_op("}")) {
+      if (!e->args.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      if (at_op("}")) break;
+      TERN_ASSIGN_OR_RETURN(ExprPtr key, parse_expression(true));
+      TERN_RETURN_IF_ERROR(expect_op(":"));
+      TERN_ASSIGN_OR_RETURN(ExprPtr value, parse_expression(true));
+      e->args.push_back(std::move(key));
+      e->args.push_back(std::move(value));
+    }
+    TERN_RETURN_IF_ERROR(expect_op("}"));
+    return seal(std::move(e));
+  }
+
+  Result<ExprPtr> parse_postfix(ExprPtr node) {
+    while (true) {
+      if (at_op(".") || at_op("[")) {
+        TERN_ASSIGN_OR_RETURN(node, parse_subscript(std::move(node)));
+      } else if (at_op("(")) {
+        TERN_ASSIGN_OR_RETURN(node, parse_call(std::move(node)));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  Result<ExprPtr> parse_filter_expr(ExprPtr node) {
+    while (true) {
+      if (at_op("|")) {
+        TERN_ASSIGN_OR_RETURN(node, parse_filter(std::move(node), false));
+      } else if (at_name("is")) {
+        TERN_ASSIGN_OR_RETURN(node, parse_test(std::move(node)));
+      } else if (at_op("(")) {
+        TERN_ASSIGN_OR_RETURN(node, parse_call(std::move(node)));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  Result<ExprPtr> parse_subscript(ExprPtr node) {
+    const Token t = cur();
+    next();
+    if (t.text == ".") {
+      const Token attr = cur();
+      next();
+      if (attr.kind == TokenKind::kName) {
+        ExprPtr e = make(ExprKind::kGetattr, t);
+        e->target = std::move(node);
+        e->name = attr.text;
+        return seal(std::move(e));
+      }
+      if (attr.kind != TokenKind::kInteger) return fail(attr, "expected name or number");
+      ExprPtr key = make(ExprKind::kConst, attr);
+      key->value = JinjaValue::integer(attr.int_value);
+      ExprPtr e = make(ExprKind::kGetitem, t);
+      e->target = std::move(node);
+      e->args.push_back(std::move(key));
+      return seal(std::move(e));
+    }
+    std::vector<ExprPtr> args;
+    while (!at_op("]")) {
+      if (!args.empty()) TERN_RETURN_IF_ERROR(expect_op(","));
+      TERN_ASSIGN_OR_RETURN(ExprPtr a, parse_subscribed());
+      args.push_back(std::move(a));
+    }
+    TERN_RETURN_IF_ERROR(expect_op("]"));
+    if (args.empty()) return fail(t, "expected subscript expression");
+    ExprPtr e = make(ExprKind::kGetitem, t);
+    e->target = std::move(node);
+    if (args.size() == 1) {
+      e->args.push_back(std::move(args[0]));
+    } else {
+      ExprPtr tuple = make(ExprKind::kTuple, t);
+      tuple->args = std::move(args);
+      TERN_ASSIGN_OR_RETURN(tuple, seal(std::move(tuple)));
+      e->args.push_back(std::move(tuple));
+    }
+    return seal(std::move(e));
+  }
+
+  Result<ExprPtr> parse_subscribed() {
+    const Token first = cur();
+    std::vector<ExprPtr> args;
+    if (at_op(":")) {
+      next();
+      args.push_back(nullptr);
+    } else {
+      TERN_ASSIGN_OR_RETURN(ExprPtr node, parse_expression(true));
+      if (!at_op(":")) return node;
+      next();
+      args.push_back(std::move(node));
+    }
+    if (at_op(":")) {
+      args.push_back(nullptr);
+    } else if (!at_op("]") && !at_op(",")) {
+      TERN_ASSIGN_OR_RETURN(ExprPtr stop, parse_expression(true));
+      args.push_back(std::move(stop));
+    } else {
+      args.push_back(nullptr);
+    }
+    if (skip_op(":")) {
+      if (!at_op("]") && !at_op(",")) {
+        TERN_ASSIGN_OR_RETURN(ExprPtr step, parse_expression(true));
+        args.push_back(std::move(step));
+      } else {
+        args.push_back(nullptr);
+      }
+    } else {
+      args.push_back(nullptr);
+    }
+    ExprPtr e = make(ExprKind::kSlice, first);
+    e->args = std::move(args);
+    return seal(std::move(e));
+  }
+
+  Status parse_call_args(Expr& e) {
+    const Token open = cur();
+    TERN_RETURN_IF_ERROR(expect_op("("));
+    bool require_comma = false;
+    while (!at_op(")")) {
+      if (require_comma) {
+        TERN_RETURN_IF_ERROR(expect_op(","));
+        if (at_op(")")) break;
+      }
+      if (at_op("*") || at_op("**")) {
+        return fail(cur(), "*args and **kwargs in calls are not supported", ErrorCode::kUnsupported);
+      }
+      if (cur().kind == TokenKind::kName && look().kind == TokenKind::kOperator && look().text == "=") {
+        std::string key = cur().text;
+        next();
+        next();
+        TERN_ASSIGN_OR_RETURN(ExprPtr value, parse_expression(true));
+        e.kwargs.push_back(Keyword{std::move(key), std::move(value)});
+      } else {
+        if (!e.kwargs.empty()) return fail(open, "invalid syntax for function call expression");
+        TERN_ASSIGN_OR_RETURN(ExprPtr value, parse_expression(true));
+        e.args.push_back(std::move(value));
+      }
+      require_comma = true;
+    }
+    return expect_op(")");
+  }
+
+  Result<ExprPtr> parse_call(ExprPtr node) {
+    ExprPtr e = make(ExprKind::kCall, cur());
+    e->target = std::move(node);
+    TERN_RETURN_IF_ERROR(parse_call_args(*e));
+    return seal(std::move(e));
+  }
+
+  Result<std::string> dotted_name() {
+    TERN_ASSIGN_OR_RETURN(std::string name, expect_name());
+    while (skip_op(".")) {
+      TERN_ASSIGN_OR_RETURN(std::string part, expect_name());
+      name += "." + part;
+    }
+    return name;
+  }
+
+  Result<ExprPtr> parse_filter(ExprPtr node, bool start_inline) {
+    while (at_op("|") || start_inline) {
+      if (!start_inline) next();
+      start_inline = false;
+      const Token t = cur();
+      TERN_ASSIGN_OR_RETURN(std::string name, dotted_name());
+      Support support = filter_support(name);
+      if (support == Support::kUnsupported) return fail(t, "unsupported filter '" + name + "'", ErrorCode::kUnsupported);
+      if (support == Support::kUnknown) return fail(t, "unknown filter '" + name + "'", ErrorCode::kUnsupported);
+      ExprPtr e = make(ExprKind::kFilter, t);
+      e->target = std::move(node);
+      e->name = std::move(name);
+      if (at_op("(")) TERN_RETURN_IF_ERROR(parse_call_args(*e));
+      TERN_ASSIGN_OR_RETURN(node, seal(std::move(e)));
+    }
+    return node;
+  }
+
+  Result<ExprPtr> parse_test(ExprPtr node) {
+    const Token is_token = cur();
+    next();
+    bool negated = skip_name("not");
+    const Token t = cur();
+    TERN_ASSIGN_OR_RETURN(std::string name, dotted_name());
+    if (test_support(name) != Support::kSupported) return fail(t, "unknown test '" + name + "'", ErrorCode::kUnsupported);
+    ExprPtr e = make(ExprKind::kTest, is_token);
+    e->target = std::move(node);
+    e->name = std::move(name);
+    const Token& c = cur();
+    bool arg_start = c.kind == TokenKind::kName || c.kind == TokenKind::kString || c.kind == TokenKind::kInteger ||
+                     c.kind == TokenKind::kFloat || at_op("[") || at_op("{");
+    if (at_op("(")) {
+      TERN_RETURN_IF_ERROR(parse_call_args(*e));
+    } else if (arg_start && !at_name("else") && !at_name("or") && !at_name("and")) {
+      if (at_name("is")) return fail(c, "You cannot chain multiple tests with is");
+      TERN_ASSIGN_OR_RETURN(ExprPtr arg, parse_primary());
+      TERN_ASSIGN_OR_RETURN(arg, parse_postfix(std::move(arg)));
+      e->args.push_back(std::move(arg));
+    }
+    TERN_ASSIGN_OR_RETURN(e, seal(std::move(e)));
+    if (!negated) return e;
+    ExprPtr n = make(ExprKind::kNot, is_token);
+    n->target = std::move(e);
+    return seal(std::move(n));
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  uint32_t depth_ = 0;
+  int loop_depth_ = 0;
+  std::vector<std::pair<bool, bool>> macro_flags_;  // (reads varargs, reads kwargs) per open macro
+};
+
+}  // namespace
+
+Result<Body> parse_template(std::vector<Token> tokens) { return Parser(std::move(tokens)).parse(); }
+
+}  // namespace tern::jinja

@@ -1,0 +1,154 @@
+// Dispatcher with a recording Responder (no sockets): the order of checks
+// (preflight, API key, routing) and the safety net for misbehaving handlers.
+// RecordingResponder is also the pattern for unit-testing routes.
+#include "server/http_dispatch.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <stdexcept>
+
+#include "server/http_error.h"
+
+namespace tern::server {
+namespace {
+
+class RecordingResponder final : public Responder {
+ public:
+  Task<bool> respond(int s, std::string type, std::string b, std::vector<HttpHeader> extra) override {
+    if (started_) co_return false;
+    started_ = true;
+    status = s;
+    content_type = std::move(type);
+    body = std::move(b);
+    headers = std::move(extra);
+    co_return true;
+  }
+  Task<bool> begin_stream(int s, std::string type, std::vector<HttpHeader> extra) override {
+    co_return co_await respond(s, std::move(type), "", std::move(extra));
+  }
+  Task<bool> write_chunk(std::string_view data) override {
+    body += data;
+    co_return true;
+  }
+  Task<bool> end_stream() override { co_return true; }
+  bool client_gone() const override { return false; }
+  bool started() const override { return started_; }
+  std::function<void()> event_notifier() override { return [] {}; }
+  Task<Wake> wait_event(std::chrono::milliseconds) override { co_return Wake::kTimeout; }
+
+  std::string header(std::string_view name) const {
+    for (const auto* list : {&headers, &common_headers()}) {
+      for (const auto& h : *list) {
+        if (iequals(h.name, name)) return h.value;
+      }
+    }
+    return "<absent>";
+  }
+
+  int status = 0;
+  std::string content_type, body;
+  std::vector<HttpHeader> headers;
+
+ private:
+  bool started_ = false;
+};
+
+RecordingResponder run(const Dispatcher& d, HttpRequest req) {
+  boost::asio::io_context ioc;
+  RecordingResponder res;
+  boost::asio::co_spawn(
+      ioc, [&]() -> Task<> { co_await d.dispatch(req, res); }, boost::asio::detached);
+  ioc.run();
+  return res;
+}
+
+HttpRequest make(std::string method, std::string path) {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.path = std::move(path);
+  return r;
+}
+
+Router test_router() {
+  Router r;
+  r.post("/v1/completions", [](HttpRequest& req, Responder& res) -> Task<> {
+    co_await res.respond(200, "application/json", "{\"echo\":\"" + req.body + "\"}");
+  });
+  r.get("/health", [](HttpRequest&, Responder& res) -> Task<> { co_await res.respond(200, "text/plain", "ok"); });
+  r.get("/throws", [](HttpRequest&, Responder&) -> Task<> {
+    throw std::runtime_error("boom");
+    co_return;
+  });
+  r.get("/silent", [](HttpRequest&, Responder&) -> Task<> { co_return; });
+  return r;
+}
+
+TEST(Dispatcher, RoutesAndEchoesOrMakesRequestId) {
+  Dispatcher d(test_router(), AuthOptions{}, CorsOptions{});
+  HttpRequest req = make("POST", "/v1/completions");
+  req.body = "x";
+  req.headers.add("X-Request-Id", "client-id-1");
+  RecordingResponder res = run(d, req);
+  EXPECT_EQ(res.status, 200);
+  EXPECT_EQ(res.body, "{\"echo\":\"x\"}");
+  EXPECT_EQ(res.header("X-Request-Id"), "client-id-1");
+  RecordingResponder gen = run(d, make("GET", "/health"));
+  EXPECT_EQ(gen.header("X-Request-Id").size(), 32u);
+}
+
+TEST(Dispatcher, NotFoundAndMethodNotAllowedAreJson) {
+  Dispatcher d(test_router(), AuthOptions{}, CorsOptions{});
+  RecordingResponder nf = run(d, make("GET", "/nope"));
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_EQ(nf.content_type, "application/json");
+  EXPECT_NE(nf.body.find("\"code\":404"), std::string::npos);
+  RecordingResponder na = run(d, make("GET", "/v1/completions"));
+  EXPECT_EQ(na.status, 405);
+  EXPECT_EQ(na.header("Allow"), "POST, OPTIONS");
+  RecordingResponder opt = run(d, make("OPTIONS", "/v1/completions"));  // no Origin: not a preflight
+  EXPECT_EQ(opt.status, 204);
+  EXPECT_EQ(opt.header("Allow"), "POST, OPTIONS");
+}
+
+TEST(Dispatcher, ApiKeyBeforeRoutingButNotOnOpenPathsOrPreflight) {
+  Dispatcher d(test_router(), AuthOptions{"sk-1", {"/health"}}, CorsOptions{});
+  RecordingResponder no_key = run(d, make("POST", "/v1/completions"));
+  EXPECT_EQ(no_key.status, 401);
+  EXPECT_NE(no_key.body.find("\"error\":{\"message\""), std::string::npos);
+  EXPECT_EQ(run(d, make("GET", "/unknown")).status, 401);  // unknown paths are not revealed
+  EXPECT_EQ(run(d, make("GET", "/health")).status, 200);
+  HttpRequest ok = make("POST", "/v1/completions");
+  ok.headers.add("Authorization", "Bearer sk-1");
+  EXPECT_EQ(run(d, ok).status, 200);
+  HttpRequest pf = make("OPTIONS", "/v1/completions");
+  pf.headers.add("Origin", "https://a.example");
+  pf.headers.add("Access-Control-Request-Method", "POST");
+  RecordingResponder pre = run(d, pf);
+  EXPECT_EQ(pre.status, 200);
+  EXPECT_EQ(pre.header("Access-Control-Allow-Origin"), "*");
+}
+
+TEST(Dispatcher, CorsHeadersOnActualResponses) {
+  Dispatcher d(test_router(), AuthOptions{}, CorsOptions{{"https://a.example"}});
+  HttpRequest req = make("GET", "/health");
+  req.headers.add("Origin", "https://a.example");
+  EXPECT_EQ(run(d, req).header("Access-Control-Allow-Origin"), "https://a.example");
+  HttpRequest pf = make("OPTIONS", "/health");
+  pf.headers.add("Origin", "https://evil.example");
+  pf.headers.add("Access-Control-Request-Method", "GET");
+  EXPECT_EQ(run(d, pf).status, 400);
+}
+
+TEST(Dispatcher, HandlerFailuresBecome500Json) {
+  Dispatcher d(test_router(), AuthOptions{}, CorsOptions{});
+  RecordingResponder thrown = run(d, make("GET", "/throws"));
+  EXPECT_EQ(thrown.status, 500);
+  EXPECT_NE(thrown.body.find("boom"), std::string::npos);
+  EXPECT_EQ(run(d, make("GET", "/silent")).status, 500);
+}
+
+}  // namespace
+}  // namespace tern::server
