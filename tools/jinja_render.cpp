@@ -3,6 +3,7 @@
 // and for checking a --chat-template file by hand.
 //
 //   tern_jinja_render [--raw] [--batch] TEMPLATE < input.json
+//   tern_jinja_render --templates < lines of {"template": ..., "context": {...}}
 //
 // TEMPLATE is a .jinja file or a tokenizer_config.json (its "chat_template").
 // Input is {"messages": [...], "tools": [...], "documents": [...],
@@ -10,7 +11,8 @@
 // "chat_template_kwargs": {...}} turned into the context transformers builds;
 // with --raw it is the context itself. Prints the render (exit 0) or the
 // error on stderr (exit 1). --batch reads one input per line and writes one
-// JSON line each: {"ok": true, "text": ...} or {"ok": false, "error": ...}.
+// JSON line each: {"ok": true, "text": ...} or {"ok": false, "error": ...};
+// --templates does the same for a different template (and raw context) per line.
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -76,11 +78,35 @@ tern::Result<std::string> render_one(const tern::JinjaTemplate& tmpl, const std:
   return tmpl.render(context);
 }
 
+tern::Result<std::string> render_template_line(const std::string& line) {
+  ordered_json input = ordered_json::parse(line, nullptr, false);
+  if (input.is_discarded() || !input.is_object() || !input.contains("template") || !input["template"].is_string()) {
+    return tern::invalid_argument("input is not {\"template\": ..., \"context\": ...}");
+  }
+  TERN_ASSIGN_OR_RETURN(tern::JinjaTemplate tmpl, tern::JinjaTemplate::compile(input["template"].get<std::string>()));
+  TERN_ASSIGN_OR_RETURN(tern::JinjaValue context,
+                        tern::jinja_from_json(input.contains("context") ? input["context"] : ordered_json::object()));
+  return tmpl.render(context);
+}
+
+void print_result(const tern::Result<std::string>& out) {
+  ordered_json result;
+  if (out.is_ok()) {
+    result["ok"] = true;
+    result["text"] = out.value();
+  } else {
+    result["ok"] = false;
+    result["error"] = out.status().to_string();
+  }
+  std::cout << result.dump(-1, ' ', false, ordered_json::error_handler_t::replace) << "\n" << std::flush;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool raw = false;
   bool batch = false;
+  bool templates = false;
   std::string path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -88,12 +114,19 @@ int main(int argc, char** argv) {
       raw = true;
     } else if (a == "--batch") {
       batch = true;
+    } else if (a == "--templates") {
+      templates = true;
     } else if (path.empty() && a.rfind("--", 0) != 0) {
       path = a;
     } else {
-      std::cerr << "usage: tern_jinja_render [--raw] [--batch] TEMPLATE < input.json\n";
+      std::cerr << "usage: tern_jinja_render [--raw] [--batch] TEMPLATE < input.json | --templates < lines\n";
       return 2;
     }
+  }
+  if (templates) {
+    std::string line;
+    while (std::getline(std::cin, line)) print_result(render_template_line(line));
+    return 0;
   }
   if (path.empty()) {
     std::cerr << "usage: tern_jinja_render [--raw] [--batch] TEMPLATE < input.json\n";
@@ -122,16 +155,7 @@ int main(int argc, char** argv) {
   }
   std::string line;
   while (std::getline(std::cin, line)) {
-    ordered_json result;
-    auto out = tmpl.is_ok() ? render_one(tmpl.value(), line, raw) : tern::Result<std::string>(tmpl.status());
-    if (out.is_ok()) {
-      result["ok"] = true;
-      result["text"] = out.value();
-    } else {
-      result["ok"] = false;
-      result["error"] = out.status().to_string();
-    }
-    std::cout << result.dump(-1, ' ', false, ordered_json::error_handler_t::replace) << "\n" << std::flush;
+    print_result(tmpl.is_ok() ? render_one(tmpl.value(), line, raw) : tern::Result<std::string>(tmpl.status()));
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/mapped_file.h"
+#include "engine/cuda_runner.h"
 #include "engine/runner.h"
 
 namespace tern::cli {
@@ -27,8 +28,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)")
       ->envname("TERN_ENABLE_PREFIX_CACHING");
-  cmd.add_option("--device", o.device, "cpu (cuda comes with the GPU backend)")
-      ->check(CLI::IsMember({"cpu"}))->capture_default_str()->envname("TERN_DEVICE");
+  cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }
 
 Result<int64_t> parse_bytes(const std::string& text) {
@@ -67,7 +68,18 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   }
   const ModelConfig& cfg = le.model->config();
   TERN_ASSIGN_OR_RETURN(int64_t kv_bytes, parse_bytes(o.kv_cache_memory));
-  TERN_ASSIGN_OR_RETURN(auto runner, CpuRunner::create(*le.model, o.block_size, kv_bytes));
+  std::string device = o.device;
+  if (device == "auto") {
+    bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
+    device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
+  }
+  std::unique_ptr<Runner> runner;
+  if (device == "cuda") {
+    TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, o.block_size, kv_bytes, o.max_num_batched_tokens));
+  } else {
+    TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, o.block_size, kv_bytes));
+  }
+  le.device = device;
 
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
   int64_t max_len = o.max_model_len > 0 ? o.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);

@@ -26,7 +26,7 @@ struct EngineOptions {
   int64_t block_size = 16;
   std::string kv_cache_memory = "2GiB";
   bool enable_prefix_caching = true;
-  std::string device = "cpu";
+  std::string device = "auto";
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);
@@ -43,6 +43,7 @@ struct LoadedEngine {
   int64_t max_model_len = 0;
   std::unique_ptr<Engine> engine;
   double load_ms = 0;
+  std::string device;  // "cpu" or "cuda": where the engine runs
 };
 
 Result<LoadedEngine> load_engine(const EngineOptions& o);

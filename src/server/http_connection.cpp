@@ -359,7 +359,7 @@ Task<void> Connection::serve() {
     }
     // A request body framed by anything but chunked cannot be delimited
     // (RFC 9112 6.3): refuse it rather than guess where the next request starts.
-    if (parser.get().has(http::field::transfer_encoding) && !parser.chunked()) {
+    if (parser.get().count(http::field::transfer_encoding) > 0 && !parser.chunked()) {
       co_await send_error_and_close(400, "Unsupported Transfer-Encoding (only chunked is accepted)");
       co_return;
     }
@@ -395,9 +395,13 @@ Task<void> Connection::serve() {
     bool keep_alive = msg.keep_alive();
 
     phase_ = Phase::kHandling;
-    ctx_->counters->on_request_start();
     bool reusable = false;
     {
+      struct InFlight {
+        explicit InFlight(HttpCounters& c) : counters(c) { counters.on_request_start(); }
+        ~InFlight() { counters.on_request_end(); }
+        HttpCounters& counters;
+      } in_flight(*ctx_->counters);
       StreamResponder responder(*this, request, keep_alive);
       start_monitor();
       co_await ctx_->dispatcher.dispatch(request, responder);
@@ -405,7 +409,6 @@ Task<void> Connection::serve() {
       co_await stop_monitor();
       reusable = responder.reusable();
     }
-    ctx_->counters->on_request_end();
     if (!reusable) co_return;
   }
 }

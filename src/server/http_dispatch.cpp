@@ -89,7 +89,8 @@ Task<void> Dispatcher::dispatch(HttpRequest& request, Responder& responder) cons
   }
   if (!responder.started()) {
     if (failure.empty()) failure = "the handler returned without a response";
-    co_await responder.respond(500, std::string(kJsonContentType), openai_error_body(500, "Internal error: " + failure));
+    co_await responder.respond(500, std::string(kJsonContentType),
+                               openai_error_body(500, "Internal error: " + quote_back(failure)));
   }
   // A stream left open is closed by the transport after dispatch returns.
 }

@@ -267,7 +267,7 @@ constexpr const char* kDocument = R"json({
       "docker_label": {"type": "string", "nullable": true}}}
   },
   "responses": {
-    "BadRequest": {"description": "Invalid JSON, a wrong type or an out-of-range value, or a prompt too long for the context.",
+    "BadRequest": {"description": "A malformed HTTP request, invalid JSON, a wrong type or an out-of-range value, or a prompt too long for the context.",
       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
     "Unauthorized": {"description": "Missing or wrong API key (only with --api-key).",
       "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
@@ -279,8 +279,9 @@ constexpr const char* kDocument = R"json({
     "Unavailable": {"description": "The queue is full (--max-queued-requests) or the model is loading.",
       "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}},
       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-    "TgiBadJson": {"description": "The body is not JSON.",
-      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}},
+    "TgiBadJson": {"description": "The body is not JSON (TGI's shape), or the HTTP request is malformed (OpenAI's).",
+      "content": {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/TgiError"},
+        {"$ref": "#/components/schemas/Error"}]}}}},
     "TgiValidation": {"description": "Input validation error (error_type validation).",
       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TgiError"}}}},
     "TgiGeneration": {"description": "The generation failed (error_type generation).",
@@ -426,6 +427,13 @@ constexpr const char* kDocument = R"json({
 
 std::string openapi_spec(const std::string& model_name) {
   nlohmann::json spec = nlohmann::json::parse(kDocument);
+  // Any request can be malformed HTTP (a bad header value): 400 everywhere.
+  for (auto& [path, item] : spec["paths"].items()) {
+    for (auto& [method, operation] : item.items()) {
+      if (!operation["responses"].contains("400"))
+        operation["responses"]["400"] = {{"$ref", "#/components/responses/BadRequest"}};
+    }
+  }
   spec["info"]["version"] = TERN_VERSION_STRING;
   spec["info"]["description"] =
       "tern serves " + model_name + " with the OpenAI, vLLM and TGI APIs. Unknown request fields are ignored.";

@@ -41,7 +41,8 @@ class Responder {
   // Starts a chunked response (a close-delimited one for HTTP/1.0 clients).
   virtual Task<bool> begin_stream(int status, std::string content_type,
                                   std::vector<HttpHeader> extra_headers = {}) = 0;
-  // Sends `data` now (an empty `data` sends nothing). False once the client is
+  // Sends `data` now as one chunk (an empty `data` sends nothing); `data`
+  // must stay valid until the co_await completes. False once the client is
   // gone or a write has stalled past the write timeout.
   virtual Task<bool> write_chunk(std::string_view data) = 0;
   virtual Task<bool> end_stream() = 0;

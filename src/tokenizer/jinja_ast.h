@@ -88,7 +88,7 @@ enum class StmtKind : uint8_t {
   kContinue,
   kWith,         // with assignments: body
   kFilterBlock,  // filter expr (a kFilter chain with a null innermost target): body
-  kScope,        // body rendered in place (transformers' {% generation %})
+  kScope,        // body rendered in place, in the same scope ({% print %})
 };
 
 struct IfBranch {
@@ -117,6 +117,18 @@ struct Stmt {
   bool catch_varargs = false;  // the macro body reads `varargs`
   bool catch_kwargs = false;   // the macro body reads `kwargs`
   std::vector<std::pair<Target, ExprPtr>> assignments;
+  // Names that start undefined in the scope this statement opens (for body,
+  // macro, with, set block, filter block) and in a for's else branch, even
+  // when the context has them: jinja2 binds a name to the innermost frame
+  // that assigns it before any read (see jinja_symbols.h).
+  std::vector<std::string> frame_undefined;
+  std::vector<std::string> else_undefined;
+};
+
+// A parsed template: its body and the top-level names that start undefined.
+struct Program {
+  Body body;
+  std::vector<std::string> root_undefined;
 };
 
 }  // namespace tern::jinja

@@ -60,17 +60,27 @@ Interpreter::~Interpreter() {
   for (const auto& scope : macro_scopes_) scope->vars.clear();
 }
 
-Result<std::string> Interpreter::render(const Body& body, const JinjaValue& context) {
+Result<std::string> Interpreter::render(const Program& program, const JinjaValue& context) {
   context_ = context;
-  auto root = std::make_shared<Scope>();
+  ScopePtr root = new_scope(nullptr, program.root_undefined);
   std::string out;
-  Status st = exec_body(body, root, out);
+  Status st = exec_body(program.body, root, out);
   root->vars.clear();
   if (!st.is_ok()) return st;
   return out;
 }
 
 Status Interpreter::charge(double units) { return budget_.charge(units); }
+
+Interpreter::ScopePtr Interpreter::new_scope(const ScopePtr& parent,
+                                             const std::vector<std::string>& undefined_names) const {
+  auto scope = std::make_shared<Scope>();
+  scope->parent = parent;
+  for (const std::string& name : undefined_names) {
+    scope->vars[name] = JinjaValue::undefined("'" + name + "' is undefined");
+  }
+  return scope;
+}
 
 Status Interpreter::located(const Status& s, uint32_t line, uint32_t column) const {
   if (s.is_ok() || s.message().rfind(kErrorPrefix, 0) == 0) return s;
@@ -139,8 +149,7 @@ Status Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out)
       return located(assign(s.target, v, *scope), s.line, s.column);
     }
     case StmtKind::kSetBlock: {
-      auto inner = std::make_shared<Scope>();
-      inner->parent = scope;
+      ScopePtr inner = new_scope(scope, s.frame_undefined);
       std::string text;
       TERN_RETURN_IF_ERROR(exec_body(s.body, inner, text));
       JinjaValue v = JinjaValue::string(std::move(text));
@@ -166,8 +175,7 @@ Status Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out)
       flow_ = Flow::kContinue;
       return Status::ok();
     case StmtKind::kWith: {
-      auto inner = std::make_shared<Scope>();
-      inner->parent = scope;
+      ScopePtr inner = new_scope(scope, s.frame_undefined);
       std::vector<JinjaValue> values;
       for (const auto& [target, expr] : s.assignments) {
         TERN_ASSIGN_OR_RETURN(JinjaValue v, eval(*expr, scope));
@@ -179,8 +187,7 @@ Status Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out)
       return exec_body(s.body, inner, out);
     }
     case StmtKind::kFilterBlock: {
-      auto inner = std::make_shared<Scope>();
-      inner->parent = scope;
+      ScopePtr inner = new_scope(scope, s.frame_undefined);
       std::string text;
       TERN_RETURN_IF_ERROR(exec_body(s.body, inner, text));
       JinjaValue v = JinjaValue::string(std::move(text));
@@ -225,8 +232,7 @@ Status Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& 
   }
   for (int64_t i = 0; i < n; ++i) {
     TERN_RETURN_IF_ERROR(located(charge(16), s.line, s.column));
-    auto it = std::make_shared<Scope>();
-    it->parent = scope;
+    ScopePtr it = new_scope(scope, s.frame_undefined);
     JinjaDict loop;
     loop.reserve(kLoopKeys.size());
     const JinjaValue values[] = {JinjaValue::integer(i + 1),     JinjaValue::integer(i),
@@ -250,11 +256,7 @@ Status Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& 
     flow_ = Flow::kNormal;
     if (f == Flow::kBreak) break;
   }
-  if (n == 0 && !s.else_body.empty()) {
-    auto es = std::make_shared<Scope>();
-    es->parent = scope;
-    return exec_body(s.else_body, es, out);
-  }
+  if (n == 0 && !s.else_body.empty()) return exec_body(s.else_body, new_scope(scope, s.else_undefined), out);
   return Status::ok();
 }
 
@@ -572,8 +574,7 @@ Result<JinjaValue> Interpreter::call_macro(const Callable& c, const CallArgs& ar
     return type_error("macro '" + m.name + "' takes not more than " + std::to_string(m.params.size()) +
                       " argument(s)");
   }
-  auto ms = std::make_shared<Scope>();
-  ms->parent = c.closure;
+  ScopePtr ms = new_scope(c.closure, m.frame_undefined);
   std::vector<const JinjaValue*> bound(m.params.size(), nullptr);
   for (size_t i = 0; i < args.args.size() && i < m.params.size(); ++i) bound[i] = &args.args[i];
   JinjaDict extra_kwargs;

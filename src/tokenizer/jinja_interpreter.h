@@ -46,10 +46,11 @@ class Interpreter {
   Interpreter& operator=(const Interpreter&) = delete;
 
   // `context` must be a dict (or undefined for none).
-  Result<std::string> render(const Body& body, const JinjaValue& context);
+  Result<std::string> render(const Program& program, const JinjaValue& context);
 
  private:
   using ScopePtr = std::shared_ptr<Scope>;
+  ScopePtr new_scope(const ScopePtr& parent, const std::vector<std::string>& undefined_names) const;
   enum class Flow : uint8_t { kNormal, kBreak, kContinue };
 
   Status exec_body(const Body& body, const ScopePtr& scope, std::string& out);

@@ -1,8 +1,8 @@
-// Recursive-descent parser from jinja tokens to the syntax tree, following
-// jinja2's Parser (same precedence, same statement grammar). Constructs
-// tern does not implement (include, extends, call blocks, ...) and unknown
-// filters or tests are load-time errors naming line and column; nesting
-// deeper than kMaxParseDepth is refused so later tree walks stay bounded.
+// Parses chat-template tokens into the syntax tree, following jinja2's
+// Parser (same precedence, same statement grammar). Constructs tern does not
+// implement and unknown filters or tests are load-time errors naming line
+// and column; nesting deeper than kMaxParseDepth is refused so later tree
+// walks stay bounded.
 #pragma once
 
 #include <vector>
@@ -12,8 +12,6 @@
 #include "tokenizer/jinja_lexer.h"
 
 namespace tern::jinja {
-
-inline constexpr uint32_t kMaxParseDepth = 128;
 
 Result<Body> parse_template(std::vector<Token> tokens);
 

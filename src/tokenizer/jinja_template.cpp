@@ -1,16 +1,19 @@
-// Compile = tokenize + parse; render = a fresh Interpreter per call over the
-// shared, immutable syntax tree.
+// Compile = tokenize + parse + frame analysis; render = a fresh Interpreter
+// per call over the shared, immutable syntax tree.
 #include "tokenizer/jinja_template.h"
 
 #include "tokenizer/jinja_lexer.h"
 #include "tokenizer/jinja_parser.h"
+#include "tokenizer/jinja_symbols.h"
 
 namespace tern {
 
 Result<JinjaTemplate> JinjaTemplate::compile(std::string_view source) {
   TERN_ASSIGN_OR_RETURN(std::vector<jinja::Token> tokens, jinja::tokenize(source));
-  TERN_ASSIGN_OR_RETURN(jinja::Body body, jinja::parse_template(std::move(tokens)));
-  return JinjaTemplate(std::make_shared<const jinja::Body>(std::move(body)));
+  auto program = std::make_shared<jinja::Program>();
+  TERN_ASSIGN_OR_RETURN(program->body, jinja::parse_template(std::move(tokens)));
+  jinja::resolve_frames(*program);
+  return JinjaTemplate(std::move(program));
 }
 
 Result<std::string> JinjaTemplate::render(const JinjaValue& context, const JinjaLimits& limits) const {
@@ -18,7 +21,7 @@ Result<std::string> JinjaTemplate::render(const JinjaValue& context, const Jinja
     return invalid_argument("chat template context must be a dict, not " + std::string(context.type_name()));
   }
   jinja::Interpreter interpreter(limits);
-  return interpreter.render(*body_, context);
+  return interpreter.render(*program_, context);
 }
 
 }  // namespace tern

@@ -29,8 +29,8 @@ class JinjaTemplate {
   Result<std::string> render(const JinjaValue& context, const JinjaLimits& limits = {}) const;
 
  private:
-  explicit JinjaTemplate(std::shared_ptr<const jinja::Body> body) : body_(std::move(body)) {}
-  std::shared_ptr<const jinja::Body> body_;
+  explicit JinjaTemplate(std::shared_ptr<const jinja::Program> program) : program_(std::move(program)) {}
+  std::shared_ptr<const jinja::Program> program_;
 };
 
 }  // namespace tern

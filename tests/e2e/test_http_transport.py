@@ -341,6 +341,8 @@ def test_default_header_limit_is_16k(server):
     b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     b"GET /health HTTP/1.1\r\nBad Header\r\n\r\n",
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc",
 ])
 def test_garbage_gets_400_json_or_close(server, garbage):
     with server.connect() as s:
@@ -355,6 +357,15 @@ def test_garbage_gets_400_json_or_close(server, garbage):
             assert_openai_error(body, 400)
             assert r.closed(2.0)
     assert server.alive()
+
+
+def test_error_bodies_stay_valid_json_for_any_path_bytes(server):
+    with server.connect() as s:
+        s.sendall(b"GET /\xff\xfe\x80" + b"x" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body, _ = Reader(s).response()
+        assert status == 404
+        assert_openai_error(body.decode("utf-8"), 404)
+        assert len(body) < 1000
 
 
 def test_random_bytes_never_crash(server):

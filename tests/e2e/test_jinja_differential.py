@@ -262,3 +262,78 @@ def test_error_cases_fail_in_both(render_bin, tmp_path):
         proc = subprocess.run([render_bin, str(path)], input=json.dumps(case).encode(), capture_output=True, timeout=60)
         assert proc.returncode == 1, f"{src!r} rendered {proc.stdout!r}"
         assert b"chat template line 1, column" in proc.stderr, proc.stderr
+
+
+# ---- random templates: whitespace control, comments, raw blocks, expressions ----
+
+TEXT = ["a", "b c", " ", "  ", "\t", "\n", "\n\n", "  \n", "\n  ", " \t\n ", "\r\n", "\u00a0", "\u3000", "é", "}", "{ ", "%"]
+EXPRESSIONS = [
+    "'v'", "x", "xs", "xs[0]", "xs[-1:]", "d", "d.k", "d['k'] ~ 'z'", "u", "none", "1.5", "-3 // 2", "7 % 3",
+    "'a' ~ xs | length", "xs | join('-')", "d | tojson", "'%s|%d' % ('a', 2)", "x if xs else 'n'", "u | default('dflt')",
+    "xs | map('string') | list", "'  s  ' | trim", "d.items() | list", "(1, 'a')", "xs | sum", "'ÄÖ' | lower",
+    "[1, [2, none]] | tojson(indent=1)", "x is defined and u is not defined", "'a b'.split()", "'%.2f' % 2.675",
+]
+
+
+def random_template(rng, depth=0):
+    def sign():
+        return rng.choice(["", "", "-", "+"])
+
+    def ws():
+        return rng.choice([" ", " ", "  ", "\n", " \n "])
+
+    parts = []
+    for _ in range(rng.randint(1, 7)):
+        kind = rng.randint(0, 9 if depth < 3 else 5)
+        if kind <= 2:
+            parts.append(rng.choice(TEXT) * rng.randint(1, 2))
+        elif kind == 3:
+            parts.append("{{" + rng.choice(["", "-"]) + ws() + rng.choice(EXPRESSIONS) + ws() + rng.choice(["", "-"]) + "}}")
+        elif kind == 4:
+            parts.append("{#" + sign() + ws() + rng.choice(["c", "{{ x }}", "%}"]) + ws() + sign() + "#}")
+        elif kind == 5:
+            parts.append("{%" + sign() + ws() + "set x = " + rng.choice(EXPRESSIONS) + ws() + sign() + "%}")
+        elif kind == 6:
+            body = random_template(rng, depth + 1)
+            cond = rng.choice(["true", "false", "x", "u", "xs | length > 2"])
+            other = ("{%" + sign() + " else " + sign() + "%}" + random_template(rng, depth + 1)) if rng.random() < 0.4 else ""
+            parts.append("{%" + sign() + ws() + "if " + cond + ws() + sign() + "%}" + body + other + "{%" + sign() + ws() + "endif" + ws() + sign() + "%}")
+        elif kind == 7:
+            body = random_template(rng, depth + 1) + rng.choice(["", "{{ loop.index }}", "{{ i }}", "{% if loop.last %}{% break %}{% endif %}"])
+            parts.append("{%" + sign() + " for i in " + rng.choice(["xs", "d", "'ab'", "[]", "range(2)"]) + " " + sign() + "%}" + body + "{%" + sign() + " endfor " + sign() + "%}")
+        elif kind == 8:
+            raw_end = rng.choice(["", "-"])  # jinja2 accepts no `+%}` after raw
+            parts.append("{%" + sign() + " raw " + raw_end + "%}" + rng.choice(TEXT) + "{{ x }}" + rng.choice(TEXT) + "{%" + sign() + " endraw " + sign() + "%}")
+        else:
+            body = random_template(rng, depth + 1)
+            parts.append("{%" + sign() + " macro m(p, q=2) " + sign() + "%}" + body + "{{ p }}{{ q }}{%" + sign() + " endmacro " + sign() + "%}{{ m(1) }}" + rng.choice(TEXT) + "{{ m('a', q=[]) }}")
+    return "".join(parts)
+
+
+def test_random_templates_like_jinja2(render_bin):
+    """Whitespace control (-, +, trim_blocks, lstrip_blocks), comments, raw and expressions in random templates."""
+    env = make_env()
+    rng = random.Random(f"{SEED}-random-templates")
+    context = {"x": 1, "xs": [1, 2, 3], "d": {"k": "v", "n": [1.5, None]}}
+    templates = [random_template(rng) for _ in range(CASES * 5)]
+    expected = []
+    for source in templates:
+        try:
+            expected.append(env.from_string(source).render(**context))
+        except jinja2.exceptions.TemplateSyntaxError:
+            expected.append(None)  # must be a compile error in tern too
+        except (jinja2.exceptions.TemplateError, TypeError, ValueError, ZeroDivisionError):
+            expected.append(None)
+    lines = "".join(json.dumps({"template": t, "context": context}, ensure_ascii=False) + "\n" for t in templates)
+    proc = subprocess.run([render_bin, "--templates"], input=lines.encode("utf-8"), capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    got = [json.loads(line) for line in proc.stdout.decode("utf-8").split("\n") if line]
+    assert len(got) == len(templates)
+    mismatches = [
+        (t, w, g.get("text", g.get("error")))
+        for t, w, g in zip(templates, expected, got)
+        if (w is None and g["ok"]) or (w is not None and (not g["ok"] or g["text"] != w))
+    ]
+    report = "\n\n".join(f"template: {t!r}\njinja2: {w!r}\ntern:   {h!r}" for t, w, h in mismatches[:3])
+    assert not mismatches, f"{len(mismatches)}/{len(templates)} random templates differ:\n{report}"
+    assert sum(w is not None for w in expected) > len(templates) // 2

@@ -25,6 +25,10 @@ fi
 ldd "$D/gpu_tests" | grep "not found"
 # The test binaries were built with the data folder at /work/main/tests/data.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+# Can this image build tern itself? (the dev packages tern needs)
+for h in sentencepiece_processor.h spdlog/spdlog.h nlohmann/json.hpp gtest/gtest.h; do
+  [ -e "/usr/include/$h" ] || echo "GPU image lacks /usr/include/$h: carry binaries built elsewhere"
+done
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 python3 tools/make_random_model.py --out /tmp/m --tokenizer-from tests/data/ernie-tiny >"$OUT/make_model.log" 2>&1 &
 maker=$!
@@ -32,7 +36,6 @@ timeout 240 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[golden|
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
 timeout 120 "$D/tern_gpu_bench" --model /tmp/m --batch 1,64 2>&1 | tee "$OUT/bench.log"
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-  timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter='CudaKernels.*:GpuModel.Bad*:GpuGolden.*' \
-    >"$OUT/sanitizer.log" 2>&1
+  timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" >"$OUT/sanitizer.log" 2>&1
   echo "sanitizer rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -4
 fi

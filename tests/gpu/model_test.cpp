@@ -4,12 +4,15 @@
 // that cut sequences anywhere, GQA 8:1 at head_dim 8 and 128), and the
 // engine on the CUDA runner against the engine on the CPU runner.
 //
-// Tolerances. Logits: relative L2 error <= 3e-2 against fp32 references
+// Tolerances. Logits: relative L2 error <= 5e-2 against fp32 references
 // (bf16 weights are exact; bf16 activations between the GEMMs add ~2^-9 per
-// rounding). Greedy tokens: equal to the reference until the first step whose
-// fp32 top-2 margin is under the bf16 noise, taken as 10x the largest logit
-// error measured on the prompt (at least 0.05); where the GPU picks another
-// token it must be within that noise of the best one.
+// rounding). Measured on an H200: 0.4-1.6e-2 against the goldens, at most
+// 2.9e-2 over 300-token contexts on ernie-tiny (hidden 64, head_dim 8) and
+// 6.6e-3 at head_dim 128; a wrong position or block gives errors of O(1).
+// Greedy tokens: equal to the reference until the first step whose fp32
+// top-2 margin is under the bf16 noise, taken as 10x the largest logit error
+// measured on the prompt (at least 0.05); where the GPU picks another token
+// it must be within that noise of the best one.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -35,7 +38,7 @@
 namespace tern {
 namespace {
 
-constexpr double kLogitTolerance = 3e-2;
+constexpr double kLogitTolerance = 5e-2;
 
 std::unique_ptr<Ernie45Model> load_cpu(const std::string& dir) {
   auto m = Ernie45Model::load(dir, 2);
@@ -399,9 +402,11 @@ TEST(GpuModel, EngineOnCudaRunnerMatchesCpuRunner) {
     KvCache cache = cpu->make_cache(static_cast<int64_t>(prefix.size()));
     std::vector<float> ref(static_cast<size_t>(c.vocab_size));
     ASSERT_TRUE(cpu->forward(prefix, cache, ref).is_ok());
+    // 0.5: twice the largest logit error measured against fp32 on this model (0.25).
     const double gap = ref[static_cast<size_t>(want[i][k])] - ref[static_cast<size_t>(got[i][k])];
-    EXPECT_LT(gap, 0.1) << "request " << i << " token " << k << ": GPU chose " << got[i][k] << ", "
+    EXPECT_LT(gap, 0.5) << "request " << i << " token " << k << ": GPU chose " << got[i][k] << ", "
                         << gap << " below the fp32 best " << want[i][k];
+    std::printf("[engine] request %zu differs at token %zu of %zu: fp32 gap %.3f\n", i, k, want[i].size(), gap);
   }
   std::printf("[engine] %d of %zu greedy requests identical on the CUDA and CPU runners\n", identical,
               prompts.size());

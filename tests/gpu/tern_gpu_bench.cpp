@@ -91,22 +91,23 @@ int main(int argc, char** argv) {
     // timing the second (the first loads kernels and picks GEMM algorithms).
     double prefill_s = 0;
     for (int rep = 0; rep < 2; ++rep) {
-    prefill_s = 0;
-    for (int64_t first = 0; first < B;) {
-      std::vector<tern::SequenceChunk> batch;
-      int64_t used = 0;
-      for (; first < B && used + prompt <= o.max_num_batched_tokens; ++first, used += prompt) {
-        batch.push_back({std::span<const int32_t>(tokens[static_cast<size_t>(first)]).first(static_cast<size_t>(prompt)),
-                         0, tables[static_cast<size_t>(first)], true});
+      prefill_s = 0;
+      for (int64_t first = 0; first < B;) {
+        std::vector<tern::SequenceChunk> batch;
+        int64_t used = 0;
+        for (; first < B && used + prompt <= o.max_num_batched_tokens; ++first, used += prompt) {
+          const auto& seq = tokens[static_cast<size_t>(first)];
+          batch.push_back({std::span<const int32_t>(seq).first(static_cast<size_t>(prompt)), 0,
+                           tables[static_cast<size_t>(first)], true});
+        }
+        logits.resize(batch.size() * static_cast<size_t>(c.vocab_size));
+        const auto t = Clock::now();
+        tern::Status s = gpu.value()->forward_batch(batch, logits);
+        if (!s.is_ok()) return fail(s);
+        prefill_s += seconds_since(t);
       }
-      logits.resize(batch.size() * static_cast<size_t>(c.vocab_size));
-      const auto t = Clock::now();
-      tern::Status s = gpu.value()->forward_batch(batch, logits);
-      if (!s.is_ok()) return fail(s);
-      prefill_s += seconds_since(t);
     }
-    }
-    // Decode: N steps with logits to the host, then N without (positions
+    // Decode: steps/2 steps with logits to the host, then steps/2 without (positions
     // continue, so the second run sees slightly longer contexts).
     double decode_s[2] = {0, 0};
     const int64_t half = steps / 2;

@@ -142,6 +142,15 @@ TEST(Dispatcher, CorsHeadersOnActualResponses) {
   EXPECT_EQ(run(d, pf).status, 400);
 }
 
+TEST(Dispatcher, ErrorMessagesQuoteRequestTextAsBoundedAscii) {
+  Dispatcher d(test_router(), AuthOptions{}, CorsOptions{});
+  RecordingResponder nf = run(d, make("GET", "/\xff\xfe" + std::string(1000, 'a')));
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_NE(nf.body.find("/??aaa"), std::string::npos);
+  EXPECT_EQ(nf.body.find('\xff'), std::string::npos);
+  EXPECT_LT(nf.body.size(), 400u);
+}
+
 TEST(Dispatcher, HandlerFailuresBecome500Json) {
   Dispatcher d(test_router(), AuthOptions{}, CorsOptions{});
   RecordingResponder thrown = run(d, make("GET", "/throws"));

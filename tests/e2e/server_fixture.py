@@ -1,0 +1,138 @@
+"""`tern serve` under test: a helper that starts the real binary with the
+tiny model on a free 127.0.0.1 port (--port 0, the port read back from the
+"listening on http://HOST:PORT" line), waits for /health, and stops it with
+SIGTERM, asserting a clean exit 0; and the session-scoped `server` fixture.
+
+Test modules load it with `pytest_plugins = ["server_fixture"]` so that the
+whole session shares one server."""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL = ROOT / "tests" / "data" / "ernie-tiny"
+LISTENING = re.compile(r"listening on http://([0-9.]+):(\d+)")
+
+
+def tern_binary():
+    path = os.environ.get("TERN_BIN", str(ROOT / "build" / "bin" / "tern"))
+    if not os.path.exists(path):
+        pytest.fail(f"tern binary not found at {path}; build first (make build) or set TERN_BIN")
+    return path
+
+
+class TernServer:
+    """One `tern serve` process. stderr goes to a file (a pipe nobody reads
+    would fill up with request logs and stall the server)."""
+
+    def __init__(self, *flags, model=MODEL, timeout=30.0):
+        self.log = tempfile.NamedTemporaryFile(prefix="tern-serve-", suffix=".log", delete=False)
+        args = [tern_binary(), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0",
+                *map(str, flags)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        match = None
+        while match is None:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tern serve exited with {self.proc.returncode}:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"tern serve did not print its address:\n{self.logs()}")
+            match = LISTENING.search(self.logs())
+            time.sleep(0.02)
+        self.host, self.port = match.group(1), int(match.group(2))
+        self.url = f"http://{self.host}:{self.port}"
+        while self.get("/health")[0] != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"/health never answered 200:\n{self.logs()}")
+            time.sleep(0.05)
+
+    def logs(self):
+        return pathlib.Path(self.log.name).read_text(errors="replace")
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def request(self, method, path, body=None, headers=None, timeout=60.0):
+        """(status, lower-cased headers, body bytes); never raises on HTTP errors."""
+        data = body if body is None or isinstance(body, bytes) else (
+            body.encode() if isinstance(body, str) else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        if data is not None and "Content-Type" not in (headers or {}):
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+        except (ConnectionError, urllib.error.URLError) as e:
+            return 0, {}, str(e).encode()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post_json(self, path, body, **kw):
+        status, headers, raw = self.request("POST", path, body, **kw)
+        try:
+            return status, headers, json.loads(raw)
+        except ValueError:
+            return status, headers, raw
+
+    def connect(self, timeout=10.0):
+        return socket.create_connection((self.host, self.port), timeout=timeout)
+
+    def stop(self, timeout=30.0):
+        """SIGTERM; returns the exit code (killing it after `timeout`)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        self.log.close()
+        return self.proc.returncode
+
+
+def stop_cleanly(server):
+    """Stops `server`, failing the test unless it exits 0 on SIGTERM."""
+    code = server.stop()
+    assert code == 0, f"tern serve exited with {code} after SIGTERM:\n{server.logs()[-4000:]}"
+    os.unlink(server.log.name)
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The shared server: the tiny model with its full 4096-token context."""
+    s = TernServer()
+    yield s
+    stop_cleanly(s)
+
+
+@pytest.fixture
+def dedicated_server():
+    """A factory for servers with their own flags, each stopped (exit 0
+    asserted) at the end of the test."""
+    started = []
+
+    def start(*flags):
+        s = TernServer(*flags)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.alive():
+            stop_cleanly(s)
