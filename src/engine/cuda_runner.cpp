@@ -11,7 +11,7 @@ class CudaRunner final : public Runner {
  public:
   explicit CudaRunner(std::unique_ptr<cuda::DeviceModel> device) : device_(std::move(device)) {}
 
-  Status execute(const StepPlan& plan, std::vector<float>& logits) override {
+  Status execute(const StepPlan& plan, StepOutput& out) override {
     for (const BlockCopy& c : plan.copies) TERN_RETURN_IF_ERROR(device_->copy_block(c.src, c.dst));
     chunks_.clear();
     size_t want = 0;
@@ -26,8 +26,9 @@ class CudaRunner final : public Runner {
       want += sc.want_logits ? 1 : 0;
       chunks_.push_back(chunk);
     }
-    logits.resize(want * static_cast<size_t>(vocab_size()));
-    return device_->forward_batch(chunks_, logits);
+    out.tokens.assign(want, -1);
+    out.logits.resize(want * static_cast<size_t>(vocab_size()));
+    return device_->forward_batch(chunks_, out.logits);
   }
   int64_t vocab_size() const override { return device_->vocab_size(); }
   int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }

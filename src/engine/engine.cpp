@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace tern {
 namespace {
@@ -107,6 +108,7 @@ void Engine::step() {
   auto start = std::chrono::steady_clock::now();
   StepPlan plan = scheduler_.schedule();
   if (plan.empty()) return;
+  for (ScheduledChunk& c : plan.chunks) c.device_greedy = c.want_logits && device_greedy_ok(*c.seq);
   for (const auto& c : plan.chunks) {
     RequestState& r = c.seq->request();
     if (!r.first_scheduled) r.first_scheduled = start;
@@ -126,11 +128,21 @@ void Engine::step() {
   stats_.last_step_seqs = static_cast<int64_t>(plan.chunks.size());
 }
 
-Status Engine::run(const StepPlan& plan) { return runner_->execute(plan, logits_); }
+// Plain greedy (no penalties, bias, logprobs or min_tokens, a single sample)
+// needs only the argmax, which a GPU runner computes without shipping logits.
+bool Engine::device_greedy_ok(const Sequence& seq) {
+  const Request& r = seq.request().request;
+  const SamplingParams& p = r.params;
+  return r.n == 1 && p.greedy() && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 &&
+         p.frequency_penalty == 0.0 && p.logit_bias.empty() && !p.logprobs &&
+         seq.num_output_tokens() >= p.min_tokens;
+}
+
+Status Engine::run(const StepPlan& plan) { return runner_->execute(plan, output_); }
 
 void Engine::postprocess(const StepPlan& plan) {
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
-  size_t row = 0;
+  size_t want = 0, row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *c.seq;
     seq.set_num_computed(seq.num_computed() + c.num_tokens);
@@ -138,7 +150,15 @@ void Engine::postprocess(const StepPlan& plan) {
       seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(
           static_cast<size_t>(seq.num_computed())));
     if (!c.want_logits) continue;
-    std::span<const float> logits(logits_.data() + row * vocab, vocab);
+    int32_t picked = output_.tokens[want++];
+    if (picked >= 0) {
+      SampleResult s;
+      s.token = picked;
+      s.logprob = std::numeric_limits<float>::quiet_NaN();
+      append_token(seq, s);
+      continue;
+    }
+    std::span<const float> logits(output_.logits.data() + row * vocab, vocab);
     ++row;
     RequestState& r = seq.request();
     if (r.request.n > 1 && !r.forked) fork_siblings(seq, logits);
@@ -161,8 +181,12 @@ void Engine::sample_into(Sequence& seq, std::span<const float> row) {
   RequestState& r = seq.request();
   row_scratch_.assign(row.begin(), row.end());
   SamplingContext ctx{seq.prompt(), seq.output(), r.stop_ids};
-  SampleResult s = seq.sampler().sample(row_scratch_, ctx);
-  auto finish = seq.append(s, config_.max_model_len);
+  append_token(seq, seq.sampler().sample(row_scratch_, ctx));
+}
+
+void Engine::append_token(Sequence& seq, const SampleResult& sample) {
+  RequestState& r = seq.request();
+  auto finish = seq.append(sample, config_.max_model_len);
   ++stats_.generation_tokens_total;
   if (!r.first_token) r.first_token = std::chrono::steady_clock::now();
   if (finish) finish_sequence(seq, *finish);

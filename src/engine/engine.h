@@ -72,6 +72,8 @@ class Engine {
   Status run(const StepPlan& plan);
   void postprocess(const StepPlan& plan);
   void sample_into(Sequence& seq, std::span<const float> row);
+  void append_token(Sequence& seq, const SampleResult& sample);
+  static bool device_greedy_ok(const Sequence& seq);
   void fork_siblings(Sequence& first, std::span<const float> row);
   void publish(RequestState& state);
   void finish_sequence(Sequence& seq, FinishReason reason);
@@ -84,7 +86,7 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<RequestState*> touched_;  // requests with news this step
-  std::vector<float> logits_;
+  StepOutput output_;
   std::vector<float> row_scratch_;
   EngineStats stats_;
 };

@@ -19,7 +19,7 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, int64_
   return std::unique_ptr<CpuRunner>(new CpuRunner(model, std::move(pool)));
 }
 
-Status CpuRunner::execute(const StepPlan& plan, std::vector<float>& logits) {
+Status CpuRunner::execute(const StepPlan& plan, StepOutput& out) {
   for (const BlockCopy& c : plan.copies) pool_.copy_block(c.src, c.dst);
   chunks_.clear();
   size_t want = 0;
@@ -34,8 +34,10 @@ Status CpuRunner::execute(const StepPlan& plan, std::vector<float>& logits) {
     want += sc.want_logits ? 1 : 0;
     chunks_.push_back(chunk);
   }
-  logits.resize(want * static_cast<size_t>(vocab_size()));
-  return model_.forward_batch(chunks_, pool_, logits);
+  // The CPU samples every row on the host (the argmax is no cheaper here).
+  out.tokens.assign(want, -1);
+  out.logits.resize(want * static_cast<size_t>(vocab_size()));
+  return model_.forward_batch(chunks_, pool_, out.logits);
 }
 
 }  // namespace tern

@@ -16,12 +16,20 @@
 
 namespace tern {
 
+// What a step returns for the chunks with want_logits, in plan order.
+struct StepOutput {
+  // One entry per want_logits chunk: the token the runner picked itself (a
+  // device_greedy chunk on a runner that can), or -1 when the host samples.
+  std::vector<int32_t> tokens;
+  // vocab_size() floats for each chunk whose entry in `tokens` is -1, in order.
+  std::vector<float> logits;
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
-  // Performs plan.copies, then the forward pass; `logits` receives one row of
-  // vocab_size() floats per chunk with want_logits, in plan order.
-  virtual Status execute(const StepPlan& plan, std::vector<float>& logits) = 0;
+  // Performs plan.copies, then the forward pass, filling `out`.
+  virtual Status execute(const StepPlan& plan, StepOutput& out) = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t num_kv_blocks() const = 0;
   virtual int64_t block_size() const = 0;
@@ -33,7 +41,7 @@ class CpuRunner final : public Runner {
   // `kv_cache_bytes` sizes the pool; the number of blocks is what fits.
   static Result<std::unique_ptr<CpuRunner>> create(Ernie45Model& model, int64_t block_size,
                                                     int64_t kv_cache_bytes);
-  Status execute(const StepPlan& plan, std::vector<float>& logits) override;
+  Status execute(const StepPlan& plan, StepOutput& out) override;
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   int64_t num_kv_blocks() const override { return pool_.num_blocks(); }
   int64_t block_size() const override { return pool_.block_size(); }

@@ -25,6 +25,7 @@ struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t num_tokens = 0;    // tokens computed this step, starting at seq->num_computed()
   bool want_logits = false;  // the chunk reaches the end of the sequence's tokens: sample after it
+  bool device_greedy = false;  // plain greedy: the runner may pick the token itself (argmax on the device)
 };
 
 struct StepPlan {
