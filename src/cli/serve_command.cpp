@@ -18,6 +18,7 @@
 #include "server/tgi_routes.h"
 #include "server/web_routes.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/jinja_chat_context.h"
 #include "tokenizer/jinja_json.h"
 #include "tokenizer/jinja_template.h"
 
@@ -65,17 +66,19 @@ Result<server::ChatRenderer> make_renderer(const ServeOptions& o, const Tokenize
   auto compiled = JinjaTemplate::compile(source);
   if (!compiled.is_ok()) return compiled.status().with_context("chat template");
   auto tmpl = std::make_shared<JinjaTemplate>(std::move(compiled).value());
-  nlohmann::json specials = {{"bos_token", tok.bos_token()}, {"eos_token", tok.eos_token()}};
-  if (!tok.cls_token().empty()) specials["cls_token"] = tok.cls_token();
-  if (!tok.sep_token().empty()) specials["sep_token"] = tok.sep_token();
+  std::vector<std::pair<std::string, std::string>> specials = {{"bos_token", tok.bos_token()},
+                                                               {"eos_token", tok.eos_token()}};
+  if (!tok.cls_token().empty()) specials.emplace_back("cls_token", tok.cls_token());
+  if (!tok.sep_token().empty()) specials.emplace_back("sep_token", tok.sep_token());
   return server::ChatRenderer([tmpl, specials](const nlohmann::json& messages, bool agp,
                                                const nlohmann::json& kwargs) -> Result<std::string> {
-    nlohmann::json ctx = specials;
-    for (const auto& [k, v] : kwargs.items()) ctx[k] = v;
-    ctx["messages"] = messages;
-    if (!kwargs.contains("add_generation_prompt")) ctx["add_generation_prompt"] = agp;
-    TERN_ASSIGN_OR_RETURN(JinjaValue value, jinja_from_json(ctx));
-    return tmpl->render(value);
+    ChatTemplateInputs in;
+    TERN_ASSIGN_OR_RETURN(in.messages, jinja_from_json(messages));
+    TERN_ASSIGN_OR_RETURN(in.chat_template_kwargs, jinja_from_json(kwargs));
+    in.add_generation_prompt = agp;
+    in.special_tokens = specials;
+    TERN_ASSIGN_OR_RETURN(JinjaValue context, make_chat_context(in));
+    return tmpl->render(context);
   });
 }
 

@@ -44,7 +44,9 @@ bool ApiKeyAuth::is_open_path(std::string_view path) const {
 }
 
 bool ApiKeyAuth::allows(const HttpRequest& request) const {
-  if (!enabled() || is_open_path(request.path)) return true;
+  // Open paths are open to reads only: POST / (TGI's generate) still needs the key.
+  bool read = request.method == "GET" || request.method == "HEAD";
+  if (!enabled() || (read && is_open_path(request.path))) return true;
   auto header = request.headers.get("authorization");
   if (!header) return false;
   std::string_view token = bearer_token(*header);

@@ -13,6 +13,7 @@ namespace tern::server {
 
 struct AuthOptions {
   std::string api_key;  // empty: no check
+  // Paths that GET and HEAD reach without the key (other methods need it).
   std::vector<std::string> open_paths = {"/health", "/metrics", "/ping", "/version", "/"};
 };
 
@@ -28,7 +29,7 @@ class ApiKeyAuth {
   explicit ApiKeyAuth(AuthOptions options) : options_(std::move(options)) {}
   bool enabled() const { return !options_.api_key.empty(); }
   bool is_open_path(std::string_view path) const;
-  // True if no key is set, the path is open, or the request carries the key.
+  // True if no key is set, the request reads an open path, or it carries the key.
   bool allows(const HttpRequest& request) const;
 
  private:

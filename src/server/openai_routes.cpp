@@ -96,11 +96,9 @@ struct ChoiceState {
 // echoed prompt of every completion choice.
 Task<bool> begin_event_stream(Responder& res, bool chat, bool echo, const json& base,
                               const std::vector<ChoiceState>& state) {
-  // Named, not braced in the co_await: g++ 12 miscompiles initializer lists there.
-  std::vector<HttpHeader> headers;
-  headers.push_back({"Cache-Control", "no-cache"});
-  headers.push_back({"X-Accel-Buffering", "no"});
-  if (!co_await res.begin_stream(200, std::string(kSseContentType), std::move(headers))) co_return false;
+  // The transport adds Cache-Control and X-Accel-Buffering to event streams.
+  std::string content_type(kSseContentType);
+  if (!co_await res.begin_stream(200, std::move(content_type))) co_return false;
   std::string out;
   for (size_t c = 0; c < state.size(); ++c) {
     json choice;

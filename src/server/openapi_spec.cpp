@@ -58,7 +58,8 @@ constexpr const char* kDocument = R"json({
       "stop_token_ids": {"allOf": [{"$ref": "#/components/schemas/TokenIds"}], "nullable": true},
       "seed": {"type": "integer", "nullable": true},
       "n": {"type": "integer", "nullable": true, "minimum": 1, "maximum": 128},
-      "logit_bias": {"type": "object", "nullable": true, "description": "Token id (as a string) -> bias in [-100, 100].",
+      "logit_bias": {"type": "object", "nullable": true,
+        "description": "Token id (as a string) -> bias in [-100, 100].",
         "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
       "ignore_eos": {"type": "boolean", "nullable": true},
       "min_tokens": {"type": "integer", "nullable": true, "minimum": 0, "description": "At most max_tokens."},
@@ -90,8 +91,8 @@ constexpr const char* kDocument = R"json({
     "CompletionRequest": {"allOf": [{"$ref": "#/components/schemas/SamplingFields"}, {
       "type": "object", "required": ["prompt"], "properties": {
         "prompt": {"oneOf": [
-          {"type": "string"},
-          {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string"}},
+          {"type": "string", "minLength": 1},
+          {"type": "array", "minItems": 1, "maxItems": 256, "items": {"type": "string", "minLength": 1}},
           {"allOf": [{"$ref": "#/components/schemas/TokenIds"}], "minItems": 1},
           {"type": "array", "minItems": 1, "maxItems": 256,
            "items": {"allOf": [{"$ref": "#/components/schemas/TokenIds"}], "minItems": 1}}],
@@ -168,7 +169,8 @@ constexpr const char* kDocument = R"json({
           "root": {"type": "string"},
           "parent": {"type": "string", "nullable": true},
           "max_model_len": {"type": "integer", "minimum": 1}}}}}},
-    "TokenizeRequest": {"type": "object", "properties": {
+    "TokenizeRequest": {"type": "object", "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
+      "properties": {
       "model": {"type": "string", "nullable": true},
       "prompt": {"type": "string", "description": "Give prompt or messages."},
       "messages": {"type": "array", "items": {"type": "object", "required": ["role", "content"], "properties": {
@@ -233,8 +235,10 @@ constexpr const char* kDocument = R"json({
         "seed": {"type": "integer", "nullable": true, "minimum": 0},
         "prefill": {"type": "array", "maxItems": 0, "items": {"type": "object"}},
         "tokens": {"type": "array", "items": {"$ref": "#/components/schemas/TgiToken"}},
-        "top_tokens": {"type": "array", "items": {"type": "array", "items": {"$ref": "#/components/schemas/TgiToken"}}}}}}},
-    "TgiStreamEvent": {"type": "object", "description": "One `data:` event per token; the last has generated_text and details.",
+        "top_tokens": {"type": "array",
+          "items": {"type": "array", "items": {"$ref": "#/components/schemas/TgiToken"}}}}}}},
+    "TgiStreamEvent": {"type": "object",
+      "description": "One `data:` event per token; the last has generated_text and details.",
       "required": ["index", "token", "top_tokens", "generated_text", "details"], "properties": {
       "index": {"type": "integer", "minimum": 0},
       "token": {"$ref": "#/components/schemas/TgiToken"},
@@ -267,7 +271,8 @@ constexpr const char* kDocument = R"json({
       "docker_label": {"type": "string", "nullable": true}}}
   },
   "responses": {
-    "BadRequest": {"description": "A malformed HTTP request, invalid JSON, a wrong type or an out-of-range value, or a prompt too long for the context.",
+    "BadRequest": {
+      "description": "Malformed HTTP, invalid JSON, a wrong type or an out-of-range value, or a prompt too long.",
       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
     "Unauthorized": {"description": "Missing or wrong API key (only with --api-key).",
       "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
@@ -348,14 +353,17 @@ constexpr const char* kDocument = R"json({
   "/health": {"get": {"operationId": "health", "tags": ["vLLM"], "summary": "200 once the engine is ready.",
     "security": [{}],
     "responses": {
-      "200": {"description": "Ready (empty body).", "content": {"text/plain": {"schema": {"type": "string", "maxLength": 0}}}},
+      "200": {"description": "Ready (empty body).",
+        "content": {"text/plain": {"schema": {"type": "string", "maxLength": 0}}}},
       "503": {"$ref": "#/components/responses/Unavailable"}}}},
   "/ping": {
     "get": {"operationId": "ping", "tags": ["vLLM"], "summary": "As /health, for SageMaker.", "security": [{}],
-      "responses": {"200": {"description": "Ready (empty body).", "content": {"text/plain": {"schema": {"type": "string"}}}},
+      "responses": {"200": {"description": "Ready (empty body).",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}},
                     "503": {"description": "Not ready.", "content": {"text/plain": {"schema": {"type": "string"}}}}}},
     "post": {"operationId": "pingPost", "tags": ["vLLM"], "summary": "As GET /ping.", "security": [{}],
-      "responses": {"200": {"description": "Ready (empty body).", "content": {"text/plain": {"schema": {"type": "string"}}}},
+      "responses": {"200": {"description": "Ready (empty body).",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}},
                     "503": {"description": "Not ready.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
   "/version": {"get": {"operationId": "version", "tags": ["vLLM"], "summary": "The server version.", "security": [{}],
     "responses": {"200": {"description": "The version.",

@@ -104,7 +104,8 @@ std::optional<TgiError> read_count(const json& p, const char* key, uint64_t max,
   } else {
     return wrong_type(key, *it, "an integer");
   }
-  if (*out > max) return bad_body(what + ": invalid value: " + std::to_string(*out) + ", at most " + std::to_string(max));
+  if (*out > max)
+    return bad_body(what + ": invalid value: " + std::to_string(*out) + ", at most " + std::to_string(max));
   return std::nullopt;
 }
 
@@ -154,7 +155,8 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   }
   json params = json::object();
   if (auto p = j.find("parameters"); p != j.end() && !p->is_null()) {
-    if (!p->is_object()) return bad_body("parameters: invalid type: " + type_name(*p) + ", expected struct GenerateParameters");
+    if (!p->is_object())
+      return bad_body("parameters: invalid type: " + type_name(*p) + ", expected struct GenerateParameters");
     params = *p;
   }
 
@@ -189,7 +191,8 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
 
   if (job.inputs.empty()) return invalid("`inputs` cannot be empty");
   if (best_of && (*best_of == 0 || *best_of > kMaxBestOf))
-    return invalid("`best_of` must be > 0 and <= " + std::to_string(kMaxBestOf) + ". Given: " + std::to_string(*best_of));
+    return invalid("`best_of` must be > 0 and <= " + std::to_string(kMaxBestOf) +
+                   ". Given: " + std::to_string(*best_of));
   if (top_n && *top_n > static_cast<uint64_t>(kMaxLogprobs))
     return invalid("`top_n_tokens` must be >= 0 and <= " + std::to_string(kMaxLogprobs) + ". Given: " +
                    std::to_string(*top_n));
@@ -281,8 +284,10 @@ std::vector<HttpHeader> timing_headers(const SessionUsage& u) {
   h.push_back({"x-total-time", std::to_string(static_cast<int64_t>(u.elapsed_ms))});
   h.push_back({"x-prompt-tokens", std::to_string(u.prompt_tokens)});
   h.push_back({"x-generated-tokens", std::to_string(u.completion_tokens)});
-  if (u.completion_tokens > 0)
-    h.push_back({"x-time-per-token", std::to_string(static_cast<int64_t>(u.elapsed_ms / static_cast<double>(u.completion_tokens)))});
+  if (u.completion_tokens > 0) {
+    double per_token = u.elapsed_ms / static_cast<double>(u.completion_tokens);
+    h.push_back({"x-time-per-token", std::to_string(static_cast<int64_t>(per_token))});
+  }
   return h;
 }
 

@@ -34,7 +34,10 @@ void add_web_routes(Router& router, ServingContext& ctx, std::shared_ptr<HttpCou
   std::filesystem::path root = web_root.empty() ? std::filesystem::path(TERN_SOURCE_WEB_DIR) : std::filesystem::path(web_root);
   router.get("/", [root](HttpRequest&, Responder& res) -> Task<void> {
     std::string page = read_file(root / "index.html");
-    co_await res.respond(200, "text/html; charset=utf-8", page.empty() ? std::string(kPlaceholderPage) : page);
+    if (page.empty()) page = kPlaceholderPage;
+    // A named body: g++ 12 double-frees a temporary built inside co_await's arguments.
+    std::string content_type = "text/html; charset=utf-8";
+    co_await res.respond(200, std::move(content_type), std::move(page));
   });
   router.get("/metrics", [&ctx, counters](HttpRequest&, Responder& res) -> Task<void> {
     std::string body = ctx.metrics->render(ctx.engine->stats(), *counters);

@@ -1,5 +1,5 @@
 // Syntax tree of a compiled chat template: expressions (jinja2's nodes.Expr
-// family folded into one tagged struct) and statements. Built by JinjaParser,
+// family folded into one tagged struct) and statements. Built by the parser,
 // walked by the interpreter, immutable in between (so one compiled template
 // renders on many threads at once). Depth is bounded by the parser.
 #pragma once
@@ -77,13 +77,13 @@ struct Target {
 };
 
 enum class StmtKind : uint8_t {
-  kData,         // text
-  kOutput,       // {{ expr }}
-  kIf,           // branches, else_body
-  kFor,          // for target in expr [if filter]: body [else: else_body]
-  kSet,          // set target = expr
-  kSetBlock,     // set target [| filter]: body
-  kMacro,        // macro name(params): body
+  kData,      // text
+  kOutput,    // {{ expr }}
+  kIf,        // branches, else_body
+  kFor,       // for target in expr [if filter]: body [else: else_body]
+  kSet,       // set target = expr
+  kSetBlock,  // set target [| filter]: body
+  kMacro,     // macro name(params): body
   kBreak,
   kContinue,
   kWith,         // with assignments: body

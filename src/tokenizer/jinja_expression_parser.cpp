@@ -10,7 +10,6 @@
 
 namespace tern::jinja {
 
-
 std::string describe(const Token& t) {
   switch (t.kind) {
     case TokenKind::kData:
@@ -151,7 +150,7 @@ bool ExpressionParser::is_tuple_end(const std::vector<std::string_view>& extra_e
 }
 
 Result<ExprPtr> ExpressionParser::parse_tuple(bool with_condexpr, const std::vector<std::string_view>& extra_end,
-                            bool explicit_parens) {
+                                              bool explicit_parens) {
   const Token first = cur();
   std::vector<ExprPtr> args;
   bool is_tuple = false;
@@ -315,8 +314,10 @@ Result<ExprPtr> ExpressionParser::parse_math2() {
   const Token first = cur();
   TERN_ASSIGN_OR_RETURN(ExprPtr left, parse_pow());
   while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
-    BinaryOp op = at_op("*") ? BinaryOp::kMul : at_op("/") ? BinaryOp::kDiv : at_op("//") ? BinaryOp::kFloorDiv
-                                                                                         : BinaryOp::kMod;
+    BinaryOp op = at_op("*")    ? BinaryOp::kMul
+                  : at_op("/")  ? BinaryOp::kDiv
+                  : at_op("//") ? BinaryOp::kFloorDiv
+                                : BinaryOp::kMod;
     next();
     TERN_ASSIGN_OR_RETURN(ExprPtr right, parse_pow());
     TERN_ASSIGN_OR_RETURN(left, binary(first, op, std::move(left), std::move(right)));
@@ -567,6 +568,8 @@ Status ExpressionParser::parse_call_args(Expr& e) {
 
 Result<ExprPtr> ExpressionParser::parse_call(ExprPtr node) {
   ExprPtr e = make(ExprKind::kCall, cur());
+  e->line = node->line;  // errors point at the callee, not at '('
+  e->column = node->column;
   e->target = std::move(node);
   TERN_RETURN_IF_ERROR(parse_call_args(*e));
   return seal(std::move(e));

@@ -29,8 +29,7 @@ class ExpressionParser {
   Result<ExprPtr> parse_expression(bool with_condexpr);
   // An expression, or a tuple when commas separate several; stops at the end
   // of the tag, ')' or one of `extra_end` (names).
-  Result<ExprPtr> parse_tuple(bool with_condexpr, const std::vector<std::string_view>& extra_end,
-                              bool explicit_parens);
+  Result<ExprPtr> parse_tuple(bool with_condexpr, const std::vector<std::string_view>& extra_end, bool explicit_parens);
   // `| f(...) | g` applied to `node` (null for filter blocks and set blocks).
   Result<ExprPtr> parse_filter(ExprPtr node, bool start_inline);
   // Names, `ns.attr` (with_namespace) and tuples of them, up to `end_name`.

@@ -5,8 +5,8 @@
 
 #include <array>
 #include <cmath>
-#include <iterator>
 #include <ctime>
+#include <iterator>
 
 #include "tokenizer/jinja_filters.h"
 #include "tokenizer/jinja_lexer.h"
@@ -17,12 +17,12 @@ namespace {
 
 constexpr int64_t kMaxRange = 100000;  // jinja2.sandbox.MAX_RANGE
 constexpr std::string_view kErrorPrefix = "chat template line ";
-constexpr std::string_view kBuiltins[] = {"range", "dict", "namespace", "raise_exception", "strftime_now",
-                                          "lipsum", "cycler", "joiner"};
+constexpr std::string_view kBuiltins[] = {"range",        "dict",   "namespace", "raise_exception",
+                                          "strftime_now", "lipsum", "cycler",    "joiner"};
 
-constexpr std::array<std::string_view, 13> kLoopKeys = {
-    "index", "index0", "revindex", "revindex0", "first", "last", "length",
-    "depth", "depth0", "previtem", "nextitem", "cycle", "changed"};
+constexpr std::array<std::string_view, 13> kLoopKeys = {"index",    "index0", "revindex", "revindex0", "first",
+                                                        "last",     "length", "depth",    "depth0",    "previtem",
+                                                        "nextitem", "cycle",  "changed"};
 
 class DepthGuard {
  public:
@@ -90,8 +90,7 @@ Status Interpreter::located(const Status& s, uint32_t line, uint32_t column) con
 Status Interpreter::append(std::string& out, std::string_view text) {
   TERN_RETURN_IF_ERROR(charge(1 + static_cast<double>(text.size()) / 4));
   if (out.size() + text.size() > limits_.max_output_bytes) {
-    return out_of_range("rendered chat template is larger than " + std::to_string(limits_.max_output_bytes) +
-                        " bytes");
+    return out_of_range("rendered chat template is larger than " + std::to_string(limits_.max_output_bytes) + " bytes");
   }
   out.append(text);
   return Status::ok();
@@ -235,11 +234,10 @@ Status Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& 
     ScopePtr it = new_scope(scope, s.frame_undefined);
     JinjaDict loop;
     loop.reserve(kLoopKeys.size());
-    const JinjaValue values[] = {JinjaValue::integer(i + 1),     JinjaValue::integer(i),
-                                 JinjaValue::integer(n - i),     JinjaValue::integer(n - i - 1),
-                                 JinjaValue::boolean(i == 0),    JinjaValue::boolean(i == n - 1),
-                                 JinjaValue::integer(n),         JinjaValue::integer(1),
-                                 JinjaValue::integer(0)};
+    const JinjaValue values[] = {
+        JinjaValue::integer(i + 1),     JinjaValue::integer(i),      JinjaValue::integer(n - i),
+        JinjaValue::integer(n - i - 1), JinjaValue::boolean(i == 0), JinjaValue::boolean(i == n - 1),
+        JinjaValue::integer(n),         JinjaValue::integer(1),      JinjaValue::integer(0)};
     for (size_t k = 0; k < std::size(values); ++k) loop.append_new(keys[k], values[k]);
     if (i > 0) loop.append_new(keys[9], items[static_cast<size_t>(i - 1)]);
     if (i + 1 < n) loop.append_new(keys[10], items[static_cast<size_t>(i + 1)]);
@@ -281,8 +279,8 @@ Status Interpreter::assign(const Target& t, const JinjaValue& value, Scope& scop
         return invalid_argument("too many values to unpack (expected " + std::to_string(t.items.size()) + ")");
       }
       if (items.size() < t.items.size()) {
-        return invalid_argument("not enough values to unpack (expected " + std::to_string(t.items.size()) +
-                                ", got " + std::to_string(items.size()) + ")");
+        return invalid_argument("not enough values to unpack (expected " + std::to_string(t.items.size()) + ", got " +
+                                std::to_string(items.size()) + ")");
       }
       for (size_t i = 0; i < items.size(); ++i) TERN_RETURN_IF_ERROR(assign(t.items[i], items[i], scope));
       return Status::ok();
@@ -518,14 +516,16 @@ Result<JinjaValue> Interpreter::call_builtin(const std::string& name, const Call
       return type_error("range expected 1 to 3 integer arguments");
     }
     for (const JinjaValue& a : args.args) {
-      if (!a.is_integral()) return type_error("'" + std::string(a.type_name()) + "' object cannot be interpreted as an integer");
+      if (!a.is_integral())
+        return type_error("'" + std::string(a.type_name()) + "' object cannot be interpreted as an integer");
     }
     int64_t start = args.args.size() == 1 ? 0 : args.args[0].as_int();
     int64_t stop = args.args.size() == 1 ? args.args[0].as_int() : args.args[1].as_int();
     int64_t step = args.args.size() == 3 ? args.args[2].as_int() : 1;
     if (step == 0) return invalid_argument("range() arg 3 must not be zero");
-    double len = step > 0 ? std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step))
-                          : std::ceil((static_cast<double>(start) - static_cast<double>(stop)) / -static_cast<double>(step));
+    double len = step > 0
+                     ? std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step))
+                     : std::ceil((static_cast<double>(start) - static_cast<double>(stop)) / -static_cast<double>(step));
     if (len > static_cast<double>(kMaxRange)) {
       return out_of_range("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     }
@@ -571,8 +571,7 @@ Result<JinjaValue> Interpreter::call_macro(const Callable& c, const CallArgs& ar
     return out_of_range("macro calls nested deeper than " + std::to_string(limits_.max_macro_depth));
   }
   if (args.args.size() > m.params.size() && !m.catch_varargs) {
-    return type_error("macro '" + m.name + "' takes not more than " + std::to_string(m.params.size()) +
-                      " argument(s)");
+    return type_error("macro '" + m.name + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
   }
   ScopePtr ms = new_scope(c.closure, m.frame_undefined);
   std::vector<const JinjaValue*> bound(m.params.size(), nullptr);
@@ -582,7 +581,8 @@ Result<JinjaValue> Interpreter::call_macro(const Callable& c, const CallArgs& ar
     size_t i = 0;
     while (i < m.params.size() && m.params[i].name != key) ++i;
     if (i < m.params.size()) {
-      if (bound[i] != nullptr) return type_error("macro '" + m.name + "' got multiple values for argument '" + key + "'");
+      if (bound[i] != nullptr)
+        return type_error("macro '" + m.name + "' got multiple values for argument '" + key + "'");
       bound[i] = &value;
     } else if (m.catch_kwargs) {
       extra_kwargs.set(std::string(key), value);

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "tokenizer/jinja_text.h"
@@ -15,9 +15,8 @@
 namespace tern::jinja {
 namespace {
 
-constexpr std::string_view kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~",
-                                           "[",  "]",  "(",  ")",  "{",  "}",  ">", "<", "=", ".", ":", "|",
-                                           ",",  ";"};
+constexpr std::string_view kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                           "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
@@ -463,7 +462,8 @@ class Lexer {
         uint32_t v = 0;
         for (size_t k = 0; k < n; ++k) {
           int h = i + k < body.size() ? hex_value(body[i + k]) : -1;
-          if (h < 0) return error_at(pos, ErrorCode::kParse, std::string("truncated \\") + e + " escape in string literal");
+          if (h < 0)
+            return error_at(pos, ErrorCode::kParse, std::string("truncated \\") + e + " escape in string literal");
           v = v * 16 + static_cast<uint32_t>(h);
         }
         if (v > 0x10FFFF) return error_at(pos, ErrorCode::kParse, "illegal Unicode character in string literal");

@@ -13,14 +13,14 @@ namespace tern::jinja {
 namespace {
 
 constexpr std::array<std::string_view, 25> kStrMethods = {
-    "strip",   "lstrip", "rstrip",  "startswith", "endswith", "split",   "rsplit",  "splitlines",
-    "upper",   "lower",  "replace", "title",      "capitalize", "find",  "rfind",   "count",
-    "join",    "isdigit", "isalpha", "isalnum",   "isspace",  "islower", "isupper", "index", "format"};
+    "strip",   "lstrip",  "rstrip",  "startswith", "endswith", "split", "rsplit", "splitlines", "upper",
+    "lower",   "replace", "title",   "capitalize", "find",     "rfind", "count",  "join",       "isdigit",
+    "isalpha", "isalnum", "isspace", "islower",    "isupper",  "index", "format"};
 constexpr std::array<std::string_view, 5> kDictMethods = {"items", "keys", "values", "get", "copy"};
 constexpr std::array<std::string_view, 3> kListMethods = {"index", "count", "copy"};
-constexpr std::array<std::string_view, 13> kMutators = {"append", "extend", "insert", "pop",    "remove",
-                                                        "reverse", "sort",  "clear",  "update", "setdefault",
-                                                        "popitem", "add",   "discard"};
+constexpr std::array<std::string_view, 13> kMutators = {"append",  "extend", "insert", "pop",    "remove",
+                                                        "reverse", "sort",   "clear",  "update", "setdefault",
+                                                        "popitem", "add",    "discard"};
 
 template <size_t N>
 bool contains(const std::array<std::string_view, N>& set, std::string_view name) {
@@ -51,8 +51,7 @@ Status type_error(std::string m) { return invalid_argument(std::move(m)); }
 
 Result<std::string> string_arg(const JinjaValue* v, std::string_view fn) {
   if (v == nullptr || !v->is_string()) {
-    return type_error(std::string(fn) + "() argument must be str, not " +
-                      std::string(v ? v->type_name() : "nothing"));
+    return type_error(std::string(fn) + "() argument must be str, not " + std::string(v ? v->type_name() : "nothing"));
   }
   return v->as_string();
 }
@@ -65,7 +64,8 @@ Result<std::optional<std::string>> optional_string_arg(const JinjaValue* v, std:
 
 Result<long> int_arg(const JinjaValue* v, long fallback, std::string_view fn) {
   if (v == nullptr) return fallback;
-  if (!v->is_integral()) return type_error(std::string(fn) + "() argument must be int, not " + std::string(v->type_name()));
+  if (!v->is_integral())
+    return type_error(std::string(fn) + "() argument must be int, not " + std::string(v->type_name()));
   return static_cast<long>(v->as_int());
 }
 
@@ -114,8 +114,10 @@ Result<std::string> str_format(const std::string& fmt, const CallArgs& a) {
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
-      else return invalid_argument("Single '}' encountered in format string");
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}')
+        ++i;
+      else
+        return invalid_argument("Single '}' encountered in format string");
       out += '}';
       continue;
     }
@@ -147,7 +149,8 @@ Result<std::string> str_format(const std::string& fmt, const CallArgs& a) {
     const JinjaValue* v = nullptr;
     if (field.empty() || field.find_first_not_of("0123456789") == std::string::npos) {
       size_t index = field.empty() ? auto_index++ : static_cast<size_t>(std::stoul(field.substr(0, 9)));
-      if (index >= a.args.size()) return invalid_argument("Replacement index " + std::to_string(index) + " out of range");
+      if (index >= a.args.size())
+        return invalid_argument("Replacement index " + std::to_string(index) + " out of range");
       v = &a.args[index];
     } else {
       for (const auto& [k, val] : a.kwargs) {
@@ -300,8 +303,7 @@ Result<JinjaValue> list_method(const JinjaValue& self, std::string_view name, co
 }
 
 // Python's slice.indices(length).
-void adjust_slice(int64_t len, const JinjaValue* start, const JinjaValue* stop, int64_t step, int64_t* b,
-                  int64_t* e) {
+void adjust_slice(int64_t len, const JinjaValue* start, const JinjaValue* stop, int64_t step, int64_t* b, int64_t* e) {
   auto clamp = [&](const JinjaValue* v, int64_t fallback) {
     if (v == nullptr || v->is_none()) return fallback;
     int64_t x = v->as_int();
@@ -324,8 +326,8 @@ Result<ArgBinder> ArgBinder::bind(const CallArgs& args, std::string_view functio
   ArgBinder b;
   b.values_.assign(params.size(), nullptr);
   if (args.args.size() > params.size()) {
-    return type_error(std::string(function) + "() takes at most " + std::to_string(params.size()) +
-                      " argument(s) (" + std::to_string(args.args.size()) + " given)");
+    return type_error(std::string(function) + "() takes at most " + std::to_string(params.size()) + " argument(s) (" +
+                      std::to_string(args.args.size()) + " given)");
   }
   for (size_t i = 0; i < args.args.size(); ++i) b.values_[i] = &args.args[i];
   for (const auto& [key, value] : args.kwargs) {
@@ -444,14 +446,13 @@ Result<JinjaValue> get_slice(const JinjaValue& obj, const JinjaValue* start, con
 Status Budget::charge(double units) {
   work_ += units;
   if (work_ > max_work_) {
-    return out_of_range("rendering the chat template took more than " + std::to_string(static_cast<uint64_t>(max_work_)) +
-                        " steps");
+    return out_of_range("rendering the chat template took more than " +
+                        std::to_string(static_cast<uint64_t>(max_work_)) + " steps");
   }
   return Status::ok();
 }
 
-Result<JinjaValue> call_method(const JinjaValue& self, std::string_view name, const CallArgs& args,
-                               Budget& budget) {
+Result<JinjaValue> call_method(const JinjaValue& self, std::string_view name, const CallArgs& args, Budget& budget) {
   double weight = self.weight();
   for (const JinjaValue& a : args.args) weight += a.weight();
   TERN_RETURN_IF_ERROR(budget.charge(weight));

@@ -47,18 +47,17 @@ struct Callable {
   enum class Kind : uint8_t { kBuiltin, kMethod, kMacro, kLoopCycle, kLoopChanged };
   Kind kind = Kind::kBuiltin;
   std::string name;
-  JinjaValue self;                  // kMethod: the bound object; kLoopChanged: a namespace holding the last value
-  const Stmt* macro = nullptr;      // kMacro: owned by the compiled template
-  std::shared_ptr<Scope> closure;   // kMacro
-  int64_t loop_index0 = 0;          // kLoopCycle
+  JinjaValue self;                 // kMethod: the bound object; kLoopChanged: a namespace holding the last value
+  const Stmt* macro = nullptr;     // kMacro: owned by the compiled template
+  std::shared_ptr<Scope> closure;  // kMacro
+  int64_t loop_index0 = 0;         // kLoopCycle
 };
 
 // Binds positional and keyword arguments to parameter names like a Python
 // signature; too many positionals or unknown keywords are TypeErrors.
 class ArgBinder {
  public:
-  static Result<ArgBinder> bind(const CallArgs& args, std::string_view function,
-                                std::vector<std::string_view> params);
+  static Result<ArgBinder> bind(const CallArgs& args, std::string_view function, std::vector<std::string_view> params);
   const JinjaValue* get(size_t i) const { return values_[i]; }  // null when not given
   size_t given() const;
 
@@ -75,7 +74,6 @@ Result<JinjaValue> get_slice(const JinjaValue& obj, const JinjaValue* start, con
                              const JinjaValue* step);
 
 // Calls method `name` of `self` (a bound method from get_attribute).
-Result<JinjaValue> call_method(const JinjaValue& self, std::string_view name, const CallArgs& args,
-                               Budget& budget);
+Result<JinjaValue> call_method(const JinjaValue& self, std::string_view name, const CallArgs& args, Budget& budget);
 
 }  // namespace tern::jinja

@@ -181,7 +181,8 @@ Result<JinjaValue> repeat(const JinjaValue& seq, int64_t n, size_t max_size) {
   if (n < 0) n = 0;
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
-    if (!s.empty() && static_cast<uint64_t>(n) > max_size / s.size()) return out_of_range("string repetition too large");
+    if (!s.empty() && static_cast<uint64_t>(n) > max_size / s.size())
+      return out_of_range("string repetition too large");
     std::string out;
     out.reserve(s.size() * static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) out += s;
@@ -256,7 +257,8 @@ Result<JinjaValue> int_op(BinaryOp op, int64_t x, int64_t y) {
       return JinjaValue::number(static_cast<double>(x) / static_cast<double>(y));
     case BinaryOp::kFloorDiv:
     case BinaryOp::kMod: {
-      if (y == 0) return invalid_argument(op == BinaryOp::kMod ? "integer modulo by zero" : "integer division or modulo by zero");
+      if (y == 0)
+        return invalid_argument(op == BinaryOp::kMod ? "integer modulo by zero" : "integer division or modulo by zero");
       if (x == INT64_MIN && y == -1) {
         if (op == BinaryOp::kMod) return JinjaValue::integer(0);
         return out_of_range("integer overflow");
@@ -523,7 +525,9 @@ Result<std::string> percent_format(const std::string& fmt, const JinjaValue& arg
         out += left ? body + pad : pad + body;
       }
     } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
-      if (!v.is_number()) return type_error("%" + std::string(1, conv) + " format: a real number is required, not " + std::string(v.type_name()));
+      if (!v.is_number())
+        return type_error("%" + std::string(1, conv) + " format: a real number is required, not " +
+                          std::string(v.type_name()));
       long long n = v.is_float() ? static_cast<long long>(std::trunc(v.as_float())) : v.as_int();
       std::string s = spec + "ll" + (conv == 'i' ? 'd' : conv);
       std::snprintf(buf, sizeof(buf), s.c_str(), n);

@@ -11,8 +11,8 @@
 namespace tern::jinja {
 namespace {
 
-constexpr std::string_view kUnsupportedTags[] = {"block", "extends", "include", "import", "from", "call",
-                                                 "autoescape", "trans", "pluralize", "do"};
+constexpr std::string_view kUnsupportedTags[] = {"block", "extends",    "include", "import",    "from",
+                                                 "call",  "autoescape", "trans",   "pluralize", "do"};
 
 std::string quoted_list(const std::vector<std::string_view>& names) {
   std::string out;
@@ -22,7 +22,6 @@ std::string quoted_list(const std::vector<std::string_view>& names) {
   }
   return out;
 }
-
 
 class StatementParser : public ExpressionParser {
  public:
@@ -76,8 +75,7 @@ class StatementParser : public ExpressionParser {
 
   // Parses `[:] %}` body up to one of `end_names`; leaves the end name current
   // (or consumes it with drop_needle).
-  Result<Body> parse_statements(const Token& opener, const std::vector<std::string_view>& end_names,
-                                bool drop_needle) {
+  Result<Body> parse_statements(const Token& opener, const std::vector<std::string_view>& end_names, bool drop_needle) {
     skip_op(":");
     TERN_RETURN_IF_ERROR(expect_kind(TokenKind::kBlockEnd));
     TERN_ASSIGN_OR_RETURN(Body body, subparse(end_names));

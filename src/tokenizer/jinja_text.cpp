@@ -83,8 +83,8 @@ bool in_chars(char32_t c, const std::u32string* chars) {
 }
 
 bool is_line_break(char32_t c) {
-  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
-         c == 0x85 || c == 0x2028 || c == 0x2029;
+  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
+         c == 0x2028 || c == 0x2029;
 }
 
 }  // namespace
@@ -165,15 +165,14 @@ size_t utf8_length(std::string_view s) {
 
 bool py_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool py_isprintable(char32_t c) {
   if (c < 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0xAD) return false;
   if (c < 0x300) return true;
-  if ((c >= 0x600 && c <= 0x605) || c == 0x61C || c == 0x6DD || c == 0x70F || c == 0x890 || c == 0x891 ||
-      c == 0x8E2 || c == 0x180E || c == 0x1680)
+  if ((c >= 0x600 && c <= 0x605) || c == 0x61C || c == 0x6DD || c == 0x70F || c == 0x890 || c == 0x891 || c == 0x8E2 ||
+      c == 0x180E || c == 0x1680)
     return false;
   if ((c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x2064) ||
       (c >= 0x2066 && c <= 0x206F) || c == 0x3000)
@@ -222,8 +221,8 @@ bool py_isnumeric(char32_t c) {
          (c >= 0x660 && c <= 0x669) || (c >= 0x6F0 && c <= 0x6F9) || (c >= 0x966 && c <= 0x96F) ||
          (c >= 0xE50 && c <= 0xE59) || (c >= 0x2070 && c <= 0x2079 && c != 0x2071 && c != 0x2072 && c != 0x2073) ||
          (c >= 0x2080 && c <= 0x2089) || (c >= 0x2150 && c <= 0x2189) || (c >= 0x2460 && c <= 0x249B) ||
-         (c >= 0x24EA && c <= 0x24FF) || c == 0x3007 || (c >= 0x3021 && c <= 0x3029) ||
-         (c >= 0x3220 && c <= 0x3229) || (c >= 0xFF10 && c <= 0xFF19);
+         (c >= 0x24EA && c <= 0x24FF) || c == 0x3007 || (c >= 0x3021 && c <= 0x3029) || (c >= 0x3220 && c <= 0x3229) ||
+         (c >= 0xFF10 && c <= 0xFF19);
 }
 
 std::string py_upper(std::string_view s) {

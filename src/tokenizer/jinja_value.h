@@ -65,10 +65,10 @@ class JinjaValue {
   bool as_bool() const { return i_ != 0; }
   int64_t as_int() const { return i_; }  // bool and int
   double as_float() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(i_); }
-  const std::string& as_string() const;        // string, or the hint of an undefined
+  const std::string& as_string() const;  // string, or the hint of an undefined
   const JinjaList& as_list() const;
   const JinjaDict& as_dict() const;
-  JinjaDict& namespace_attrs() const;          // the one mutable kind
+  JinjaDict& namespace_attrs() const;  // the one mutable kind
   const jinja::Callable& as_callable() const;
   const std::shared_ptr<void>& shared() const { return p_; }
 

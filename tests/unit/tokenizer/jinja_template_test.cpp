@@ -73,8 +73,7 @@ TEST(JinjaTemplate, ForLoopVariables) {
                    kMessages),
             "2a;13b;2a;");
   EXPECT_EQ(render("{% for x in [1, 1, 2, 1] %}{{ loop.changed(x) }}{% endfor %}"), "TrueFalseTrueTrue");
-  EXPECT_EQ(render("{% for x in xs if x > 1 %}{{ loop.index }}/{{ loop.length }} {% endfor %}", kMessages),
-            "1/2 2/2 ");
+  EXPECT_EQ(render("{% for x in xs if x > 1 %}{{ loop.index }}/{{ loop.length }} {% endfor %}", kMessages), "1/2 2/2 ");
   EXPECT_EQ(render("{% for x in [] %}a{% else %}empty{% endfor %}{% for x in nothing %}{% else %}!{% endfor %}"),
             "empty!");
   EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", kMessages), "b=1;a=[1, 2];");
@@ -85,29 +84,29 @@ TEST(JinjaTemplate, ForLoopVariables) {
                    "{{ x }}{% endfor %}",
                    kMessages),
             "1");
-  EXPECT_EQ(render("{% for x in xs %}{% for y in xs %}{{ loop.index }}{% endfor %}{{ loop.index }};{% endfor %}",
-                   kMessages),
-            "1231;1232;1233;");
+  EXPECT_EQ(
+      render("{% for x in xs %}{% for y in xs %}{{ loop.index }}{% endfor %}{{ loop.index }};{% endfor %}", kMessages),
+      "1231;1232;1233;");
 }
 
 TEST(JinjaTemplate, ScopesFollowJinja2) {
   // A set inside a loop body is per iteration and does not leak; an if does not scope.
-  EXPECT_EQ(render("{% set x = 0 %}{% for i in xs %}{{ x }}{% set x = x + 1 %}{{ x }},{% endfor %}{{ x }}",
-                   kMessages),
+  EXPECT_EQ(render("{% set x = 0 %}{% for i in xs %}{{ x }}{% set x = x + 1 %}{{ x }},{% endfor %}{{ x }}", kMessages),
             "01,01,01,0");
-  EXPECT_EQ(render("{% for i in xs %}{% if loop.first %}{% set y = 5 %}{% endif %}{{ y }},{% endfor %}{{ y }}",
-                   kMessages),
-            "5,,,");
+  EXPECT_EQ(
+      render("{% for i in xs %}{% if loop.first %}{% set y = 5 %}{% endif %}{{ y }},{% endfor %}{{ y }}", kMessages),
+      "5,,,");
   EXPECT_EQ(render("{% if true %}{% set x = 7 %}{% endif %}{{ x }}"), "7");
   EXPECT_EQ(render("{% set a, b = 1, 2 %}{{ a }}{{ b }}"), "12");
   EXPECT_EQ(render("{% set messages = messages[1:] %}{{ messages | length }}", kMessages), "2");
 }
 
 TEST(JinjaTemplate, Namespaces) {
-  EXPECT_EQ(render("{% set ns = namespace(total=0, seen=[]) %}{% for x in xs %}{% set ns.total = ns.total + x %}"
-                   "{% set ns.seen = ns.seen + [x] %}{% endfor %}{{ ns.total }} {{ ns.seen }} {{ ns.missing is defined }}",
-                   kMessages),
-            "6 [1, 2, 3] False");
+  EXPECT_EQ(
+      render("{% set ns = namespace(total=0, seen=[]) %}{% for x in xs %}{% set ns.total = ns.total + x %}"
+             "{% set ns.seen = ns.seen + [x] %}{% endfor %}{{ ns.total }} {{ ns.seen }} {{ ns.missing is defined }}",
+             kMessages),
+      "6 [1, 2, 3] False");
   EXPECT_EQ(render("{{ namespace(a=1) }}"), "<Namespace {'a': 1}>");
 }
 
@@ -148,9 +147,9 @@ TEST(JinjaTemplate, Operators) {
                    kMessages),
             "True True True True False");
   EXPECT_EQ(render("{{ true and 'x' }} {{ false or 'y' }} {{ 0 or none }} {{ not 1 == 2 }}"), "x y None True");
-  EXPECT_EQ(render("{{ 'yes' if xs else 'no' }} {{ 'a' if false else 'b' if false else 'c' }} [{{ 1 if false }}]",
-                   kMessages),
-            "yes c []");
+  EXPECT_EQ(
+      render("{{ 'yes' if xs else 'no' }} {{ 'a' if false else 'b' if false else 'c' }} [{{ 1 if false }}]", kMessages),
+      "yes c []");
   EXPECT_EQ(render("{{ '%s-%d|%5.2f|%-3s|' % ('a', 3, 3.14159, 'b') }}"), "a-3| 3.14|b  |");
 }
 
@@ -159,12 +158,13 @@ TEST(JinjaTemplate, SubscriptsSlicesAndAttributes) {
                    kMessages),
             "1 3 | [2, 3] [3, 2, 1] [1, 3] 2");
   EXPECT_EQ(render("{{ 'héllo'[1] }} {{ 'héllo'[1:3] }} {{ 'abc'[::-1] }}"), "é él cba");
-  EXPECT_EQ(render("{{ messages[1].role }} {{ messages[1]['content'] }} {{ messages[0].missing is defined }}",
-                   kMessages),
-            "user U False");
-  EXPECT_EQ(render("{{ d.get('b') }} {{ d.get('z') }} {{ d.get('z', 5) }} {{ d.keys() | list }} {{ d.values() | list }}",
-                   kMessages),
-            "1 None 5 ['b', 'a'] [1, [1, 2]]");
+  EXPECT_EQ(
+      render("{{ messages[1].role }} {{ messages[1]['content'] }} {{ messages[0].missing is defined }}", kMessages),
+      "user U False");
+  EXPECT_EQ(
+      render("{{ d.get('b') }} {{ d.get('z') }} {{ d.get('z', 5) }} {{ d.keys() | list }} {{ d.values() | list }}",
+             kMessages),
+      "1 None 5 ['b', 'a'] [1, [1, 2]]");
 }
 
 TEST(JinjaTemplate, StringMethods) {
@@ -187,17 +187,17 @@ TEST(JinjaTemplate, Filters) {
             "a b|a|Hello world|They're Bill's|Xé");
   EXPECT_EQ(render("{{ xs | length }} {{ d | count }} {{ 'héllo' | length }} {{ nothing | length }}", kMessages),
             "3 2 5 0");
-  EXPECT_EQ(render("{{ nothing | default('d') }} {{ none | default('d') }} {{ '' | default('d', true) }}"),
-            "d None d");
-  EXPECT_EQ(render("{{ xs | join }} {{ xs | join(', ') }} {{ xs | first }} {{ xs | last }} {{ [] | first }}|",
-                   kMessages),
-            "123 1, 2, 3 1 3 |");
+  EXPECT_EQ(render("{{ nothing | default('d') }} {{ none | default('d') }} {{ '' | default('d', true) }}"), "d None d");
+  EXPECT_EQ(
+      render("{{ xs | join }} {{ xs | join(', ') }} {{ xs | first }} {{ xs | last }} {{ [] | first }}|", kMessages),
+      "123 1, 2, 3 1 3 |");
   EXPECT_EQ(render("{{ 'ab' | list }} {{ d | list }} {{ 5 | string }} {{ '42' | int }} {{ '4.7' | int }} "
                    "{{ 'x' | int }} {{ '1.5' | float }}",
                    kMessages),
             "['a', 'b'] ['b', 'a'] 5 42 4 0 1.5");
-  EXPECT_EQ(render("{{ 'aXb' | replace('X', '-') }} {{ '<a>&' | escape }} {{ '<b>' | safe }} {{ 'a\\nb' | indent(2) }}"),
-            "a-b &lt;a&gt;&amp; <b> a\n  b");
+  EXPECT_EQ(
+      render("{{ 'aXb' | replace('X', '-') }} {{ '<a>&' | escape }} {{ '<b>' | safe }} {{ 'a\\nb' | indent(2) }}"),
+      "a-b &lt;a&gt;&amp; <b> a\n  b");
   EXPECT_EQ(render("{{ messages | map(attribute='role') | join(',') }} "
                    "{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | first }} "
                    "{{ messages | rejectattr('role', 'in', ['user', 'system']) | list | length }}",
@@ -255,8 +255,9 @@ TEST(JinjaTemplate, ChatContextLikeTransformers) {
 }
 
 TEST(JinjaTemplate, CompiledTemplateRendersManyTimes) {
-  auto tmpl = JinjaTemplate::compile("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}"
-                                     "{% endfor %}{{ ns.n }}");
+  auto tmpl = JinjaTemplate::compile(
+      "{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}"
+      "{% endfor %}{{ ns.n }}");
   ASSERT_TRUE(tmpl.is_ok());
   for (int i = 1; i <= 3; ++i) {
     auto ctx = jinja_from_json(nlohmann::ordered_json{{"xs", std::vector<int>(static_cast<size_t>(i), i)}});

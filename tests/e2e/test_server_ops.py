@@ -1,0 +1,288 @@
+"""Operating `tern serve`: SSE framing on the wire, cancellation when clients
+disconnect (running requests and KV blocks fall back to 0), /metrics with
+vLLM's names parsed by prometheus_client, queue limits (503 + Retry-After,
+TGI's 429), error statuses (400, 404, 413), and the small GET routes."""
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytest_plugins = ["server_fixture"]
+
+MODEL = "ernie-tiny"
+
+
+# --- raw HTTP helpers -------------------------------------------------------------
+
+def raw_request(path, body):
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+
+
+def read_all(sock):
+    out = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+def dechunk(body):
+    """Decodes a chunked transfer-encoded body, checking the framing."""
+    out, pos = b"", 0
+    while True:
+        eol = body.index(b"\r\n", pos)
+        size = int(body[pos:eol].split(b";")[0], 16)
+        pos = eol + 2
+        if size == 0:
+            assert body[pos:pos + 2] == b"\r\n", "missing final CRLF"
+            return out
+        out += body[pos:pos + size]
+        assert body[pos + size:pos + size + 2] == b"\r\n"
+        pos += size + 2
+
+
+def split_response(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return lines[0], headers, body
+
+
+def check_sse(text):
+    """`data: {json}\\n\\n` events, the last `data: [DONE]\\n\\n`; returns the JSON payloads."""
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    events = text.split("\n\n")
+    assert events[-1] == ""
+    events = events[:-1]
+    assert events[-1] == "data: [DONE]"
+    payloads = []
+    for e in events[:-1]:
+        assert e.startswith("data: ") and "\n" not in e, e
+        payloads.append(json.loads(e[len("data: "):]))
+    return payloads
+
+
+# --- SSE framing ------------------------------------------------------------------
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/completions", {"prompt": "hi"}),
+])
+def test_sse_framing_raw_socket(server, path, body):
+    body = dict(body, model=MODEL, max_tokens=6, stream=True, ignore_eos=True, stream_options={"include_usage": True})
+    with server.connect() as sock:
+        sock.sendall(raw_request(path, body))
+        status, headers, payload = split_response(read_all(sock))
+    assert status == "HTTP/1.1 200 OK"
+    assert headers["content-type"] == "text/event-stream"
+    assert headers["transfer-encoding"] == "chunked"
+    events = check_sse(dechunk(payload).decode())
+    assert all(e["choices"] for e in events[:-1])
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 6
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+def test_sse_framing_curl(server):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    out = subprocess.run(["curl", "-sN", "-D", "-", "-H", "Content-Type: application/json", "-d", json.dumps(body),
+                          server.url + "/v1/chat/completions"], capture_output=True, timeout=60, check=True).stdout
+    _, headers, payload = split_response(out)
+    assert headers["content-type"] == "text/event-stream"
+    events = check_sse(payload.decode())
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+
+
+# --- metrics ----------------------------------------------------------------------
+
+VLLM_GAUGES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"]
+VLLM_COUNTERS = ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+                 "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"]
+VLLM_HISTOGRAMS = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                   "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+                   "vllm:request_prompt_tokens", "vllm:request_generation_tokens"]
+
+
+def scrape(server):
+    """{(sample name, sorted labels): value}, and the families by name and type."""
+    status, headers, raw = server.get("/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    samples, families = {}, {}
+    for family in text_string_to_metric_families(raw.decode()):
+        families[family.name] = family.type
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, families
+
+
+def value(samples, name, **labels):
+    labels = dict(labels, model_name=MODEL)
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def test_metrics_names_labels_and_monotonic_counters(server):
+    before, families = scrape(server)
+    for name in VLLM_GAUGES:
+        assert families[name] == "gauge"
+    for name in VLLM_COUNTERS:  # the parser names counter families without _total
+        assert families[name[:-len("_total")]] == "counter", name
+    for name in VLLM_HISTOGRAMS:
+        assert families[name] == "histogram"
+        assert (name + "_count", (("model_name", MODEL),)) in before
+    assert all(dict(labels).get("model_name") == MODEL for (name, labels) in before
+               if name.startswith("vllm:")), "every vllm: sample carries model_name"
+
+    _, _, tok = server.post_json("/tokenize", {"prompt": "Counting tokens"})
+    status, _, r = server.post_json("/v1/completions", {"prompt": "Counting tokens", "max_tokens": 5,
+                                                        "ignore_eos": True})
+    assert status == 200
+    # The engine publishes its counters after the step that delivered the
+    # last token, so a scrape right after the response may be a step behind.
+    deadline = time.monotonic() + 2
+    while True:
+        after, _ = scrape(server)
+        if value(after, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total") >= 5:
+            break
+        assert time.monotonic() < deadline, "generation_tokens_total never caught up"
+        time.sleep(0.02)
+
+    for key, v in before.items():
+        name = key[0]
+        if name.endswith(("_total", "_count", "_sum", "_bucket")) and key in after:
+            assert after[key] >= v, f"{key} went down"
+    delta = lambda name, **kw: value(after, name, **kw) - value(before, name, **kw)  # noqa: E731
+    assert delta("vllm:prompt_tokens_total") == tok["count"]
+    assert delta("vllm:generation_tokens_total") == 5
+    assert delta("vllm:request_success_total", finished_reason="length") == 1
+    assert delta("vllm:e2e_request_latency_seconds_count") == 1
+    assert delta("vllm:request_generation_tokens_sum") == 5
+    assert delta("vllm:request_prompt_tokens_sum") == tok["count"]
+    assert delta("vllm:time_to_first_token_seconds_count") == 1
+
+
+def test_disconnects_cancel_requests(server):
+    """50 long streams, dropped after a few chunks: the engine must end them
+    all and free their KV blocks within a few seconds."""
+    body = {"model": MODEL, "prompt": "A long story:", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    socks = []
+    try:
+        for _ in range(50):
+            s = server.connect(timeout=30)
+            s.sendall(raw_request("/v1/completions", body))
+            socks.append(s)
+        for s in socks:
+            got = b""
+            while got.count(b"data: ") < 3:
+                chunk = s.recv(65536)
+                assert chunk, "stream ended early"
+                got += chunk
+        during, _ = scrape(server)
+        assert value(during, "vllm:num_requests_running") + value(during, "vllm:num_requests_waiting") > 0
+        assert value(during, "vllm:kv_cache_usage_perc") > 0
+    finally:
+        for s in socks:
+            s.close()
+    deadline = time.monotonic() + 10
+    while True:
+        now, _ = scrape(server)
+        running = value(now, "vllm:num_requests_running")
+        waiting = value(now, "vllm:num_requests_waiting")
+        usage = value(now, "vllm:kv_cache_usage_perc")
+        if running == 0 and waiting == 0 and usage == 0:
+            break
+        assert time.monotonic() < deadline, f"still running={running} waiting={waiting} kv={usage}"
+        time.sleep(0.1)
+    # The server still serves.
+    status, _, r = server.post_json("/v1/completions", {"prompt": "hi", "max_tokens": 2})
+    assert status == 200
+
+
+# --- limits and errors --------------------------------------------------------------
+
+def test_queue_full_gives_503_with_retry_after(dedicated_server):
+    s = dedicated_server("--max-queued-requests", "2", "--max-body-bytes", "4096")
+    body = {"model": MODEL, "prompt": "Busy", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    socks = []
+    try:
+        for _ in range(2):  # fill the queue with two streams that are surely running
+            sock = s.connect(timeout=30)
+            sock.sendall(raw_request("/v1/completions", body))
+            got = b""
+            while b"data: " not in got:
+                got += sock.recv(65536)
+            socks.append(sock)
+        statuses = []
+        for _ in range(4):
+            status, headers, r = s.post_json("/v1/completions", {"prompt": "one more", "max_tokens": 2})
+            statuses.append(status)
+            assert status == 503, r
+            assert int(headers["retry-after"]) >= 1
+            assert r["error"]["code"] == 503 and r["error"]["message"]
+        status, headers, r = s.post_json("/v1/chat/completions",
+                                         {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+        assert status == 503 and "retry-after" in headers
+        status, headers, r = s.post_json("/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}})
+        assert status == 429 and r["error_type"] == "overloaded" and "retry-after" in headers
+    finally:
+        for sock in socks:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while s.post_json("/v1/completions", {"prompt": "later", "max_tokens": 2})[0] != 200:
+        assert time.monotonic() < deadline, "the queue never drained"
+        time.sleep(0.1)
+
+    # The same server has a 4 KiB body limit.
+    status, headers, r = s.post_json("/v1/completions", {"prompt": "x" * 10000, "max_tokens": 2})
+    assert status == 413, r
+    assert "error" in r and headers["content-type"].startswith("application/json")
+
+
+def test_bad_json_is_400(server):
+    for path in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
+        status, headers, raw = server.request("POST", path, b'{"messages": [')
+        assert status == 400, path
+        assert headers["content-type"].startswith("application/json")
+        err = json.loads(raw)["error"]
+        assert err["code"] == 400 and err["type"] == "BadRequestError" and err["message"]
+
+
+def test_unknown_path_is_404(server):
+    status, headers, raw = server.get("/v1/nothing-here")
+    assert status == 404 and json.loads(raw)["error"]["code"] == 404
+    status, _, _ = server.request("POST", "/v2/completions", {"prompt": "x"})
+    assert status == 404
+
+
+def test_simple_routes(server):
+    status, _, raw = server.get("/health")
+    assert status == 200
+    assert server.get("/ping")[0] == 200
+    status, _, raw = server.get("/version")
+    assert status == 200 and json.loads(raw)["version"]
+    status, _, raw = server.get("/v1/models")
+    model = json.loads(raw)["data"][0]
+    assert model["id"] == MODEL and model["max_model_len"] == 4096
+
+
+def test_chat_page_serves_repeatedly(dedicated_server):
+    s = dedicated_server()
+    for _ in range(3):
+        status, headers, raw = s.get("/")
+        assert status == 200 and headers["content-type"].startswith("text/html") and raw
+    assert s.alive() and s.get("/health")[0] == 200
+
+
+def test_api_key_guards_tgi_compat_route(dedicated_server):
+    s = dedicated_server("--api-key", "sesame")
+    assert s.post_json("/generate", {"inputs": "x", "parameters": {"max_new_tokens": 1}})[0] == 401
+    status, _, r = s.post_json("/", {"inputs": "x", "parameters": {"max_new_tokens": 1}})
+    assert status == 401, r
