@@ -27,9 +27,9 @@ TEST(BearerToken, ParsesSchemeCaseInsensitively) {
   EXPECT_EQ(bearer_token(""), "");
 }
 
-HttpRequest request(std::string path, std::string authorization = "") {
+HttpRequest request(std::string path, std::string authorization = "", std::string method = "POST") {
   HttpRequest r;
-  r.method = "POST";
+  r.method = std::move(method);
   r.path = std::move(path);
   if (!authorization.empty()) r.headers.add("Authorization", std::move(authorization));
   return r;
@@ -48,9 +48,12 @@ TEST(ApiKeyAuth, RequiresKeyExceptOnOpenPaths) {
   EXPECT_FALSE(auth.allows(request("/v1/completions", "k3y")));
   EXPECT_FALSE(auth.allows(request("/v1/completions", "Basic k3y")));
   EXPECT_TRUE(auth.allows(request("/v1/completions", "Bearer k3y")));
-  EXPECT_TRUE(auth.allows(request("/health")));
-  EXPECT_TRUE(auth.allows(request("/metrics")));
-  EXPECT_FALSE(auth.allows(request("/health/")));  // exact paths only
+  EXPECT_TRUE(auth.allows(request("/health", "", "GET")));
+  EXPECT_TRUE(auth.allows(request("/metrics", "", "HEAD")));
+  EXPECT_FALSE(auth.allows(request("/health/", "", "GET")));  // exact paths only
+  // Open paths are open to reads: a POST (TGI's generate on /) still needs the key.
+  EXPECT_FALSE(auth.allows(request("/health")));
+  EXPECT_TRUE(auth.allows(request("/health", "Bearer k3y")));
 }
 
 TEST(ApiKeyAuth, HeaderNameIsCaseInsensitive) {
