@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# tern against plain HF transformers on the GPU machine: same random
+# ERNIE-4.5-0.3B checkpoint, same client (bench/serve_bench.py), same run.
+# Builds nothing: $TERN_BIN must exist. Writes JSON, markdown, plots and logs
+# to OUT_DIR; takes under 8 minutes (each server run is capped by a budget).
+#
+#   bench/run_gpu_bench.sh OUT_DIR
+#
+# Env: TERN_BIN (build/bin/tern), PYTHON (python3), TERN_COMMIT (else git),
+# BENCH_MODEL (/tmp/ernie-4.5-0.3b-random), SCENARIOS, TERN_BUDGET (120 s),
+# HF_BUDGET (170 s), HF_STATIC=1 adds a static-cache + torch.compile HF run
+# (HF_STATIC_BUDGET, 90 s; compiles count in its cold start); TERN_DEVICE
+# (cuda), TERN_ARGS and HF_ARGS (extra server flags; HF_ARGS="--backend fake"
+# and TERN_DEVICE=cpu make a CPU dry run of this script).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${1:?usage: bench/run_gpu_bench.sh OUT_DIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+TERN_BIN=${TERN_BIN:-build/bin/tern}
+PY=${PYTHON:-python3}
+MODEL=${BENCH_MODEL:-/tmp/ernie-4.5-0.3b-random}
+SCENARIOS=${SCENARIOS:-single,conc-1,conc-8,conc-64,conc-256,offline}
+TERN_BUDGET=${TERN_BUDGET:-120}
+HF_BUDGET=${HF_BUDGET:-170}
+TERN_DEVICE=${TERN_DEVICE:-cuda}
+TERN_ARGS=${TERN_ARGS:-}
+HF_ARGS=${HF_ARGS:-}
+START=$(date +%s)
+exec > >(tee -a "$OUT/run.log") 2>&1
+note() { echo "[run_gpu_bench +$(($(date +%s) - START))s] $*"; }
+
+# A server left behind by a killed serve_bench is stopped by the pid it wrote.
+cleanup() {
+  for f in "$OUT"/*-server.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null && note "stopped leftover server $pid ($f)"
+    rm -f "$f"
+  done
+}
+trap cleanup EXIT
+
+if [ -z "${TERN_COMMIT:-}" ]; then
+  TERN_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+fi
+export TERN_COMMIT
+
+[ -x "$TERN_BIN" ] || { note "no tern binary at $TERN_BIN (set TERN_BIN)"; exit 1; }
+note "commit $TERN_COMMIT, $("$TERN_BIN" --version 2>&1)"
+{ nvidia-smi || true; } > "$OUT/nvidia-smi.txt" 2>&1
+$PY - <<'EOF' > "$OUT/versions.txt" 2>&1
+import importlib, sys
+print("python", sys.version.split()[0])
+for m in ("torch", "transformers", "aiohttp", "httpx", "uvloop", "numpy", "matplotlib"):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        print(m, "missing:", type(e).__name__)
+EOF
+cat "$OUT/versions.txt"
+
+# 1. The model: full-size random weights, tokenizer padded to the vocabulary
+#    (bench/sp_vocab.py says why), made once per machine.
+if [ ! -s "$MODEL/model.safetensors" ]; then
+  note "making $MODEL"
+  $PY tools/make_random_model.py --out "$MODEL" --tokenizer-from tests/data/ernie-tiny || exit 1
+fi
+$PY bench/sp_vocab.py pad "$MODEL" || exit 1
+
+# 2. tern, engine only (no HTTP): 256 requests, in/out 100-1024.
+ENGINE_CMD="$TERN_BIN bench offline --model $MODEL --device $TERN_DEVICE --json-out $OUT/tern-engine-offline.json"
+note "$ENGINE_CMD"
+timeout -k 5 60 $ENGINE_CMD > "$OUT/tern-engine-offline.log" 2>&1 || note "tern bench offline failed (rc $?)"
+tail -n 5 "$OUT/tern-engine-offline.log"
+
+# 3. tern serve, then 4. plain HF, through the same client and scenarios.
+note "tern serve: $SCENARIOS (budget ${TERN_BUDGET}s)"
+timeout -k 10 $((TERN_BUDGET + 90)) $PY bench/serve_bench.py --label tern --out-dir "$OUT" --model-dir "$MODEL" \
+  --launch "$TERN_BIN serve --model $MODEL --device $TERN_DEVICE --host 127.0.0.1 --port 0 $TERN_ARGS" \
+  --launch-timeout 60 \
+  --scenarios "$SCENARIOS" --time-budget "$TERN_BUDGET" || note "serve_bench tern: rc $?"
+cleanup
+
+note "HF transformers: $SCENARIOS (budget ${HF_BUDGET}s)"
+timeout -k 10 $((HF_BUDGET + 150)) $PY bench/serve_bench.py --label hf --out-dir "$OUT" --model-dir "$MODEL" \
+  --launch "$PY bench/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 $HF_ARGS" \
+  --launch-timeout 120 \
+  --scenarios "$SCENARIOS" --time-budget "$HF_BUDGET" || note "serve_bench hf: rc $?"
+cleanup
+
+RUNS=("$OUT/tern.json" "$OUT/hf.json")
+if [ "${HF_STATIC:-0}" = 1 ]; then
+  note "HF static cache + torch.compile"
+  timeout -k 10 $((${HF_STATIC_BUDGET:-90} + 300)) $PY bench/serve_bench.py --label hf-static --out-dir "$OUT" \
+    --model-dir "$MODEL" --launch "$PY bench/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 \
+    --static-cache-compile --warmup-shapes 1x512,64x1024" --launch-timeout 300 \
+    --scenarios single,conc-1,conc-64 --time-budget "${HF_STATIC_BUDGET:-90}" || note "serve_bench hf-static: rc $?"
+  cleanup
+  RUNS+=("$OUT/hf-static.json")
+fi
+
+# 5. Report: docs/benchmarks.md's GPU section and plots, written into OUT_DIR
+#    (copy benchmarks.md and the PNGs into docs/ to publish).
+[ -f docs/benchmarks.md ] && cp docs/benchmarks.md "$OUT/benchmarks.md"
+EXISTING=()
+for f in "${RUNS[@]}"; do [ -f "$f" ] && EXISTING+=("$f"); done
+ENGINE_ARGS=()
+[ -f "$OUT/tern-engine-offline.json" ] && ENGINE_ARGS=(--engine "$OUT/tern-engine-offline.json" --engine-command "$ENGINE_CMD")
+$PY bench/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section gpu --title "GPU: one NVIDIA H200" \
+  --md "$OUT/benchmarks.md" --plots-dir "$OUT" || note "report failed"
+note "done; files in $OUT"
+ls -la "$OUT"
