@@ -28,6 +28,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)")
       ->envname("TERN_ENABLE_PREFIX_CACHING");
+  cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA: run every step eagerly, without CUDA graphs")
+      ->envname("TERN_ENFORCE_EAGER");
   cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }
@@ -75,7 +77,14 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   }
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
-    TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, o.block_size, kv_bytes, o.max_num_batched_tokens));
+    CudaRunnerOptions co;
+    co.block_size = o.block_size;
+    co.kv_cache_bytes = kv_bytes;
+    co.max_num_batched_tokens = o.max_num_batched_tokens;
+    co.max_num_seqs = o.max_num_seqs;
+    co.max_model_len = o.max_model_len;
+    co.enforce_eager = o.enforce_eager;
+    TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, co));
   } else {
     TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, o.block_size, kv_bytes));
   }

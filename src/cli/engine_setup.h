@@ -27,6 +27,7 @@ struct EngineOptions {
   std::string kv_cache_memory = "2GiB";
   bool enable_prefix_caching = true;
   std::string device = "auto";
+  bool enforce_eager = false;
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);

@@ -1,4 +1,5 @@
-// CUDA runner: StepPlan -> block copies + SequenceChunks -> DeviceModel.
+// CUDA runner: StepPlan -> block copies + SequenceChunks + device-greedy
+// flags -> DeviceModel::forward_step, whose picks and logits are the StepOutput.
 #include "engine/cuda_runner.h"
 
 namespace tern {
@@ -14,7 +15,8 @@ class CudaRunner final : public Runner {
   Status execute(const StepPlan& plan, StepOutput& out) override {
     for (const BlockCopy& c : plan.copies) TERN_RETURN_IF_ERROR(device_->copy_block(c.src, c.dst));
     chunks_.clear();
-    size_t want = 0;
+    greedy_.clear();
+    size_t want = 0, host = 0;
     for (const ScheduledChunk& sc : plan.chunks) {
       const Sequence& seq = *sc.seq;
       SequenceChunk chunk;
@@ -23,12 +25,16 @@ class CudaRunner final : public Runner {
       chunk.start_pos = seq.num_computed();
       chunk.block_table = seq.blocks_view();
       chunk.want_logits = sc.want_logits;
-      want += sc.want_logits ? 1 : 0;
+      if (sc.want_logits) {
+        ++want;
+        greedy_.push_back(sc.device_greedy ? 1 : 0);
+        host += sc.device_greedy ? 0 : 1;
+      }
       chunks_.push_back(chunk);
     }
-    out.tokens.assign(want, -1);
-    out.logits.resize(want * static_cast<size_t>(vocab_size()));
-    return device_->forward_batch(chunks_, out.logits);
+    out.tokens.resize(want);
+    out.logits.resize(host * static_cast<size_t>(vocab_size()));
+    return device_->forward_step(chunks_, greedy_, out.tokens, out.logits);
   }
   int64_t vocab_size() const override { return device_->vocab_size(); }
   int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }
@@ -37,6 +43,7 @@ class CudaRunner final : public Runner {
  private:
   std::unique_ptr<cuda::DeviceModel> device_;
   std::vector<SequenceChunk> chunks_;  // reused across steps
+  std::vector<uint8_t> greedy_;        // per want_logits chunk: pick on the device
 };
 
 }  // namespace
@@ -56,12 +63,14 @@ cuda::HostWeights cuda_host_weights(const Ernie45Model& model) {
   return w;
 }
 
-Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes,
-                                                 int64_t max_num_batched_tokens) {
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const CudaRunnerOptions& o) {
   cuda::DeviceModelOptions options;
-  options.block_size = block_size;
-  options.kv_cache_bytes = kv_cache_bytes;
-  options.max_num_batched_tokens = max_num_batched_tokens;
+  options.block_size = o.block_size;
+  options.kv_cache_bytes = o.kv_cache_bytes;
+  options.max_num_batched_tokens = o.max_num_batched_tokens;
+  options.max_num_seqs = o.max_num_seqs;
+  options.max_model_len = o.max_model_len;
+  options.enforce_eager = o.enforce_eager;
   TERN_ASSIGN_OR_RETURN(auto device, cuda::DeviceModel::create(model.config(), cuda_host_weights(model), options));
   return std::unique_ptr<Runner>(new CudaRunner(std::move(device)));
 }
@@ -70,10 +79,19 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, int64_t bl
 
 bool cuda_backend_built() { return false; }
 
-Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model&, int64_t, int64_t, int64_t) {
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model&, const CudaRunnerOptions&) {
   return unsupported("this tern was built without CUDA support");
 }
 
 #endif
+
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes,
+                                                 int64_t max_num_batched_tokens) {
+  CudaRunnerOptions o;
+  o.block_size = block_size;
+  o.kv_cache_bytes = kv_cache_bytes;
+  o.max_num_batched_tokens = max_num_batched_tokens;
+  return make_cuda_runner(model, o);
+}
 
 }  // namespace tern

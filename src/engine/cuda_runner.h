@@ -16,12 +16,24 @@ namespace tern {
 // True when this tern was built with the CUDA backend (a GPU may still be absent).
 bool cuda_backend_built();
 
-// Uploads `model`'s weights to GPU 0 and sizes the GPU KV pool from
-// kv_cache_bytes (whole blocks of block_size positions). Every step must
-// hold at most max_num_batched_tokens tokens (the scheduler's budget). The
-// model must outlive the runner only for its config; the weights are copied.
-// Errors: Unsupported (built without CUDA, no GPU, a shape the kernels do
-// not handle), ResourceExhausted (does not fit in GPU memory), InvalidArgument.
+struct CudaRunnerOptions {
+  int64_t block_size = 16;
+  int64_t kv_cache_bytes = 0;             // the GPU KV pool: whole blocks of block_size positions
+  int64_t max_num_batched_tokens = 2048;  // the scheduler's token budget: no step holds more
+  int64_t max_num_seqs = 256;             // the scheduler's sequence limit: decode graphs go up to it (<= 256)
+  int64_t max_model_len = 0;              // longest sequence (0: the model's max positions)
+  bool enforce_eager = false;             // --enforce-eager: no CUDA graphs
+};
+
+// Uploads `model`'s weights to GPU 0, sizes the GPU KV pool and captures
+// the decode graphs. Plain-greedy rows (ScheduledChunk::device_greedy) get
+// their token picked on the GPU; the other rows' logits come to the host.
+// The model must outlive the runner only for its config; the weights are
+// copied. Errors: Unsupported (built without CUDA, no GPU, a shape the
+// kernels do not handle), ResourceExhausted (does not fit in GPU memory),
+// InvalidArgument.
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const CudaRunnerOptions& options);
+// The same with the other options at their defaults.
 Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes,
                                                  int64_t max_num_batched_tokens);
 

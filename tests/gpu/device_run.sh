@@ -4,6 +4,10 @@
 # the few shared libraries the GPU image lacks). Logs go to $OUT.
 #   here:   tests/gpu/device_run.sh --pack     (after cmake --build build-cuda)
 #   there:  tests/gpu/device_run.sh            (from the repo root)
+# Environment there: GTEST_FILTER (default all), BENCH=0 skips the
+# benchmark, PROFILE=1 adds per-kernel GPU times of one decode step per
+# batch size (ncu, summarized by ncu_summary.py), SANITIZE=1 adds
+# compute-sanitizer memcheck (SANITIZE_FILTER picks its tests).
 set -u
 D=build-cuda/device
 if [ "${1:-}" = "--pack" ]; then
@@ -32,10 +36,22 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 python3 tools/make_random_model.py --out /tmp/m --tokenizer-from tests/data/ernie-tiny >"$OUT/make_model.log" 2>&1 &
 maker=$!
-timeout 240 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[golden|^\[batched|^\[engine|FAILED|PASSED|Failure|error|Expected|Which is|rel|  Actual" | head -120
+timeout 60 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
-timeout 120 "$D/tern_gpu_bench" --model /tmp/m --batch 1,64 2>&1 | tee "$OUT/bench.log"
-if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-  timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" >"$OUT/sanitizer.log" 2>&1
+if [ "${BENCH:-1}" = 1 ]; then
+  timeout 90 "$D/tern_gpu_bench" --model /tmp/m --configs graphs,eager --batch 1,4,8,64,256 --steps 256 >"$OUT/bench.log" 2>&1
+  timeout 40 "$D/tern_gpu_bench" --model /tmp/m --configs pdl,gemv8,cublas --batch 1,4,8 --steps 256 >>"$OUT/bench.log" 2>&1
+  grep -E "\] create|pdl turned|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/bench.log"
+fi
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
+  TERN_PROFILE_STEP=8 timeout 50 "$NCU" --profile-from-start off --clock-control none \
+    --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs graphs \
+    --batch 1,64,256 --steps 16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+  echo "ncu rc=$?"; tail -3 "$OUT/ncu.err"
+  python3 tests/gpu/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu_summary.txt" | head -70
+fi
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1
   echo "sanitizer rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -4
 fi

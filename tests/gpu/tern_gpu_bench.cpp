@@ -1,10 +1,21 @@
-// tern_gpu_bench: decode throughput of cuda::DeviceModel alone (no engine,
-// no sampling): B sequences prefill a P-token prompt, then run N decode
-// steps of B tokens. Prints one line per batch size with the decode tok/s
-// with logits copied to the host (what the Runner does today) and without
-// (want_logits off: the GPU's own time minus the LM head), and the prefill
-// time of the prompt at batch 1 (a TTFT floor).
-// Usage: tern_gpu_bench --model DIR [--batch 1,64] [--prompt 256] [--steps 128]
+// tern_gpu_bench: throughput of cuda::DeviceModel alone (no engine, no host
+// sampling). For each configuration (decode graphs, eager launches, cuBLAS
+// for every size) and batch size B: B sequences prefill a P-token prompt
+// (timed: prefill tok/s), then N decode steps of B tokens with the greedy
+// picks taken on the GPU (contexts P..P+N), timed step by step on the host
+// clock (each step waits for its results, as the engine does). Also the
+// decode rate when every row's logits come to the host, and the GPU memory
+// besides the KV pool. Ends with one table line per configuration and batch.
+// Configurations: graphs (the default options), eager (enforce_eager),
+// pdl (graphs with programmatic dependent launches), cublas (no GEMV),
+// gemvN (the GEMV up to N tokens). With TERN_PROFILE_STEP=k set, decode
+// step k of each batch runs between cudaProfilerStart and Stop (for
+// `ncu --profile-from-start off`).
+// Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256]
+//                       [--configs graphs,eager,pdl,cublas,gemv8]
+#include <cuda_profiler_api.h>
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,12 +34,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
   size_t at = 0;
-  while (at < s.size()) {
+  while (at <= s.size()) {
     const size_t comma = s.find(',', at);
-    out.push_back(std::stoll(s.substr(at, comma - at)));
+    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
@@ -40,98 +51,170 @@ int fail(const tern::Status& s) {
   return 1;
 }
 
+struct Row {
+  std::string config;
+  int64_t batch = 0;
+  double prefill_tok_s = 0, decode_ms = 0, decode_tok_s = 0, host_logits_tok_s = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_dir;
-  std::vector<int64_t> batches = {1, 64};
-  int64_t prompt = 256, steps = 128;
+  std::string model_dir, configs_arg = "graphs,eager,cublas";
+  std::vector<int64_t> batches = {1, 8, 64, 256};
+  int64_t prompt = 256, steps = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model") model_dir = value;
-    else if (flag == "--batch") batches = parse_list(value);
-    else if (flag == "--prompt") prompt = std::stoll(value);
-    else if (flag == "--steps") steps = std::stoll(value);
+    if (flag == "--model") {
+      model_dir = value;
+    } else if (flag == "--batch") {
+      batches.clear();
+      for (const std::string& b : split(value)) batches.push_back(std::stoll(b));
+    } else if (flag == "--prompt") {
+      prompt = std::stoll(value);
+    } else if (flag == "--steps") {
+      steps = std::stoll(value);
+    } else if (flag == "--configs") {
+      configs_arg = value;
+    }
   }
-  if (model_dir.empty()) {
-    std::fprintf(stderr, "usage: tern_gpu_bench --model DIR [--batch 1,64] [--prompt 256] [--steps 128]\n");
+  if (model_dir.empty() || batches.empty() || steps < 8) {
+    std::fprintf(stderr, "usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256] "
+                         "[--configs graphs,eager,cublas]\n");
     return 2;
   }
   const auto t_load = Clock::now();
   auto model = tern::Ernie45Model::load(model_dir, 4);
   if (!model.is_ok()) return fail(model.status());
   const tern::ModelConfig& c = model.value()->config();
+  std::printf("model %s: host load %.2f s\n", model_dir.c_str(), seconds_since(t_load));
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t bs = 16, per_seq = (prompt + steps + bs - 1) / bs + 1;
-  tern::cuda::DeviceModelOptions o;
-  o.block_size = bs;
-  o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
-  o.kv_cache_bytes = max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * 2;
-  const auto t_upload = Clock::now();
-  auto gpu = tern::cuda::DeviceModel::create(c, tern::cuda_host_weights(*model.value()), o);
-  if (!gpu.is_ok()) return fail(gpu.status());
-  const double upload_s = seconds_since(t_upload), load_s = seconds_since(t_load);
-  const tern::cuda::DeviceMemoryUse mem = gpu.value()->memory_use();
-  std::printf("model %s: load+upload %.2f s (upload %.2f s); GPU memory: weights %.0f MiB, workspace %.0f MiB, "
-              "KV pool %.0f MiB\n",
-              model_dir.c_str(), load_s, upload_s, mem.weight_bytes / 1048576.0, mem.workspace_bytes / 1048576.0,
-              mem.kv_pool_bytes / 1048576.0);
+  const auto V = static_cast<size_t>(c.vocab_size);
+  const char* profile_env = std::getenv("TERN_PROFILE_STEP");
+  const int64_t profile_step = profile_env != nullptr ? std::atoll(profile_env) : -1;
 
-  std::mt19937 rng(1);
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size - 1));
-  for (const int64_t B : batches) {
-    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(B)), tables(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) {
-      tokens[static_cast<size_t>(b)].resize(static_cast<size_t>(prompt + steps));
-      for (auto& t : tokens[static_cast<size_t>(b)]) t = tok(rng);
-      for (int64_t k = 0; k < per_seq; ++k) tables[static_cast<size_t>(b)].push_back(static_cast<int32_t>(b * per_seq + k));
+  std::vector<Row> table;
+  for (const std::string& config : split(configs_arg)) {
+    tern::cuda::DeviceModelOptions o;
+    o.block_size = bs;
+    o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
+    o.max_num_seqs = std::max<int64_t>(max_batch, 1);
+    o.max_model_len = prompt + steps;
+    o.kv_cache_bytes = max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * 2;
+    o.enforce_eager = config == "eager" || config == "cublas-eager";
+    if (config == "cublas" || config == "cublas-eager") o.gemv_max_tokens = 0;
+    if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens
+    if (config == "pdl") o.pdl = true;
+    size_t free0 = 0, free1 = 0, total = 0;
+    cudaSetDevice(0);
+    cudaFree(nullptr);  // the context first, so it is not counted below
+    cudaMemGetInfo(&free0, &total);
+    const auto t_create = Clock::now();
+    auto gpu = tern::cuda::DeviceModel::create(c, tern::cuda_host_weights(*model.value()), o);
+    if (!gpu.is_ok()) {
+      std::printf("[%s] create failed: %s\n", config.c_str(), gpu.status().to_string().c_str());
+      continue;
     }
-    std::vector<float> logits;
-    // Prefill, as many prompts per step as the token budget allows; twice,
-    // timing the second (the first loads kernels and picks GEMM algorithms).
-    double prefill_s = 0;
-    for (int rep = 0; rep < 2; ++rep) {
-      prefill_s = 0;
-      for (int64_t first = 0; first < B;) {
-        std::vector<tern::SequenceChunk> batch;
-        int64_t used = 0;
-        for (; first < B && used + prompt <= o.max_num_batched_tokens; ++first, used += prompt) {
-          const auto& seq = tokens[static_cast<size_t>(first)];
-          batch.push_back({std::span<const int32_t>(seq).first(static_cast<size_t>(prompt)), 0,
-                           tables[static_cast<size_t>(first)], true});
-        }
-        logits.resize(batch.size() * static_cast<size_t>(c.vocab_size));
-        const auto t = Clock::now();
-        tern::Status s = gpu.value()->forward_batch(batch, logits);
-        if (!s.is_ok()) return fail(s);
-        prefill_s += seconds_since(t);
+    if (!gpu.value()->pdl_off_reason().empty()) {
+      std::printf("[%s] pdl turned off: %s\n", config.c_str(), gpu.value()->pdl_off_reason().c_str());
+    }
+    const double create_s = seconds_since(t_create);
+    cudaMemGetInfo(&free1, &total);
+    const tern::cuda::DeviceMemoryUse mem = gpu.value()->memory_use();
+    const double used = static_cast<double>(free0 - free1);
+    std::printf("[%s] create %.2f s (upload, workspace, %zu graphs, pdl %d); GPU memory: weights %.0f MiB, "
+                "workspace %.0f MiB, graphs %.1f MiB, KV pool %.0f MiB; all but the KV pool (cudaMemGetInfo) %.0f MiB\n",
+                config.c_str(), create_s, gpu.value()->graph_batch_sizes().size(),
+                gpu.value()->programmatic_launches() ? 1 : 0, mem.weight_bytes / 1048576.0,
+                mem.workspace_bytes / 1048576.0, mem.graph_bytes / 1048576.0, mem.kv_pool_bytes / 1048576.0,
+                (used - static_cast<double>(mem.kv_pool_bytes)) / 1048576.0);
+
+    std::mt19937 rng(1);
+    std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size - 1));
+    for (const int64_t B : batches) {
+      std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(B)), tables(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) {
+        tokens[static_cast<size_t>(b)].resize(static_cast<size_t>(prompt + steps));
+        for (auto& t : tokens[static_cast<size_t>(b)]) t = tok(rng);
+        for (int64_t k = 0; k < per_seq; ++k) tables[static_cast<size_t>(b)].push_back(static_cast<int32_t>(b * per_seq + k));
       }
-    }
-    // Decode: steps/2 steps with logits to the host, then steps/2 without (positions
-    // continue, so the second run sees slightly longer contexts).
-    double decode_s[2] = {0, 0};
-    const int64_t half = steps / 2;
-    for (int pass = 0; pass < 2; ++pass) {
-      const bool want = pass == 0;
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t pos = prompt + pass * half + i;
+      std::vector<int32_t> picks;
+      std::vector<float> logits;
+      std::vector<uint8_t> greedy;
+      auto step = [&](const std::vector<tern::SequenceChunk>& batch, bool on_device) {
+        greedy.assign(batch.size(), on_device ? 1 : 0);
+        picks.resize(batch.size());
+        logits.resize(on_device ? 0 : batch.size() * V);
+        return gpu.value()->forward_step(batch, greedy, picks, logits);
+      };
+      // Prefill, as many prompts per step as the token budget allows; twice,
+      // timing the second (the first loads kernels and picks GEMM algorithms).
+      double prefill_s = 0;
+      for (int rep = 0; rep < 2; ++rep) {
+        prefill_s = 0;
+        for (int64_t first = 0; first < B;) {
+          std::vector<tern::SequenceChunk> batch;
+          int64_t used_tokens = 0;
+          for (; first < B && used_tokens + prompt <= o.max_num_batched_tokens; ++first, used_tokens += prompt) {
+            const auto& seq = tokens[static_cast<size_t>(first)];
+            batch.push_back({std::span<const int32_t>(seq).first(static_cast<size_t>(prompt)), 0,
+                             tables[static_cast<size_t>(first)], true});
+          }
+          const auto t = Clock::now();
+          tern::Status s = step(batch, true);
+          if (!s.is_ok()) return fail(s);
+          prefill_s += seconds_since(t);
+        }
+      }
+      // Decode: all steps with device picks, then a few with every row's logits to the host
+      // (the context keeps growing; the last host steps rewrite positions already decoded).
+      double decode_s = 0, host_s = 0;
+      int64_t timed = 0, host_timed = 0;
+      const int64_t host_steps = std::min<int64_t>(16, steps);
+      for (int64_t i = 0; i < steps + host_steps; ++i) {
+        const bool on_device = i < steps;
+        const int64_t pos = on_device ? prompt + i : prompt + steps - host_steps + (i - steps);
         std::vector<tern::SequenceChunk> batch;
         for (int64_t b = 0; b < B; ++b) {
           batch.push_back({std::span<const int32_t>(tokens[static_cast<size_t>(b)]).subspan(static_cast<size_t>(pos), 1),
-                           pos, tables[static_cast<size_t>(b)], want});
+                           pos, tables[static_cast<size_t>(b)], true});
         }
-        logits.resize(want ? static_cast<size_t>(B * c.vocab_size) : 0);
+        if (i == profile_step) cudaProfilerStart();
         const auto t = Clock::now();
-        tern::Status s = gpu.value()->forward_batch(batch, logits);
+        tern::Status s = step(batch, on_device);
         if (!s.is_ok()) return fail(s);
-        if (i >= 2) decode_s[pass] += seconds_since(t);  // the first steps warm up
+        const double dt = seconds_since(t);
+        if (i == profile_step) cudaProfilerStop();
+        if (on_device && i >= 4) {  // the first steps warm up
+          decode_s += dt;
+          ++timed;
+        } else if (!on_device && i >= steps + 2) {
+          host_s += dt;
+          ++host_timed;
+        }
       }
+      Row r;
+      r.config = config;
+      r.batch = B;
+      r.prefill_tok_s = static_cast<double>(B * prompt) / prefill_s;
+      r.decode_ms = decode_s / static_cast<double>(timed) * 1e3;
+      r.decode_tok_s = static_cast<double>(B * timed) / decode_s;
+      r.host_logits_tok_s = host_timed > 0 ? static_cast<double>(B * host_timed) / host_s : 0;
+      std::printf("[%s] batch %3ld: prefill %ld x %ld tokens %.2f ms (%.0f tok/s); decode %.0f tok/s (%.3f ms/step) "
+                  "with device picks, %.0f tok/s with all logits to the host\n",
+                  config.c_str(), static_cast<long>(B), static_cast<long>(B), static_cast<long>(prompt),
+                  prefill_s * 1e3, r.prefill_tok_s, r.decode_tok_s, r.decode_ms, r.host_logits_tok_s);
+      std::fflush(stdout);
+      table.push_back(r);
     }
-    const double timed = static_cast<double>(half - 2);
-    std::printf("batch %3ld: prefill %ld x %ld tokens %.2f ms; decode %.0f tok/s (%.3f ms/step) with logits to host, "
-                "%.0f tok/s (%.3f ms/step) without\n",
-                static_cast<long>(B), static_cast<long>(B), static_cast<long>(prompt), prefill_s * 1e3,
-                B * timed / decode_s[0], decode_s[0] / timed * 1e3, B * timed / decode_s[1], decode_s[1] / timed * 1e3);
+  }
+  std::printf("\n| config | batch | decode tok/s | ms/step | logits-to-host tok/s | prefill tok/s (%ld-token prompts) |\n"
+              "|---|---|---|---|---|---|\n",
+              static_cast<long>(prompt));
+  for (const Row& r : table) {
+    std::printf("| %s | %ld | %.0f | %.3f | %.0f | %.0f |\n", r.config.c_str(), static_cast<long>(r.batch),
+                r.decode_tok_s, r.decode_ms, r.host_logits_tok_s, r.prefill_tok_s);
   }
   return 0;
 }

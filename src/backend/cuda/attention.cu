@@ -4,9 +4,12 @@
 // into shared memory (fp32, K rows padded against bank conflicts). Lane j
 // scores key j of a 32-key tile; the online softmax state (max, sum, and
 // each lane's head_dim / 32 output dims) lives in registers. With several
-// splits (flash-decoding), each writes its unnormalized partial result and a
-// second kernel merges them; this is what keeps the GPU busy on decode
-// batches too small to fill it.
+// splits (flash-decoding), each writes its unnormalized partial result and
+// the last split to finish merges them (a counter per token and kv head), so
+// a split decode is one launch; splitting is what keeps the GPU busy on
+// decode batches too small to fill it. Split lengths come from each token's
+// own context, read on the device: the launch shape depends only on the
+// numbers of tokens and splits, as a CUDA graph needs.
 #include <cfloat>
 
 #include "backend/cuda/device_utils.cuh"
@@ -18,6 +21,7 @@ constexpr int kTile = kAttentionTile;
 
 template <int kDimsPerLane>
 __global__ void paged_attention_kernel(PagedAttentionParams p) {
+  allow_dependent_launch();
   const int64_t t = blockIdx.x;
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int group = p.num_heads / p.num_kv_heads;
@@ -26,8 +30,14 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
   const int ctx = p.positions[t] + 1;
   const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[t]];
-  const int begin = p.num_splits == 1 ? 0 : split * p.split_len;
-  const int end = p.num_splits == 1 ? ctx : min(ctx, begin + p.split_len);
+  int begin = 0, end = ctx;
+  if (p.num_splits > 1) {
+    const int per = ((ctx + p.num_splits - 1) / p.num_splits + kTile - 1) / kTile * kTile;
+    begin = split * per;
+    end = min(ctx, begin + per);  // empty (begin >= end) for splits past the context
+  }
+
+  grid_dependency_wait();  // q and this step's K/V come from the kernels before
 
   extern __shared__ float smem[];
   float* q_s = smem;                    // [group][hd], pre-scaled by 1/sqrt(hd)
@@ -47,13 +57,35 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
   for (int tile = begin; tile < end; tile += kTile) {
     __syncthreads();  // the previous tile is consumed (and q_s is written, on the first pass)
     const int n = min(kTile, end - tile);
-    for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
-      const int j = i / hd, d = i - j * hd;
-      const int key = tile + j;
-      const int64_t block = table[key / p.block_size];
-      const int64_t off = (block * p.block_size + key % p.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
-      k_s[j * (hd + 1) + d] = load_bf16(p.k_cache + off);
-      v_s[j * hd + d] = load_bf16(p.v_cache + off);
+    if (hd % 8 == 0) {  // 16-byte loads of 8 dims
+      const int per_key = hd / 8;
+      for (int i = threadIdx.x; i < n * per_key; i += blockDim.x) {
+        const int j = i / per_key, d = (i - j * per_key) * 8;
+        const int key = tile + j;
+        const int64_t block = table[key / p.block_size];
+        const int64_t off = (block * p.block_size + key % p.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
+        const uint4 kw = *reinterpret_cast<const uint4*>(p.k_cache + off);
+        const uint4 vw = *reinterpret_cast<const uint4*>(p.v_cache + off);
+        const uint32_t kx[4] = {kw.x, kw.y, kw.z, kw.w}, vx[4] = {vw.x, vw.y, vw.z, vw.w};
+        float* kd = k_s + j * (hd + 1) + d;
+        float* vd = v_s + j * hd + d;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          kd[2 * h] = __uint_as_float(kx[h] << 16);
+          kd[2 * h + 1] = __uint_as_float(kx[h] & 0xffff0000u);
+          vd[2 * h] = __uint_as_float(vx[h] << 16);
+          vd[2 * h + 1] = __uint_as_float(vx[h] & 0xffff0000u);
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+        const int j = i / hd, d = i - j * hd;
+        const int key = tile + j;
+        const int64_t block = table[key / p.block_size];
+        const int64_t off = (block * p.block_size + key % p.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
+        k_s[j * (hd + 1) + d] = load_bf16(p.k_cache + off);
+        v_s[j * hd + d] = load_bf16(p.v_cache + off);
+      }
     }
     __syncthreads();
 
@@ -91,60 +123,81 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
       const int d = lane + 32 * i;
       if (d < hd) store_bf16(o + d, acc[i] * inv);
     }
-  } else {
-    const int64_t base = (t * p.num_heads + head) * p.num_splits + split;
-    float* o = p.partial_out + base * hd;
+    return;
+  }
+  const int64_t base = (t * p.num_heads + head) * p.num_splits;
+  float* o = p.partial_out + (base + split) * hd;
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) o[d] = acc[i];
+  }
+  if (lane == 0) {
+    p.partial_ml[(base + split) * 2] = m;  // -FLT_MAX and l = 0 for an empty split
+    p.partial_ml[(base + split) * 2 + 1] = l;
+  }
+
+  // The last split of this (token, kv head) to arrive merges all of them
+  // (CUDA's threadFenceReduction pattern: publish, count, then read past L1).
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.split_counters + t * p.num_kv_heads + kvh;
+    const int arrived = atomicAdd(counter, 1);
+    is_last = arrived == p.num_splits - 1;
+    if (is_last) *counter = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // Lane s holds split s's statistics; out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),
+  // summed in split order whichever split merges.
+  float ms = -FLT_MAX, ls = 0.0f;
+  if (lane < p.num_splits) {
+    ms = __ldcg(p.partial_ml + (base + lane) * 2);
+    ls = __ldcg(p.partial_ml + (base + lane) * 2 + 1);
+  }
+  const float m_max = warp_max(ms);
+  const float weight = lane < p.num_splits ? __expf(ms - m_max) : 0.0f;
+  const float inv = 1.0f / warp_sum(ls * weight);
+  float merged[kDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) merged[i] = 0.0f;
+  for (int sp = 0; sp < p.num_splits; ++sp) {
+    const float ws = __shfl_sync(0xffffffffu, weight, sp);
+    const float* po = p.partial_out + (base + sp) * hd;
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + 32 * i;
-      if (d < hd) o[d] = acc[i];
-    }
-    if (lane == 0) {
-      p.partial_ml[base * 2] = m;  // -FLT_MAX and l = 0 for a split past the context
-      p.partial_ml[base * 2 + 1] = l;
+      if (d < hd) merged[i] += __ldcg(po + d) * ws;
     }
   }
-}
-
-// Merges the splits of one (token, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-__global__ void merge_splits_kernel(PagedAttentionParams p) {
-  const int64_t t = blockIdx.x, head = blockIdx.y;
-  const int64_t base = (t * p.num_heads + head) * p.num_splits;
-  float m_max = -FLT_MAX;
-  for (int s = 0; s < p.num_splits; ++s) m_max = fmaxf(m_max, p.partial_ml[(base + s) * 2]);
-  float sum = 0.0f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    sum += p.partial_ml[(base + s) * 2 + 1] * __expf(p.partial_ml[(base + s) * 2] - m_max);
-  }
-  const float inv = 1.0f / sum;
-  bf16* o = p.out + t * p.out_row_stride + head * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float v = 0.0f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      v += p.partial_out[(base + s) * p.head_dim + d] * __expf(p.partial_ml[(base + s) * 2] - m_max);
-    }
-    store_bf16(o + d, v * inv);
+  bf16* out = p.out + t * p.out_row_stride + head * hd;
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) store_bf16(out + d, merged[i] * inv);
   }
 }
 
 template <int kDimsPerLane>
-cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t smem, cudaStream_t stream) {
+cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                   bool pdl) {
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(paged_attention_kernel<kDimsPerLane>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = allow_large_smem<paged_attention_kernel<kDimsPerLane>>();
     if (e != cudaSuccess) return e;
   }
-  paged_attention_kernel<kDimsPerLane><<<grid, threads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(paged_attention_kernel<kDimsPerLane>, grid, dim3(threads), smem, stream, pdl, p);
 }
 
 }  // namespace
 
-cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
+cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return cudaSuccess;
   const int group = p.num_heads / p.num_kv_heads;
   if (p.head_dim > kMaxAttentionHeadDim || group > kMaxAttentionGroup || p.num_splits < 1 ||
-      (p.num_splits > 1 && (p.split_len <= 0 || p.split_len % kTile != 0))) {
+      p.num_splits > kMaxAttentionSplits || (p.num_splits > 1 && p.split_counters == nullptr)) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.num_kv_heads),
@@ -154,16 +207,13 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
                                        static_cast<size_t>(kTile) * (2 * p.head_dim + 1));
   cudaError_t e;
   if (p.head_dim <= 32) {
-    e = launch<1>(p, grid, threads, smem, stream);
+    e = launch<1>(p, grid, threads, smem, stream, pdl);
   } else if (p.head_dim <= 64) {
-    e = launch<2>(p, grid, threads, smem, stream);
+    e = launch<2>(p, grid, threads, smem, stream, pdl);
   } else {
-    e = launch<4>(p, grid, threads, smem, stream);
+    e = launch<4>(p, grid, threads, smem, stream, pdl);
   }
-  if (e != cudaSuccess || p.num_splits == 1) return e;
-  const dim3 merge_grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.num_heads));
-  merge_splits_kernel<<<merge_grid, 128, 0, stream>>>(p);
-  return cudaGetLastError();
+  return e;
 }
 
 }  // namespace tern::cuda

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 
@@ -47,6 +48,60 @@ __device__ __forceinline__ float block_sum(float v) {
   }
   __syncthreads();
   return total;
+}
+
+// Lets Kernel take up to the device's opt-in shared memory per block; done
+// once per kernel (the first call's device), so launches inside a CUDA graph
+// capture make no attribute calls. A template on the kernel itself: every
+// instantiation of a kernel template has the same type, so the once must
+// be per function, not per type.
+template <auto Kernel>
+cudaError_t allow_large_smem() {
+  static const cudaError_t once = [] {
+    int device = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    return e;
+  }();
+  return once;
+}
+
+// Programmatic dependent launch (sm_90 and later; no-ops before). A kernel
+// launched with pdl = true (launch_kernel below) may start while the kernel
+// before it on the stream is still running: it may read only what no
+// kernel writes (weights, step metadata) before grid_dependency_wait(),
+// which returns once the previous kernel has finished and its writes are
+// visible, and it writes nothing before that. allow_dependent_launch() lets
+// the next kernel start early; each kernel here calls it on entry.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic
+// dependent launch when pdl is set; returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          bool pdl, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 inline unsigned int blocks_for(int64_t n, int threads) {

@@ -19,8 +19,8 @@ Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t 
                             std::to_string(in_features) + " x " + std::to_string(out_features));
   }
   const int m = static_cast<int>(out_features), n = static_cast<int>(num_tokens), k = static_cast<int>(in_features);
-  const float alpha = 1.0f, beta = 0.0f;
-  const cudaDataType_t c_type = out_type == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const float alpha = 1.0f, beta = out_type == GemmOut::kAddF32 ? 1.0f : 0.0f;
+  const cudaDataType_t c_type = out_type == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
   TERN_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16BF, k, x,
                                            CUDA_R_16BF, k, &beta, y, c_type, m, CUBLAS_COMPUTE_32F,
                                            CUBLAS_GEMM_DEFAULT));

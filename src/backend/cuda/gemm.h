@@ -1,6 +1,8 @@
 // The linear layers on cuBLAS: y[T, N] = x[T, K] . W^T with W in PyTorch
 // [N, K] row-major layout (so fused weights are row blocks stacked on
-// upload), bf16 operands, fp32 accumulation, bf16 or fp32 output.
+// upload), bf16 operands, fp32 accumulation, bf16 or fp32 output, or fp32
+// added into y (y += x W^T: the residual stream takes a layer's output
+// without a separate add).
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,7 +14,7 @@
 
 namespace tern::cuda {
 
-enum class GemmOut { kBf16, kF32 };
+enum class GemmOut { kBf16, kF32, kAddF32 };
 
 // Enqueues on the handle's stream. Shapes must fit in int (cuBLAS's API).
 Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w,

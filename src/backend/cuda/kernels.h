@@ -16,7 +16,7 @@ using bf16 = uint16_t;  // bfloat16 bits
 
 // x[t, :] = fp32(table[ids[t], :]) for t < num_tokens. table is [rows, hidden].
 cudaError_t embedding_gather(const bf16* table, const int32_t* ids, int64_t num_tokens, int64_t hidden, float* x,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool pdl = false);
 
 // For each output row i < num_rows, with source row r = rows ? rows[i] : i:
 //   x[r] += delta[r]                       (when delta is not null; fp32)
@@ -43,17 +43,24 @@ struct RopeKvParams {
   bf16* k_cache = nullptr;
   bf16* v_cache = nullptr;
 };
-cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream);
+cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl = false);
 
 // Causal GQA attention of a step's tokens over the paged K/V of one layer.
 // Token t belongs to sequence token_seq[t], sits at positions[t] and attends
 // to positions 0..positions[t] of its sequence, whose block table starts at
 // block_tables + table_offsets[token_seq[t]]. Query head h uses kv head
 // h / (num_heads / num_kv_heads). out[t, h*head_dim + d] (bf16, out_row_stride
-// between rows). With num_splits > 1 each split of split_len keys writes an
-// unnormalized partial result to partial_out [T][num_heads][num_splits]
-// [head_dim] and its max and sum to partial_ml [T][num_heads][num_splits][2],
-// then a second kernel merges them (flash-decoding).
+// between rows). With num_splits > 1 (flash-decoding) token t's context of
+// ctx = positions[t] + 1 keys is cut into num_splits pieces of
+// round_up(ceil(ctx / num_splits), kAttentionTile) keys (the last ones may be
+// empty), so the launch shape depends only on the number of tokens and the
+// contexts are read from device memory (a CUDA graph stays valid for any
+// lengths). Each split writes an unnormalized partial result to partial_out
+// [T][num_heads][num_splits][head_dim] and its max and sum to partial_ml
+// [T][num_heads][num_splits][2]; the last split of a (token, kv head) to
+// finish, found with split_counters[t * num_kv_heads + kvh] (zero before the
+// launch, left zero after it), merges them in split order, so the result
+// does not depend on which split finished last.
 struct PagedAttentionParams {
   const bf16* q = nullptr;
   int64_t q_row_stride = 0;
@@ -66,20 +73,73 @@ struct PagedAttentionParams {
   int64_t num_tokens = 0;
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   int num_splits = 1;
-  int split_len = 0;  // keys per split, a multiple of kAttentionTile; ignored when num_splits == 1
-  float* partial_out = nullptr;
-  float* partial_ml = nullptr;
+  float* partial_out = nullptr;   // num_splits > 1 only
+  float* partial_ml = nullptr;    // num_splits > 1 only
+  int* split_counters = nullptr;  // num_splits > 1 only
   bf16* out = nullptr;
   int64_t out_row_stride = 0;
 };
 constexpr int kAttentionTile = 32;
-// Largest head_dim and q heads per kv head the kernel handles.
+// Largest head_dim and q heads per kv head the kernel handles, and splits per token.
 constexpr int kMaxAttentionHeadDim = 128;
 constexpr int kMaxAttentionGroup = 32;
-cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream);
+constexpr int kMaxAttentionSplits = 32;
+cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl = false);
 
 // out[t, i] = bf16(silu(gate) * up) with gate = gu[t, i], up = gu[t, inter + i]
 // (the fused gate|up GEMM's row), fp32 math.
 cudaError_t silu_mul(const bf16* gu, int64_t num_tokens, int64_t inter, bf16* out, cudaStream_t stream);
+
+// The decode-sized linear layer: y[t, n] (+)= sum_k in[t, k] * W[n, k] for
+// num_tokens <= kMaxGemvTokens, W bf16 [N, K] row-major, fp32 accumulation.
+// One warp per output row (a pair of rows for kQkvRope) streams W once with
+// 16-byte loads; the block first builds the input rows in shared memory
+// (bf16 values, held as fp32), from one of:
+//   kBf16:    x_bf16 [T][K] as is;
+//   kRmsNorm: bf16(x[r] / sqrt(mean(x[r]^2) + eps) * norm_weight) of the fp32
+//             residual rows x_f32 [.][K], r = rows ? rows[t] : t (the
+//             add_rmsnorm above without its delta, fused in);
+//   kSiluMul: bf16(silu(g) * u) of the gate|up rows x_bf16 [T][2K] (silu_mul fused in);
+// and writes y [T][N] as bf16, fp32, adds into fp32 y (the residual
+// stream), or, for kQkvRope, treats the N = (num_heads + 2 num_kv_heads) *
+// head_dim outputs as a q|k|v row and does rope_store_kv's work on the fp32
+// sums: q rotated into y (bf16, row stride N), k rotated and v into the
+// token's slot of k_cache / v_cache (the q|k|v row's k and v parts of y are
+// not written).
+enum class GemvInput { kBf16, kRmsNorm, kSiluMul };
+enum class GemvOutput { kBf16, kF32, kAddF32, kQkvRope };
+struct GemvParams {
+  GemvInput input = GemvInput::kBf16;
+  GemvOutput output = GemvOutput::kBf16;
+  const bf16* x_bf16 = nullptr;
+  const float* x_f32 = nullptr;
+  const int32_t* rows = nullptr;
+  const float* norm_weight = nullptr;
+  float eps = 0.0f;
+  int64_t num_tokens = 0;
+  int64_t in_features = 0;   // K: a multiple of 8
+  int64_t out_features = 0;  // N
+  const bf16* w = nullptr;   // 16-byte aligned
+  void* y = nullptr;
+  // kQkvRope only: as RopeKvParams.
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  const float* inv_freq = nullptr;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  bf16* k_cache = nullptr;
+  bf16* v_cache = nullptr;
+};
+constexpr int kMaxGemvTokens = 8;
+// Whether gemv() takes K for up to kMaxGemvTokens tokens (K % 8 == 0 and the
+// input rows fit in shared memory). Call after cudaSetDevice.
+bool gemv_supported(int64_t in_features);
+// sm_count sizes the grid: one wave of resident blocks, rows strided over their warps.
+cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl = false);
+
+// out[r] = index of the largest value of logits[r, 0:vocab] for r < num_rows;
+// the lowest index wins ties and NaN is never chosen (all NaN gives 0): the
+// host argmax of engine/sampler.h.
+cudaError_t argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out, cudaStream_t stream,
+                        bool pdl = false);
 
 }  // namespace tern::cuda

@@ -8,6 +8,8 @@ namespace tern::cuda {
 namespace {
 
 __global__ void rope_store_kv_kernel(RopeKvParams p) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   const int64_t t = blockIdx.x;
   const int half = p.head_dim / 2;
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
@@ -42,10 +44,10 @@ __global__ void rope_store_kv_kernel(RopeKvParams p) {
 
 }  // namespace
 
-cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream) {
+cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return cudaSuccess;
-  rope_store_kv_kernel<<<static_cast<unsigned int>(p.num_tokens), 128, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(rope_store_kv_kernel, dim3(static_cast<unsigned int>(p.num_tokens)), dim3(128), 0, stream, pdl,
+                       p);
 }
 
 }  // namespace tern::cuda

@@ -1,0 +1,136 @@
+// DeviceModel's state, shared by its two source files: device_model.cpp
+// (creation: upload, memory planning, the KV pool, graph capture) and
+// device_step.cpp (one engine step: metadata, kernels, outputs). Private to
+// the CUDA backend.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_model.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+
+namespace tern::cuda {
+
+// Largest decode batch captured as a graph; bigger decode steps run eagerly.
+constexpr int64_t kMaxDecodeBucket = 256;
+// cuBLAS's workspace, given to it so graph capture never allocates.
+constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+
+// Device pointers to one step's metadata, laid out in one int32 buffer as
+// [ids T][positions T][slots T][token_seq T][logit_rows R][table_offsets S][tables].
+// A decode step (T = R = S = bucket) always has the same pointers for one
+// bucket, which is what lets a captured graph replay it.
+struct StepView {
+  int64_t num_tokens = 0, num_rows = 0;
+  const int32_t* ids = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  const int32_t* token_seq = nullptr;
+  const int32_t* logit_rows = nullptr;
+  const int32_t* table_offsets = nullptr;
+  const int32_t* tables = nullptr;
+  int num_splits = 1;
+};
+
+// An instantiated CUDA graph, destroyed with its owner.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  Graph(Graph&& o) noexcept : graph(o.graph), exec(o.exec) { o.graph = nullptr, o.exec = nullptr; }
+  Graph& operator=(Graph&&) = delete;
+  Graph(const Graph&) = delete;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+struct DeviceModel::Impl {
+  ModelConfig config;
+  DeviceModelOptions options;
+  int sm_count = 1;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  DeviceBuffer cublas_workspace;
+  int64_t gemv_tokens = 0;  // steps of up to this many tokens use the GEMV (0: its K do not fit)
+  bool pdl = false;         // options.pdl on a GPU that has it
+  std::string pdl_off_reason;  // why capture_graphs turned pdl off, if it did
+
+  struct Layer {
+    DeviceBuffer input_norm, qkv, o, post_norm, gate_up, down;
+  };
+  DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
+  const bf16* lm_head = nullptr;  // embed or lm_head_own
+  std::vector<Layer> layers;
+
+  // The KV pool: num_blocks blocks for the engine, then one more that padded
+  // decode rows write and read (pad_block).
+  DeviceBuffer kv;
+  int64_t num_blocks = 0, pool_blocks = 0;
+  int32_t pad_block = 0;
+
+  // Activations for up to max_tokens tokens.
+  int64_t max_tokens = 0, max_logit_rows = 0, max_partial_rows = 0;
+  DeviceBuffer x, h, qkv, attn, gate_up, act, partial_out, partial_ml, split_counters, hlog, logits, picks;
+
+  // General steps' metadata: a pinned staging area and its device copy, grown on demand.
+  PinnedBuffer meta_host;
+  DeviceBuffer meta_dev;
+  // Decode steps' metadata: fixed buffers sized for the largest bucket.
+  std::vector<int64_t> buckets;  // ascending
+  int64_t decode_meta_capacity = 0;  // int32 entries
+  PinnedBuffer decode_meta_host;
+  DeviceBuffer decode_meta_dev;
+  std::vector<Graph> graphs;  // per bucket when graphs are on
+  bool last_was_decode = false;
+
+  // Outputs: greedy picks and host-sampled logits land here first.
+  PinnedBuffer picks_host, logits_host;
+
+  DeviceMemoryUse use;
+
+  ~Impl() {
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    graphs.clear();
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  int64_t qkv_dim() const { return config.q_dim() + 2 * config.kv_dim(); }
+  int64_t plane_elems() const { return pool_blocks * options.block_size * config.kv_dim(); }
+  bf16* k_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2) * plane_elems(); }
+  bf16* v_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2 + 1) * plane_elems(); }
+
+  // device_model.cpp
+  Status upload_weights(const HostWeights& w);
+  Status plan_workspace();
+  Status allocate_kv();
+  Status plan_decode();
+  Status capture_graphs();
+  Status capture_buckets();
+
+  // device_step.cpp
+  Status ensure_meta(size_t count);
+  Status forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> greedy, std::span<int32_t> tokens,
+                 std::span<float> logits);
+  int splits_for(int64_t num_tokens, int64_t max_ctx) const;
+  StepView view_of(const int32_t* meta, int64_t T, int64_t R, int64_t S) const;
+  StepView decode_view(int64_t bucket) const;
+  // Writes the metadata of a decode step of `batch` padded to `bucket` rows into decode_meta_host.
+  int64_t pack_decode(std::span<const SequenceChunk> batch, int64_t bucket);
+  Status enqueue_layers(const StepView& v);
+  Status enqueue_head(const StepView& v, int64_t first, int64_t rows, bool argmax, bool after_layers);
+  // The decode graph's (or eager twin's) kernels: the layers, and the head when it fits one pass.
+  Status enqueue_decode(int64_t bucket);
+  bool head_in_decode(int64_t bucket) const { return bucket <= max_logit_rows; }
+};
+
+}  // namespace tern::cuda

@@ -1,0 +1,309 @@
+// Decode-sized linear layers (up to kMaxGemvTokens tokens): a GEMM at these
+// shapes is a pass over the weights, so the kernel is built around streaming
+// W once at full bandwidth. One warp per output row (two for the fused
+// q|k|v + RoPE form): each lane loads 8 bf16 of W per 16-byte load, several
+// in flight; the first loads of the warp's next row are issued before the
+// current row's reduction, and the first row's before the block builds its
+// inputs (and, in a programmatic dependent launch, before the previous
+// kernel has finished). The inputs (T rows of K values, bf16-rounded, held
+// as fp32 so the inner loop has no conversions) sit in shared memory, made
+// on the way in from the residual stream (RMSNorm) or the gate|up rows
+// (SiLU * up), which removes those kernels from the decode step; the q|k|v
+// form also does RoPE and the KV-cache write, which removes rope_store_kv.
+#include <algorithm>
+#include <climits>
+
+#include "backend/cuda/device_utils.cuh"
+
+namespace tern::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kLoads = 8;       // 16-byte loads of W in flight per lane
+constexpr int kChunk = 32 * 8;  // elements of K one warp-wide load covers
+
+__device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+__device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float4 b, float acc) {
+  acc = fmaf(lo_bf16(w.x), a.x, acc);
+  acc = fmaf(hi_bf16(w.x), a.y, acc);
+  acc = fmaf(lo_bf16(w.y), a.z, acc);
+  acc = fmaf(hi_bf16(w.y), a.w, acc);
+  acc = fmaf(lo_bf16(w.z), b.x, acc);
+  acc = fmaf(hi_bf16(w.z), b.y, acc);
+  acc = fmaf(lo_bf16(w.w), b.z, acc);
+  acc = fmaf(hi_bf16(w.w), b.w, acc);
+  return acc;
+}
+
+// Loads step k0 of R consecutive rows starting at `w` (K elements each):
+// lane covers k0 + u * kChunk + lane * 8 for u < U.
+template <int R, int U>
+__device__ __forceinline__ void load_step(const bf16* w, int K, int k0, int lane, uint4 (&wv)[R][U]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = k0 + u * kChunk + lane * 8;
+      wv[r][u] = k < K ? __ldg(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r) * K + k))
+                       : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+template <int T, int R, int U>
+__device__ __forceinline__ void compute_step(const uint4 (&wv)[R][U], const float* xs, int K, int k0, int lane,
+                                             float (&acc)[R][T]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int k = k0 + u * kChunk + lane * 8;
+    if (k < K) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        const float4 a = *reinterpret_cast<const float4*>(xs + t * K + k);
+        const float4 b = *reinterpret_cast<const float4*>(xs + t * K + k + 4);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] = dot8(wv[r][u], a, b, acc[r][t]);
+      }
+    }
+  }
+}
+
+// Builds the T input rows of K values in shared memory (see GemvInput).
+template <int T, GemvInput In>
+__device__ __forceinline__ void build_input(const GemvParams& p, int K, float* xs) {
+  const int k8 = K / 8;
+  if constexpr (In == GemvInput::kBf16) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x_bf16);
+    for (int i = threadIdx.x; i < T * k8; i += kThreads) {
+      const uint4 v = src[i];
+      reinterpret_cast<float4*>(xs)[2 * i] = make_float4(lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y));
+      reinterpret_cast<float4*>(xs)[2 * i + 1] = make_float4(lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w));
+    }
+  } else if constexpr (In == GemvInput::kSiluMul) {
+    // Element for element as silu_mul (silu_mul.cu): bf16(g / (1 + e^-g) * u), fp32 math.
+    for (int i = threadIdx.x; i < T * k8; i += kThreads) {
+      const int t = i / k8, j = i - t * k8;
+      const bf16* row = p.x_bf16 + static_cast<int64_t>(t) * 2 * K;
+      const uint4 g = *reinterpret_cast<const uint4*>(row + j * 8);
+      const uint4 u = *reinterpret_cast<const uint4*>(row + K + j * 8);
+      const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
+      float out[8];
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const float g0 = lo_bf16(gw[h]), g1 = hi_bf16(gw[h]);
+        out[2 * h] = round_bf16(g0 / (1.0f + expf(-g0)) * lo_bf16(uw[h]));
+        out[2 * h + 1] = round_bf16(g1 / (1.0f + expf(-g1)) * hi_bf16(uw[h]));
+      }
+      reinterpret_cast<float4*>(xs)[2 * i] = make_float4(out[0], out[1], out[2], out[3]);
+      reinterpret_cast<float4*>(xs)[2 * i + 1] = make_float4(out[4], out[5], out[6], out[7]);
+    }
+  } else {
+    // Warp t normalizes token t (T <= kWarps), as add_rmsnorm without a delta.
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp < T) {
+      const int64_t r = p.rows != nullptr ? p.rows[warp] : warp;
+      const float4* xr = reinterpret_cast<const float4*>(p.x_f32 + r * K);
+      const float4* wt = reinterpret_cast<const float4*>(p.norm_weight);
+      float sum_sq = 0.0f;
+      for (int j = lane; j < K / 4; j += 32) {
+        const float4 v = xr[j];
+        sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+      const float scale = 1.0f / sqrtf(warp_sum(sum_sq) / static_cast<float>(K) + p.eps);
+      float4* dst = reinterpret_cast<float4*>(xs + warp * K);
+      for (int j = lane; j < K / 4; j += 32) {
+        const float4 v = xr[j], w = wt[j];
+        dst[j] = make_float4(round_bf16(v.x * scale * w.x), round_bf16(v.y * scale * w.y),
+                             round_bf16(v.z * scale * w.z), round_bf16(v.w * scale * w.w));
+      }
+    }
+  }
+}
+
+// Writes token t's sums of rows n .. n + R - 1.
+template <int R, GemvOutput Out>
+__device__ __forceinline__ void store_rows(const GemvParams& p, int t, int64_t n, const float (&v)[R]) {
+  const int64_t at = static_cast<int64_t>(t) * p.out_features + n;
+  if constexpr (Out == GemvOutput::kBf16) {
+    store_bf16(static_cast<bf16*>(p.y) + at, v[0]);
+  } else if constexpr (Out == GemvOutput::kF32) {
+    static_cast<float*>(p.y)[at] = v[0];
+  } else if constexpr (Out == GemvOutput::kAddF32) {
+    static_cast<float*>(p.y)[at] += v[0];
+  } else {
+    // The pair (n, n + 1) is dims (2i, 2i + 1) of a q, k or v head; as rope_store_kv.
+    const int64_t q_dim = static_cast<int64_t>(p.num_heads) * p.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    if (n >= q_dim + kv_dim) {  // v
+      bf16* out = p.v_cache + static_cast<int64_t>(p.slots[t]) * kv_dim + (n - q_dim - kv_dim);
+      store_bf16(out, v[R - 2]);
+      store_bf16(out + 1, v[R - 1]);
+      return;
+    }
+    const int i = static_cast<int>(n % p.head_dim) / 2;
+    float s, c;
+    sincosf(p.inv_freq[i] * static_cast<float>(p.positions[t]), &s, &c);
+    const float a = v[R - 2], b = v[R - 1];
+    bf16* out = n < q_dim ? static_cast<bf16*>(p.y) + at
+                          : p.k_cache + static_cast<int64_t>(p.slots[t]) * kv_dim + (n - q_dim);
+    store_bf16(out, a * c - b * s);
+    store_bf16(out + 1, b * c + a * s);
+  }
+}
+
+template <int T, GemvInput In, GemvOutput Out>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
+  constexpr int R = Out == GemvOutput::kQkvRope ? 2 : 1;  // rows per warp
+  constexpr int U = kLoads / R;                           // loads per row per step
+  constexpr int kStep = kChunk * U;
+  allow_dependent_launch();
+  extern __shared__ float4 smem_vec[];
+  float* xs = reinterpret_cast<float*>(smem_vec);
+  const int K = static_cast<int>(p.in_features);
+  const int64_t N = p.out_features;  // a multiple of R
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * R;
+  int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
+
+  uint4 wv[R][U];
+  if (n < N) load_step<R, U>(p.w + n * K, K, 0, lane, wv);  // weights: no wait needed
+  grid_dependency_wait();
+  build_input<T, In>(p, K, xs);
+  __syncthreads();
+
+  for (; n < N; n += stride) {
+    const bf16* wr = p.w + n * K;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
+    }
+    for (int k0 = 0;;) {
+      compute_step<T, R, U>(wv, xs, K, k0, lane, acc);
+      k0 += kStep;
+      if (k0 >= K) break;
+      load_step<R, U>(wr, K, k0, lane, wv);
+    }
+    if (n + stride < N) load_step<R, U>(wr + stride * K, K, 0, lane, wv);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) acc[r][t] = warp_sum(acc[r][t]);
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (lane != t) continue;
+      float v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] = acc[r][t];
+      store_rows<R, Out>(p, t, n, v);
+    }
+  }
+}
+
+// Blocks of this kernel that fit on one multiprocessor with `smem` bytes of
+// inputs: the grid is one wave of them, rows strided over their warps.
+template <int T, GemvInput In, GemvOutput Out>
+int resident_blocks(size_t smem) {
+  struct Limits {
+    int regs = 0, regs_per_sm = 0, smem_per_sm = 0;
+  };
+  static const Limits lim = [] {
+    Limits l;
+    cudaFuncAttributes a{};
+    int device = 0;
+    if (cudaFuncGetAttributes(&a, gemv_kernel<T, In, Out>) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l.regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return Limits{};
+    }
+    l.regs = a.numRegs;
+    return l;
+  }();
+  if (lim.regs <= 0) return 1;
+  const int by_threads = 2048 / kThreads;
+  const int by_regs = lim.regs_per_sm / (((lim.regs + 7) / 8 * 8) * kThreads);
+  const int by_smem = lim.smem_per_sm / static_cast<int>(smem + 1024);  // 1 KiB reserved per block
+  return std::max(1, std::min({by_threads, by_regs, by_smem}));
+}
+
+template <int T, GemvInput In, GemvOutput Out>
+cudaError_t launch(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+  constexpr int R = Out == GemvOutput::kQkvRope ? 2 : 1;
+  const size_t smem = static_cast<size_t>(T) * static_cast<size_t>(p.in_features) * sizeof(float);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = allow_large_smem<gemv_kernel<T, In, Out>>();
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t row_blocks = (p.out_features / R + kWarps - 1) / kWarps;
+  const int64_t wave = static_cast<int64_t>(resident_blocks<T, In, Out>(smem)) * (sm_count > 0 ? sm_count : 1);
+  const auto grid = static_cast<unsigned int>(std::min(row_blocks, wave));
+  return launch_kernel(gemv_kernel<T, In, Out>, dim3(grid), dim3(kThreads), smem, stream, pdl, p);
+}
+
+template <GemvInput In, GemvOutput Out>
+cudaError_t dispatch_tokens(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+  switch (p.num_tokens) {
+    case 1: return launch<1, In, Out>(p, sm_count, stream, pdl);
+    case 2: return launch<2, In, Out>(p, sm_count, stream, pdl);
+    case 3: return launch<3, In, Out>(p, sm_count, stream, pdl);
+    case 4: return launch<4, In, Out>(p, sm_count, stream, pdl);
+    case 5: return launch<5, In, Out>(p, sm_count, stream, pdl);
+    case 6: return launch<6, In, Out>(p, sm_count, stream, pdl);
+    case 7: return launch<7, In, Out>(p, sm_count, stream, pdl);
+    case 8: return launch<8, In, Out>(p, sm_count, stream, pdl);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool gemv_supported(int64_t in_features) {
+  if (in_features <= 0 || in_features % 8 != 0 || in_features > INT_MAX / 2) return false;
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return kMaxGemvTokens * in_features * static_cast<int64_t>(sizeof(float)) <= optin;
+}
+
+cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+  if (p.num_tokens <= 0 || p.out_features <= 0) return cudaSuccess;
+  if (p.num_tokens > kMaxGemvTokens || p.in_features <= 0 || p.in_features % 8 != 0 || p.in_features > INT_MAX / 2) {
+    return cudaErrorInvalidValue;
+  }
+  using In = GemvInput;
+  using Out = GemvOutput;
+  // The combinations the model uses.
+  if (p.input == In::kRmsNorm && p.output == Out::kBf16) {
+    return dispatch_tokens<In::kRmsNorm, Out::kBf16>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kRmsNorm && p.output == Out::kF32) {
+    return dispatch_tokens<In::kRmsNorm, Out::kF32>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kBf16 && p.output == Out::kAddF32) {
+    return dispatch_tokens<In::kBf16, Out::kAddF32>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kSiluMul && p.output == Out::kAddF32) {
+    return dispatch_tokens<In::kSiluMul, Out::kAddF32>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kBf16 && p.output == Out::kBf16) {
+    return dispatch_tokens<In::kBf16, Out::kBf16>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kRmsNorm && p.output == Out::kQkvRope) {
+    const int64_t rows = (static_cast<int64_t>(p.num_heads) + 2 * p.num_kv_heads) * p.head_dim;
+    if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.out_features != rows) return cudaErrorInvalidValue;
+    return dispatch_tokens<In::kRmsNorm, Out::kQkvRope>(p, sm_count, stream, pdl);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace tern::cuda
