@@ -89,7 +89,10 @@ void Engine::abort_request(const std::string& id) {
   RequestState& state = *it->second;
   for (auto& seq : state.sequences)
     if (seq->status != SequenceStatus::kFinished) finish_sequence(*seq, FinishReason::kAbort);
-  std::erase(touched_, &state);
+  if (state.touched) {
+    std::erase(touched_, &state);
+    state.touched = false;
+  }
   publish(state);
 }
 
@@ -119,7 +122,10 @@ void Engine::step() {
   } else {
     fail_plan(plan, st);
   }
-  for (RequestState* r : touched_) publish(*r);
+  for (RequestState* r : touched_) {
+    r->touched = false;
+    publish(*r);  // may erase *r
+  }
   touched_.clear();
 
   ++stats_.num_steps;
@@ -190,7 +196,13 @@ void Engine::append_token(Sequence& seq, const SampleResult& sample) {
   ++stats_.generation_tokens_total;
   if (!r.first_token) r.first_token = std::chrono::steady_clock::now();
   if (finish) finish_sequence(seq, *finish);
-  if (std::find(touched_.begin(), touched_.end(), &r) == touched_.end()) touched_.push_back(&r);
+  mark_touched(r);
+}
+
+void Engine::mark_touched(RequestState& r) {
+  if (r.touched) return;
+  r.touched = true;
+  touched_.push_back(&r);
 }
 
 void Engine::fail_plan(const StepPlan& plan, const Status& error) {
@@ -199,7 +211,7 @@ void Engine::fail_plan(const StepPlan& plan, const Status& error) {
     r.error = error;
     for (auto& seq : r.sequences)
       if (seq->status != SequenceStatus::kFinished) finish_sequence(*seq, FinishReason::kError);
-    if (std::find(touched_.begin(), touched_.end(), &r) == touched_.end()) touched_.push_back(&r);
+    mark_touched(r);
   }
 }
 

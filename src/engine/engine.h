@@ -75,6 +75,7 @@ class Engine {
   void append_token(Sequence& seq, const SampleResult& sample);
   static bool device_greedy_ok(const Sequence& seq);
   void fork_siblings(Sequence& first, std::span<const float> row);
+  void mark_touched(RequestState& r);
   void publish(RequestState& state);
   void finish_sequence(Sequence& seq, FinishReason reason);
   void fail_plan(const StepPlan& plan, const Status& error);

@@ -52,6 +52,7 @@ void Scheduler::preempt(Entry entry) {
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
+  plan.chunks.reserve(running_.size() + 1);  // one growth-free vector at large batches
   int64_t budget = config_.max_num_batched_tokens;
   bool preempted = false;
 

@@ -96,6 +96,7 @@ struct RequestState {
   std::vector<int32_t> eos_ids;   // the subset that ignore_eos disables
   std::vector<std::unique_ptr<Sequence>> sequences;
   bool forked = false;            // n > 1: the other sequences joined after the prompt
+  bool touched = false;           // in Engine::touched_ (news to publish this step); O(1) dedup at batch 256
   std::optional<SteadyTime> first_scheduled;
   std::optional<SteadyTime> first_token;
   int64_t num_cached_tokens = 0;
