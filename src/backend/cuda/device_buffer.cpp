@@ -14,11 +14,16 @@ Status describe(Status s, size_t bytes, const char* what) {
 
 }  // namespace
 
-Status DeviceBuffer::allocate(size_t bytes, const char* what) {
+template <MemoryKind kKind>
+Status CudaBuffer<kKind>::allocate(size_t bytes, const char* what) {
   reset();
   if (bytes == 0) bytes = 1;
   Status s = [&]() -> Status {
-    TERN_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes));
+    if constexpr (kKind == MemoryKind::kDevice) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes));
+    } else {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
+    }
     return Status::ok();
   }();
   if (!s.is_ok()) {
@@ -30,32 +35,20 @@ Status DeviceBuffer::allocate(size_t bytes, const char* what) {
   return Status::ok();
 }
 
-void DeviceBuffer::reset() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
-  ptr_ = nullptr;
-  bytes_ = 0;
-}
-
-Status PinnedBuffer::allocate(size_t bytes, const char* what) {
-  reset();
-  if (bytes == 0) bytes = 1;
-  Status s = [&]() -> Status {
-    TERN_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
-    return Status::ok();
-  }();
-  if (!s.is_ok()) {
-    ptr_ = nullptr;
-    cudaGetLastError();
-    return describe(std::move(s), bytes, what);
+template <MemoryKind kKind>
+void CudaBuffer<kKind>::reset() {
+  if (ptr_ != nullptr) {
+    if constexpr (kKind == MemoryKind::kDevice) {
+      cudaFree(ptr_);
+    } else {
+      cudaFreeHost(ptr_);
+    }
   }
-  bytes_ = bytes;
-  return Status::ok();
-}
-
-void PinnedBuffer::reset() {
-  if (ptr_ != nullptr) cudaFreeHost(ptr_);
   ptr_ = nullptr;
   bytes_ = 0;
 }
+
+template class CudaBuffer<MemoryKind::kDevice>;
+template class CudaBuffer<MemoryKind::kPinnedHost>;
 
 }  // namespace tern::cuda
