@@ -4,7 +4,9 @@
 The shapes, tensor names, config and tokenizer files are those of
 baidu/ERNIE-4.5-0.3B-PT (MODEL.md); the weights are random, deterministic from
 --seed. Benchmarks run on it, since every byte and FLOP is still exercised.
-Needs numpy only; takes a few seconds.
+Needs numpy only; takes a few seconds. The copied SentencePiece model is
+padded to the full vocabulary (bench/sp_vocab.py says why) unless
+--no-pad-tokenizer.
 
     python3 tools/make_random_model.py --out models/ernie-4.5-0.3b-random \
         --tokenizer-from tests/data/ernie-tiny
@@ -16,7 +18,12 @@ import os
 import shutil
 import struct
 
+import sys
+
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import sp_vocab  # noqa: E402 -- bench/sp_vocab.py
 
 CONFIG = {
     "architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424,
@@ -61,6 +68,8 @@ def main():
     ap.add_argument("--tokenizer-from", required=True, help="model folder whose tokenizer files are copied")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (smaller test models)")
+    ap.add_argument("--no-pad-tokenizer", dest="pad_tokenizer", action="store_false",
+                    help="keep the copied tokenizer.model as is (most ids then decode to no text)")
     args = ap.parse_args()
 
     config = dict(CONFIG)
@@ -89,6 +98,9 @@ def main():
         src = os.path.join(args.tokenizer_from, name)
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(args.out, name))
+    if args.pad_tokenizer and os.path.exists(os.path.join(args.out, "tokenizer.model")):
+        before, after = sp_vocab.pad_model_dir(args.out)
+        print(f"tokenizer.model: {before} pieces padded to {after}")
     print(f"wrote {args.out}: {sum(int(np.prod(s)) for _, s in specs):,} parameters")
 
 

@@ -23,8 +23,15 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
       ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_BATCHED_TOKENS");
   cmd.add_option("--block-size", o.block_size, "Tokens per KV cache block")
       ->check(CLI::Range(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");
-  cmd.add_option("--kv-cache-memory", o.kv_cache_memory, "Memory for the KV cache, e.g. 2GiB or 512MiB")
-      ->capture_default_str()->envname("TERN_KV_CACHE_MEMORY");
+  cmd.add_option("--kv-cache-memory", o.kv_cache_memory,
+                 "Memory for the KV cache, e.g. 2GiB or 512MiB (default: CUDA, room for --max-num-seqs sequences "
+                 "of --max-model-len tokens, or of 2048 when that is not given, within the GPU's free memory; "
+                 "CPU, 2GiB)")
+      ->envname("TERN_KV_CACHE_MEMORY");
+  cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "CUDA: share of the GPU's memory tern may take (weights, workspace, KV cache), e.g. 0.9; the KV "
+                 "cache gets the rest. Instead of --kv-cache-memory")
+      ->check(CLI::Range(0.0, 1.0))->envname("TERN_GPU_MEMORY_UTILIZATION");
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)")
       ->envname("TERN_ENABLE_PREFIX_CACHING");
@@ -69,17 +76,37 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));
   }
   const ModelConfig& cfg = le.model->config();
-  TERN_ASSIGN_OR_RETURN(int64_t kv_bytes, parse_bytes(o.kv_cache_memory));
   std::string device = o.device;
   if (device == "auto") {
     bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
     device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
   }
+  const bool by_share = o.gpu_memory_utilization > 0;
+  if (by_share && !o.kv_cache_memory.empty()) {
+    return invalid_argument("give --kv-cache-memory or --gpu-memory-utilization, not both");
+  }
+  if (by_share && device != "cuda") {
+    return invalid_argument("--gpu-memory-utilization sizes the KV cache on the GPU; on the CPU use --kv-cache-memory");
+  }
+  int64_t kv_bytes = 0;
+  if (!o.kv_cache_memory.empty()) {
+    TERN_ASSIGN_OR_RETURN(kv_bytes, parse_bytes(o.kv_cache_memory));
+  } else if (device == "cuda") {
+    // Room for max_num_seqs whole sequences: vLLM takes 90% of the card,
+    // which starves anything else on it; this takes what the limits need.
+    const int64_t len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
+    const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * 2;  // bf16 K and V
+    kv_bytes = o.max_num_seqs * (len + o.block_size) * per_token;
+  } else {
+    kv_bytes = int64_t{2} << 30;
+  }
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
     CudaRunnerOptions co;
     co.block_size = o.block_size;
-    co.kv_cache_bytes = kv_bytes;
+    co.kv_cache_bytes = by_share ? 0 : kv_bytes;
+    co.gpu_memory_utilization = o.gpu_memory_utilization;
+    co.kv_fit_to_free = o.kv_cache_memory.empty() && !by_share;
     co.max_num_batched_tokens = o.max_num_batched_tokens;
     co.max_num_seqs = o.max_num_seqs;
     co.max_model_len = o.max_model_len;
@@ -97,9 +124,11 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
                             std::to_string(cfg.max_position_embeddings) + " positions");
   }
   if (max_len > cache_tokens) {
-    return invalid_argument("--max-model-len " + std::to_string(max_len) + " needs more KV cache than --kv-cache-memory " +
-                            o.kv_cache_memory + " holds (" + std::to_string(cache_tokens) +
-                            " tokens); raise --kv-cache-memory or lower --max-model-len");
+    return invalid_argument("--max-model-len " + std::to_string(max_len) + " needs more KV cache than the " +
+                            std::to_string(cache_tokens) + " tokens it holds (" +
+                            (o.kv_cache_memory.empty() ? std::string("default size") : "--kv-cache-memory " + o.kv_cache_memory) +
+                            "); raise --kv-cache-memory" + (device == "cuda" ? " or --gpu-memory-utilization" : "") +
+                            ", or lower --max-model-len");
   }
   le.max_model_len = max_len;
 

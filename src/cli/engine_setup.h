@@ -24,7 +24,8 @@ struct EngineOptions {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
   int64_t block_size = 16;
-  std::string kv_cache_memory = "2GiB";
+  std::string kv_cache_memory;          // empty: the default sizing (engine_setup.cpp)
+  double gpu_memory_utilization = 0;    // CUDA: > 0 sizes the KV pool from this share of the GPU
   bool enable_prefix_caching = true;
   std::string device = "auto";
   bool enforce_eager = false;

@@ -67,6 +67,8 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Cuda
   cuda::DeviceModelOptions options;
   options.block_size = o.block_size;
   options.kv_cache_bytes = o.kv_cache_bytes;
+  options.gpu_memory_utilization = o.gpu_memory_utilization;
+  options.kv_fit_to_free = o.kv_fit_to_free;
   options.max_num_batched_tokens = o.max_num_batched_tokens;
   options.max_num_seqs = o.max_num_seqs;
   options.max_model_len = o.max_model_len;

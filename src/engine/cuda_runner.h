@@ -19,6 +19,8 @@ bool cuda_backend_built();
 struct CudaRunnerOptions {
   int64_t block_size = 16;
   int64_t kv_cache_bytes = 0;             // the GPU KV pool: whole blocks of block_size positions
+  double gpu_memory_utilization = 0;      // > 0: size the pool from this share of the GPU instead
+  bool kv_fit_to_free = false;            // kv_cache_bytes is a default: shrink it to what is free
   int64_t max_num_batched_tokens = 2048;  // the scheduler's token budget: no step holds more
   int64_t max_num_seqs = 256;             // the scheduler's sequence limit: decode graphs go up to it (<= 256)
   int64_t max_model_len = 0;              // longest sequence (0: the model's max positions)

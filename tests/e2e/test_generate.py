@@ -135,3 +135,19 @@ def test_missing_tokenizer(tern_bin, tmp_path, tiny_model):
     m = copy_model(tiny_model, tmp_path / "m")
     (m / "tokenizer.model").unlink()
     expect_failure(tern_bin, m, "tokenizer.model")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--device", "cpu", "--gpu-memory-utilization", "0.5"], "on the CPU use --kv-cache-memory"),
+        (["--kv-cache-memory", "1GiB", "--gpu-memory-utilization", "0.5"], "not both"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["--device", "cpu", "--kv-cache-memory", "1KiB"], "raise --kv-cache-memory"),
+        (["--device", "cpu", "--kv-cache-memory", "1MiB", "--max-model-len", "4096"], "--max-model-len 4096"),
+    ],
+)
+def test_kv_cache_sizing_errors_name_the_flag(tern_bin, tiny_model, flags, message):
+    r = run_tern(tern_bin, "generate", "--model", tiny_model, "--prompt", "hi", "--max-tokens", 2, *flags)
+    assert r.returncode != 0
+    assert message in r.stderr.decode(), r.stderr.decode()

@@ -337,15 +337,16 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits) {
 
 TEST(CudaKernels, PagedAttentionMatchesReference) {
   uint32_t seed = 10;
+  // head_dim 64 and 128 with up to 16 q heads per kv head take the tensor-core kernel.
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 8, 16}, Shape{4, 2, 16, 7}, Shape{8, 8, 64, 1},
-                        Shape{16, 2, 128, 5}}) {
+                        Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{12, 2, 128, 3}, Shape{24, 2, 96, 16}}) {
     check_attention(s, seed++, /*num_splits=*/1);
   }
 }
 
 TEST(CudaKernels, SplitAttentionMatchesReference) {
   uint32_t seed = 20;
-  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 3}}) {
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 3}, Shape{32, 2, 64, 5}}) {
     // 2 and 5 split every context; 32 leaves most splits of short contexts empty.
     for (int num_splits : {2, 5, 32}) check_attention(s, seed++, num_splits);
   }
@@ -388,11 +389,14 @@ std::vector<float> round_bf16(std::vector<float> v) {
   return v;
 }
 
-void check_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, std::mt19937& rng) {
+// sm_count sizes the grid: 4 makes the warps stride over several rows, 132
+// (an H100/H200) gives most shapes here one row per warp.
+void check_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, int sm_count,
+                std::mt19937& rng) {
   ThreadPool pool(2);
   const std::string what = "gemv in " + std::to_string(static_cast<int>(in)) + " out " +
                            std::to_string(static_cast<int>(out)) + " T " + std::to_string(T) + " K " +
-                           std::to_string(K) + " N " + std::to_string(N);
+                           std::to_string(K) + " N " + std::to_string(N) + " sms " + std::to_string(sm_count);
   const float a = 1.7f / std::sqrt(static_cast<float>(K));
   Bf16Data w = test::random_bf16(rng, static_cast<size_t>(N * K), -a, a);
   DeviceArray<bf16> d_w(w.words);
@@ -452,7 +456,7 @@ void check_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, 
   if (out == cuda::GemvOutput::kBf16) {
     DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
     p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, 4, nullptr));
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
     const std::vector<float> got = test::to_f32(d_y.download());
     if (in == cuda::GemvInput::kBf16) {
       test::expect_bf16_close(got, ref, what);
@@ -462,13 +466,22 @@ void check_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, 
   } else if (out == cuda::GemvOutput::kF32) {
     DeviceArray<float> d_y(std::vector<float>(ref.size(), NAN));
     p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, 4, nullptr));
-    EXPECT_LT(test::relative_l2(d_y.download(), ref), tol) << what;
+    // The folded argmax: each token's key names the host argmax of the row written.
+    DeviceArray<uint64_t> d_keys(std::vector<uint64_t>(static_cast<size_t>(T), 0));
+    p.argmax_keys = d_keys.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    const std::vector<float> got = d_y.download();
+    EXPECT_LT(test::relative_l2(got, ref), tol) << what;
+    const std::vector<uint64_t> keys = d_keys.download();
+    for (int64_t t = 0; t < T; ++t) {
+      const std::span<const float> row(got.data() + t * N, static_cast<size_t>(N));
+      EXPECT_EQ(cuda::pick_of(keys[static_cast<size_t>(t)]), argmax(row)) << what << " token " << t;
+    }
   } else {
     const std::vector<float> y0 = test::random_f32(rng, ref.size(), -1, 1);
     DeviceArray<float> d_y(y0);
     p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, 4, nullptr));
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
     std::vector<float> got = d_y.download();
     for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
     EXPECT_LT(test::relative_l2(got, ref), tol) << what << " (added into y)";
@@ -488,12 +501,12 @@ TEST(CudaKernels, GemvMatchesReference) {
     int64_t K, N;
   };
   for (const auto& [in, out] : forms) {
-    for (int64_t T : {1, 3, 8}) {
+    for (int64_t T : {1, 3, 4, 8}) {
       // K past one unrolled step (2048) and not a multiple of it; N not a
       // multiple of the rows per block, and more rows than the grid's warps.
       for (const Shape2 sh : {Shape2{64, 37}, Shape2{1000, 300}, Shape2{1024, 2560}, Shape2{3072, 1024},
                               Shape2{2056, 129}}) {
-        check_gemv(in, out, T, sh.K, sh.N, rng);
+        for (int sms : {4, 132}) check_gemv(in, out, T, sh.K, sh.N, sms, rng);
       }
     }
   }
@@ -549,7 +562,8 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
       p.head_dim = s.head_dim;
       p.k_cache = d_k.get();
       p.v_cache = d_v.get();
-      TERN_ASSERT_CUDA(cuda::gemv(p, 4, nullptr));
+      // 4 multiprocessors: each warp strides over several row pairs.
+      TERN_ASSERT_CUDA(cuda::gemv(p, T == 5 ? 132 : 4, nullptr));
 
       std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
       cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, h.data());
@@ -614,13 +628,17 @@ TEST(CudaKernels, ArgmaxMatchesHostArgmax) {
     std::fill(row(4), row(4) + vocab, -INFINITY);
     row(5)[vocab - 1] = 99;
     std::fill(row(6), row(6) + vocab, 0.25f);
+    // Row 7: -0 and +0 are equal, so the first of them wins.
+    std::fill(row(7), row(7) + vocab, -100.0f);
+    row(7)[0] = -0.0f;
+    if (vocab > 5) row(7)[5] = 0.0f;
     DeviceArray<float> d_logits(logits);
-    DeviceArray<int32_t> d_out(std::vector<int32_t>(static_cast<size_t>(rows), -7));
-    TERN_ASSERT_CUDA(cuda::argmax_rows(d_logits.get(), rows, vocab, d_out.get(), nullptr));
-    const std::vector<int32_t> got = d_out.download();
+    DeviceArray<uint64_t> d_keys(std::vector<uint64_t>(static_cast<size_t>(rows), 0));
+    TERN_ASSERT_CUDA(cuda::argmax_rows(d_logits.get(), rows, vocab, d_keys.get(), nullptr));
+    const std::vector<uint64_t> got = d_keys.download();
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t want = argmax(std::span<const float>(&*row(r), static_cast<size_t>(vocab)));
-      EXPECT_EQ(got[static_cast<size_t>(r)], want) << "vocab " << vocab << " row " << r;
+      EXPECT_EQ(cuda::pick_of(got[static_cast<size_t>(r)]), want) << "vocab " << vocab << " row " << r;
     }
   }
 }

@@ -323,6 +323,53 @@ TEST(GpuModel, BadBatchesFailBeforeAnyWork) {
   EXPECT_TRUE(run({ok_tokens, 0, table, true}, logits).is_ok());
 }
 
+// KV pool sizing: a share of the GPU (vLLM's --gpu-memory-utilization), a
+// default size that shrinks to what is free, and the errors naming the flag.
+TEST(GpuModel, KvPoolSizingFromShareOrFreeMemory) {
+  auto cpu = load_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny");
+  ASSERT_NE(cpu, nullptr);
+  const ModelConfig& c = cpu->config();
+  const int64_t per_block = c.num_layers * 2 * 16 * c.kv_dim() * 2;
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const auto total = static_cast<int64_t>(total_bytes);
+
+  cuda::DeviceModelOptions o;
+  o.block_size = 16;
+  o.max_num_batched_tokens = 64;
+  o.enforce_eager = true;
+  o.gpu_memory_utilization = 0.05;
+  {
+    auto g = cuda::DeviceModel::create(c, cuda_host_weights(*cpu), o);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    // The pool is the share less what tern took before it and a 256 MiB reserve.
+    const int64_t pool = g.value()->memory_use().kv_pool_bytes;
+    EXPECT_LE(pool, total / 20 - (256 << 20) + per_block);
+    EXPECT_GE(pool, total / 20 - (256 << 20) - (512 << 20));
+  }
+  o.gpu_memory_utilization = 1e-4;  // less than the weights and workspace
+  {
+    auto g = cuda::DeviceModel::create(c, cuda_host_weights(*cpu), o);
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_EQ(g.status().code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(g.status().message().find("raise --gpu-memory-utilization"), std::string::npos)
+        << g.status().to_string();
+  }
+  o.gpu_memory_utilization = 0;
+  o.kv_cache_bytes = int64_t{1} << 50;  // a petabyte: more than any GPU
+  {
+    auto g = cuda::DeviceModel::create(c, cuda_host_weights(*cpu), o);
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_NE(g.status().message().find("lower --kv-cache-memory"), std::string::npos) << g.status().to_string();
+    o.kv_fit_to_free = true;  // as a default size, it shrinks to what is free instead
+    o.kv_cache_bytes = static_cast<int64_t>(free_bytes) * 2;
+    g = cuda::DeviceModel::create(c, cuda_host_weights(*cpu), o);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_LT(g.value()->memory_use().kv_pool_bytes, static_cast<int64_t>(free_bytes));
+    EXPECT_GT(g.value()->memory_use().kv_pool_bytes, static_cast<int64_t>(free_bytes) / 2);
+  }
+}
+
 // ---- The engine on the CUDA runner against the engine on the CPU runner.
 
 Request greedy_request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens) {

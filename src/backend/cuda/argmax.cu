@@ -1,83 +1,63 @@
-// Greedy picks on the device: one block per logits row finds the index of
-// the largest value, so only an int32 per row crosses to the host. Same
-// answer as the host argmax (engine/sampler.h): lowest index among equal
-// maxima, NaN never chosen, 0 when every value is NaN.
-#include <climits>
-
+// Greedy picks on the device for rows whose logits come from cuBLAS (the
+// GEMV head folds its own): kBlocksPerRow blocks share a row, each finds
+// the largest key (device_utils.cuh, pick_key) of its slice and folds it
+// into the row's key with one atomicMax, so only a 64-bit key per row
+// crosses to the host. The maximum does not depend on the order the
+// blocks arrive in.
 #include "backend/cuda/device_utils.cuh"
 
 namespace tern::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
-constexpr int kNone = INT_MAX;
+constexpr int kThreads = 256;
+constexpr int kBlocksPerRow = 16;
 
-struct Best {
-  float value;
-  int index;  // kNone: nothing seen yet
-};
-
-// Whether (v, i) beats b; NaN never does.
-__device__ __forceinline__ bool beats(float v, int i, const Best& b) {
-  if (v != v) return false;
-  return b.index == kNone || v > b.value || (v == b.value && i < b.index);
-}
-
-__device__ __forceinline__ Best warp_best(Best b) {
+__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, b.value, offset);
-    const int i = __shfl_xor_sync(0xffffffffu, b.index, offset);
-    if (i != kNone && beats(v, i, b)) b = Best{v, i};
+    const uint64_t o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = o > v ? o : v;
   }
-  return b;
+  return v;
 }
 
-__global__ void argmax_kernel(const float* logits, int64_t vocab, int32_t* out) {
+__global__ void argmax_kernel(const float* logits, int64_t vocab, uint64_t* keys) {
   allow_dependent_launch();
   grid_dependency_wait();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  Best b{0.0f, kNone};
-  // Each thread visits its indices in increasing order, so a strict > keeps the first of equal values.
-  if (vocab % 4 == 0) {
-    const float4* row4 = reinterpret_cast<const float4*>(row);
-    for (int64_t j = threadIdx.x; j < vocab / 4; j += kThreads) {
-      const float4 v = row4[j];
-      const int i = static_cast<int>(j * 4);
-      if (beats(v.x, i, b)) b = Best{v.x, i};
-      if (beats(v.y, i + 1, b)) b = Best{v.y, i + 1};
-      if (beats(v.z, i + 2, b)) b = Best{v.z, i + 2};
-      if (beats(v.w, i + 3, b)) b = Best{v.w, i + 3};
-    }
-  } else {
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
-      if (beats(row[j], static_cast<int>(j), b)) b = Best{row[j], static_cast<int>(j)};
+  const int64_t per = (vocab + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * per;
+  const int64_t end = begin + per < vocab ? begin + per : vocab;
+  uint64_t best = 0;
+  for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
+    const float v = row[j];
+    if (v == v) {
+      const uint64_t k = pick_key(v, j);
+      best = k > best ? k : best;
     }
   }
-  __shared__ float values[kThreads / 32];
-  __shared__ int indices[kThreads / 32];
+  __shared__ uint64_t warp_best[kThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  b = warp_best(b);
-  if (lane == 0) {
-    values[warp] = b.value;
-    indices[warp] = b.index;
-  }
+  best = warp_max_u64(best);
+  if (lane == 0) warp_best[warp] = best;
   __syncthreads();
   if (warp == 0) {
-    b = Best{values[lane], indices[lane]};  // kThreads / 32 == 32 warps
-    b = warp_best(b);
-    if (lane == 0) out[blockIdx.x] = b.index == kNone ? 0 : b.index;
+    best = lane < kThreads / 32 ? warp_best[lane] : 0;
+    best = warp_max_u64(best);
+    if (lane == 0 && best != 0) {
+      atomicMax(reinterpret_cast<unsigned long long*>(keys) + blockIdx.x, static_cast<unsigned long long>(best));
+    }
   }
 }
 
 }  // namespace
 
-cudaError_t argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out, cudaStream_t stream,
+cudaError_t argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, uint64_t* keys, cudaStream_t stream,
                         bool pdl) {
   if (num_rows <= 0) return cudaSuccess;
-  if (vocab <= 0 || vocab >= kNone) return cudaErrorInvalidValue;
-  return launch_kernel(argmax_kernel, dim3(static_cast<unsigned int>(num_rows)), dim3(kThreads), 0, stream, pdl,
-                       logits, vocab, out);
+  if (vocab <= 0 || vocab >= INT32_MAX) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned int>(num_rows), kBlocksPerRow);
+  return launch_kernel(argmax_kernel, grid, dim3(kThreads), 0, stream, pdl, logits, vocab, keys);
 }
 
 }  // namespace tern::cuda

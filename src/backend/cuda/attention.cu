@@ -181,10 +181,297 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Tensor-core form (sm_80+, head_dim 64 or 128, up to 16 q heads per kv
+// head): the q heads of one token and kv head are the 16 rows of an
+// m16n8k16 bf16 MMA (rows past the group are zero), keys its columns, so
+// S = Q K^T is head_dim / 16 MMAs per 8 keys and O += P V is head_dim / 8
+// MMAs per 16 keys, fp32 accumulation. The dot products run over head_dim
+// in any order, so each lane loads 16 contiguous bytes of a key and the
+// q fragments use the same permutation of dims; V's fragments pair two
+// keys of one dim with a byte permute, and the output dims come out
+// permuted the same known way. Warp w of the block takes 16-key chunks
+// w, w + W, ... of the split; the warps' softmax states merge through
+// shared memory, then (several splits) through the partials as above.
+constexpr int kMmaWarps = 4;
+constexpr int kChunkKeys = 16;
+// Fewest keys per split: a chunk per warp.
+constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Keys per split for a context of ctx keys cut into at most num_splits.
+__device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
+  const int even = (ctx + num_splits - 1) / num_splits;
+  const int keys = even > kMinSplitKeys ? even : kMinSplitKeys;
+  return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAttentionParams p) {
+  constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
+  constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
+  allow_dependent_launch();
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;  // MMA fragment row group and column pair
+  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
+  const int ctx = p.positions[t] + 1;
+  const int per = mma_split_keys(ctx, p.num_splits);
+  const int active = (ctx + per - 1) / per;
+  const int begin = split * per;
+  if (begin >= ctx) return;  // an empty split: not counted below
+  const int end = min(ctx, begin + per);
+  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[t]];
+  const bf16* k_base = p.k_cache + static_cast<int64_t>(kvh) * HD;
+  const bf16* v_base = p.v_cache + static_cast<int64_t>(kvh) * HD;
+  auto row_of = [&](int key) {  // the key's offset in the K/V planes
+    const int64_t block = table[key / p.block_size];
+    return (block * p.block_size + key % p.block_size) * kv_dim;
+  };
+
+  grid_dependency_wait();  // q and this step's K/V come from the kernels before
+
+  // q rows g and g + 8 (heads kvh * group + row), dims 32 j + 8 c .. + 7.
+  uint4 qa[kPairs], qb[kPairs];
+  {
+    const bf16* q = p.q + t * p.q_row_stride + static_cast<int64_t>(kvh) * group * HD;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      qa[j] = g < group ? *reinterpret_cast<const uint4*>(q + g * HD + 32 * j + 8 * c) : make_uint4(0, 0, 0, 0);
+      qb[j] = g + 8 < group ? *reinterpret_cast<const uint4*>(q + (g + 8) * HD + 32 * j + 8 * c)
+                            : make_uint4(0, 0, 0, 0);
+    }
+  }
+  const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;  // log2(e) / sqrt(hd)
+
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units)
+  float o[kHalves][8][4];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
+  }
+
+  for (int base = begin + warp * kChunkKeys; base < end; base += kMmaWarps * kChunkKeys) {
+    // Keys past the end read the last key (real data) and are masked below.
+    const int last = end - 1;
+    uint4 kr[2][kPairs];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t off = row_of(min(base + 8 * e + g, last));
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) kr[e][j] = *reinterpret_cast<const uint4*>(k_base + off + 32 * j + 8 * c);
+    }
+    uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t off = row_of(min(base + 2 * c + (i & 1) + 8 * (i >> 1), last));
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) vr[i][h] = *reinterpret_cast<const uint4*>(v_base + off + 64 * h + 8 * g);
+    }
+    // The warp's next chunk into L2 while this one computes: lane l fetches
+    // key l / 2's K (even lanes) or V (odd lanes) row, HD * 2 bytes.
+    if (const int next = base + kMmaWarps * kChunkKeys + (lane >> 1); next < end) {
+      const bf16* row = ((lane & 1) ? v_base : k_base) + row_of(next);
+#pragma unroll
+      for (int b = 0; b < HD * 2; b += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
+      }
+    }
+
+    // s[e]: keys base + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3).
+    float s[2][4];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr[e][j].x, kr[e][j].y);
+        mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr[e][j].z, kr[e][j].w);
+      }
+    }
+    float row_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = base + 8 * e + 2 * c + (i & 1);
+        s[e][i] = key < end ? s[e][i] * scale : -INFINITY;
+        row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
+      }
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+      row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+      const float m_new = fmaxf(m[r], row_max[r]);
+      corr[r] = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+    uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float pr[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pr[i] = exp2f(s[e][i] - m[i >> 1]);
+        l[i >> 1] += pr[i];
+      }
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(pr[0], pr[1]);
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(pr[2], pr[3]);
+      pa[2 * e] = *reinterpret_cast<const uint32_t*>(&lo);
+      pa[2 * e + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+    }
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        o[h][j][0] *= corr[0];
+        o[h][j][1] *= corr[0];
+        o[h][j][2] *= corr[1];
+        o[h][j][3] *= corr[1];
+        // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
+        const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
+        const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
+        mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+      }
+    }
+  }
+
+  // Merge the warps: row sums over the 4 lanes of a row, then shared memory.
+  extern __shared__ float smem[];
+  constexpr int kStride = HD + 4;
+  float* red_ml = smem;                            // [W][16][2]
+  float* red_o = smem + kMmaWarps * 16 * 2;        // [W][16][kStride]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  if (c == 0) {
+    red_ml[(warp * 16 + g) * 2] = m[0];
+    red_ml[(warp * 16 + g) * 2 + 1] = l[0];
+    red_ml[(warp * 16 + g + 8) * 2] = m[1];
+    red_ml[(warp * 16 + g + 8) * 2 + 1] = l[1];
+  }
+  // o[h][j] holds rows g / g + 8, output columns 2c and 2c + 1 of MMA (h, j):
+  // dims 64 h + 8 (2c) + j and 64 h + 8 (2c + 1) + j.
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int d0 = 64 * h + 16 * c + j;
+      float* r0 = red_o + (warp * 16 + g) * kStride;
+      float* r1 = red_o + (warp * 16 + g + 8) * kStride;
+      r0[d0] = o[h][j][0];
+      r0[d0 + 8] = o[h][j][1];
+      r1[d0] = o[h][j][2];
+      r1[d0 + 8] = o[h][j][3];
+    }
+  }
+  __syncthreads();
+
+  const int64_t head0 = static_cast<int64_t>(kvh) * group;
+  const int outputs = group * HD;
+  if (active == 1) {
+    for (int i = threadIdx.x; i < outputs; i += blockDim.x) {
+      const int row = i / HD, d = i - row * HD;
+      float mx = -FLT_MAX;
+#pragma unroll
+      for (int w = 0; w < kMmaWarps; ++w) mx = fmaxf(mx, red_ml[(w * 16 + row) * 2]);
+      float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kMmaWarps; ++w) {
+        const float wt = exp2f(red_ml[(w * 16 + row) * 2] - mx);
+        sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
+        acc += red_o[(w * 16 + row) * kStride + d] * wt;
+      }
+      store_bf16(p.out + t * p.out_row_stride + (head0 + row) * HD + d, acc / sum);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < outputs; i += blockDim.x) {
+    const int row = i / HD, d = i - row * HD;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) mx = fmaxf(mx, red_ml[(w * 16 + row) * 2]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) {
+      const float wt = exp2f(red_ml[(w * 16 + row) * 2] - mx);
+      sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
+      acc += red_o[(w * 16 + row) * kStride + d] * wt;
+    }
+    const int64_t at = (t * p.num_heads + head0 + row) * p.num_splits + split;
+    p.partial_out[at * HD + d] = acc;
+    if (d == 0) {
+      p.partial_ml[at * 2] = mx;
+      p.partial_ml[at * 2 + 1] = sum;
+    }
+  }
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.split_counters + t * p.num_kv_heads + kvh;
+    const int arrived = atomicAdd(counter, 1);
+    is_last = arrived == active - 1;
+    if (is_last) *counter = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // Splits merged in split order, whichever finished last.
+  for (int i = threadIdx.x; i < outputs; i += blockDim.x) {
+    const int row = i / HD, d = i - row * HD;
+    const int64_t at0 = (t * p.num_heads + head0 + row) * p.num_splits;
+    float mx = -FLT_MAX;
+#pragma unroll 4
+    for (int sp = 0; sp < active; ++sp) mx = fmaxf(mx, __ldcg(p.partial_ml + (at0 + sp) * 2));
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll 4
+    for (int sp = 0; sp < active; ++sp) {
+      const float wt = exp2f(__ldcg(p.partial_ml + (at0 + sp) * 2) - mx);
+      sum += __ldcg(p.partial_ml + (at0 + sp) * 2 + 1) * wt;
+      acc += __ldcg(p.partial_out + (at0 + sp) * HD + d) * wt;
+    }
+    store_bf16(p.out + t * p.out_row_stride + (head0 + row) * HD + d, acc / sum);
+  }
+}
+
+template <int HD>
+cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  const size_t smem = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4);
+  if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
+    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD>>();
+    if (e != cudaSuccess) return e;
+  }
+  return launch_kernel(mma_attention_kernel<HD>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
+}
+
 template <int kDimsPerLane>
 cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t smem, cudaStream_t stream,
                    bool pdl) {
-  if (smem > 48 * 1024) {
+  if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
     const cudaError_t e = allow_large_smem<paged_attention_kernel<kDimsPerLane>>();
     if (e != cudaSuccess) return e;
   }
@@ -202,6 +489,9 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
   }
   const dim3 grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.num_kv_heads),
                   static_cast<unsigned int>(p.num_splits));
+  if (group <= 16 && (p.head_dim == 64 || p.head_dim == 128)) {
+    return p.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
+  }
   const int threads = 32 * group;
   const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.head_dim +
                                        static_cast<size_t>(kTile) * (2 * p.head_dim + 1));

@@ -88,9 +88,10 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
 
 Status DeviceModel::Impl::plan_workspace() {
   const ModelConfig& c = config;
-  // Flash-decoding splits only while tokens x kv heads < 2 x SMs (device_step.cpp),
-  // so tokens x splits stays under twice that over the kv heads.
-  const int64_t split_tokens = (2 * static_cast<int64_t>(sm_count) + c.num_kv_heads - 1) / c.num_kv_heads;
+  // Flash-decoding splits only while tokens x kv heads < kSplitBlocksPerSm x SMs
+  // (device_step.cpp), so tokens x splits stays under twice that over the kv heads.
+  const int64_t split_tokens =
+      (kSplitBlocksPerSm * static_cast<int64_t>(sm_count) + c.num_kv_heads - 1) / c.num_kv_heads;
   max_partial_rows = std::max<int64_t>(2 * split_tokens, kMaxAttentionSplits);
   const auto T = static_cast<size_t>(max_tokens);
   const auto R = static_cast<size_t>(max_logit_rows);
@@ -116,7 +117,7 @@ Status DeviceModel::Impl::plan_workspace() {
       {&split_counters, counters * sizeof(int), "split attention counters"},
       {&hlog, R * H * sizeof(bf16), "LM-head inputs"},
       {&logits, R * V * sizeof(float), "logits"},
-      {&picks, T * sizeof(int32_t), "greedy picks"},
+      {&picks, T * sizeof(uint64_t), "greedy picks"},
       {&cublas_workspace, kCublasWorkspaceBytes, "the cuBLAS workspace"},
   };
   for (const Item& it : items) {
@@ -125,35 +126,62 @@ Status DeviceModel::Impl::plan_workspace() {
   }
   // The counters start at zero; the attention kernel leaves them at zero.
   TERN_CUDA_RETURN_IF_ERROR(cudaMemset(split_counters.as<void>(), 0, split_counters.bytes()));
-  TERN_RETURN_IF_ERROR(picks_host.allocate(T * sizeof(int32_t), "greedy picks (host)"));
+  TERN_RETURN_IF_ERROR(picks_host.allocate(T * sizeof(uint64_t), "greedy picks (host)"));
   return Status::ok();
 }
 
+// The KV pool's bytes: options.kv_cache_bytes, or the rest of
+// gpu_memory_utilization x the GPU's memory after what tern has taken so
+// far (weights, workspace) and a reserve for the decode graphs; either must
+// fit in the free memory less a margin for the graphs and the driver, or,
+// for a default size (kv_fit_to_free), shrinks to it.
 Status DeviceModel::Impl::allocate_kv() {
   const ModelConfig& c = config;
   const int64_t per_block = c.num_layers * 2 * options.block_size * c.kv_dim() * static_cast<int64_t>(sizeof(bf16));
-  num_blocks = options.kv_cache_bytes / per_block;
+  size_t free_bytes = 0, total_bytes = 0;
+  TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto free_now = static_cast<int64_t>(free_bytes), total = static_cast<int64_t>(total_bytes);
+  const int64_t margin = 256 * 1024 * 1024;  // decode graphs, cuBLAS and the driver
+  const int64_t taken = free_at_start - free_now;
+  const std::string so_far = " after the weights (" + mib(use.weight_bytes) + ") and workspace (" +
+                             mib(use.workspace_bytes) + ")";
+  int64_t budget = options.kv_cache_bytes;
+  if (options.gpu_memory_utilization > 0) {
+    const auto share = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total));
+    budget = share - taken - margin;
+    if (budget < per_block + per_block) {
+      return resource_exhausted("--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) +
+                                " gives tern " + mib(share) + " of the GPU's " + mib(total) +
+                                ", which leaves no room for a KV cache" + so_far +
+                                "; raise --gpu-memory-utilization or use --kv-cache-memory");
+    }
+  }
+  if (budget + per_block > free_now - margin) {
+    if (options.kv_fit_to_free && free_now - margin >= 2 * per_block) {
+      budget = free_now - margin - per_block;
+    } else {
+      const std::string flag = options.gpu_memory_utilization > 0 ? "lower --gpu-memory-utilization"
+                                                                    : "lower --kv-cache-memory";
+      return resource_exhausted("the KV cache needs " + mib(budget + per_block) + " but the GPU has " +
+                                mib(free_now) + " free of " + mib(total) + so_far +
+                                (total - free_at_start > margin
+                                     ? " and what was in use before (" + mib(total - free_at_start) +
+                                           ": the CUDA context, other processes)"
+                                     : std::string()) +
+                                "; " + flag);
+    }
+  }
+  num_blocks = budget / per_block;
   // Block ids are int32 and slots (block * block_size + offset) too; one more block pads decode batches.
   num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max() / options.block_size - 1);
   if (num_blocks < 1) {
-    return resource_exhausted("the KV cache budget of " + std::to_string(options.kv_cache_bytes) +
+    return resource_exhausted("the KV cache budget of " + std::to_string(budget) +
                               " bytes holds no block of " + std::to_string(per_block) +
                               " bytes; raise --kv-cache-memory");
   }
   pool_blocks = num_blocks + 1;
   pad_block = static_cast<int32_t>(num_blocks);
-  size_t free_bytes = 0, total_bytes = 0;
-  TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t want = pool_blocks * per_block;
-  // Leave room for the decode graphs and the driver.
-  const int64_t margin = 256 * 1024 * 1024;
-  if (want > static_cast<int64_t>(free_bytes) - margin) {
-    return resource_exhausted("the KV cache needs " + mib(want) + " but the GPU has " +
-                              mib(static_cast<int64_t>(free_bytes)) + " free of " +
-                              mib(static_cast<int64_t>(total_bytes)) + " after the weights (" +
-                              mib(use.weight_bytes) + ") and workspace (" + mib(use.workspace_bytes) +
-                              "); lower --kv-cache-memory");
-  }
   TERN_RETURN_IF_ERROR(kv.allocate(static_cast<size_t>(want), "the KV cache"));
   use.kv_pool_bytes = want;
   return Status::ok();
@@ -236,6 +264,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
     return invalid_argument("max_num_batched_tokens must be in [1, 2^20], got " +
                             std::to_string(options.max_num_batched_tokens));
   }
+  if (!(options.gpu_memory_utilization >= 0 && options.gpu_memory_utilization <= 1)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                            std::to_string(options.gpu_memory_utilization));
+  }
   if (options.max_num_seqs < 1 || options.max_model_len < 0) {
     return invalid_argument("max_num_seqs must be positive and max_model_len not negative");
   }
@@ -266,6 +298,11 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   impl->max_tokens = options.max_num_batched_tokens;
   impl->max_logit_rows = std::clamp<int64_t>(options.max_logit_rows, 1, options.max_num_batched_tokens);
   TERN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  {
+    size_t free_bytes = 0, total_bytes = 0;
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    impl->free_at_start = static_cast<int64_t>(free_bytes);
+  }
   TERN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, options.device));
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));

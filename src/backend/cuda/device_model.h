@@ -46,6 +46,13 @@ struct HostWeights {
 struct DeviceModelOptions {
   int64_t block_size = 16;
   int64_t kv_cache_bytes = 0;              // the KV pool is the number of whole blocks that fit
+  // Instead of kv_cache_bytes (> 0): the share of the GPU's total memory
+  // tern's allocations may take (weights, workspace, graphs and the KV
+  // pool); the pool gets what is left of it. vLLM's --gpu-memory-utilization.
+  double gpu_memory_utilization = 0;
+  // kv_cache_bytes is a default, not a request: when it does not fit, take
+  // what the GPU has free (less a margin) instead of failing.
+  bool kv_fit_to_free = false;
   int64_t max_num_batched_tokens = 2048;   // tokens per forward_batch call
   int64_t max_logit_rows = 256;            // LM-head rows computed per pass (more are done in passes)
   int64_t max_num_seqs = 256;              // largest decode batch; decode buckets go up to min(this, 256)

@@ -1,8 +1,8 @@
 // One engine step on the GPU. The step's metadata (ids, positions, KV slots,
 // block tables) goes up in one copy; then the layers' kernels are enqueued,
 // or, for a decode step, one CUDA graph replays them over fixed metadata
-// buffers padded to a batch-size bucket; then the LM head, the argmax of the
-// greedy rows, and the copies of the picks and of the host-sampled logits
+// buffers padded to a batch-size bucket; then the LM head with the argmax
+// of the greedy rows folded in (or after it, past GEMV sizes), and the copies of the picks and of the host-sampled logits
 // into pinned memory; then the call waits for the stream.
 //
 // Steps of at most gemv_tokens tokens run their linear layers on the own
@@ -39,12 +39,13 @@ Status DeviceModel::Impl::ensure_meta(size_t count) {
   return Status::ok();
 }
 
-// Flash-decoding splits when (tokens x kv heads) blocks cannot fill the GPU
-// (twice over). max_ctx < 0: the contexts are not known at launch (a decode
-// graph), so the split count depends on the batch alone.
+// Flash-decoding splits when (tokens x kv heads) blocks are fewer than
+// kSplitBlocksPerSm per multiprocessor. max_ctx < 0:
+// the contexts are not known at launch (a decode graph), so the split count
+// depends on the batch alone.
 int DeviceModel::Impl::splits_for(int64_t num_tokens, int64_t max_ctx) const {
   const int64_t blocks = num_tokens * config.num_kv_heads;
-  const int64_t target = 2 * static_cast<int64_t>(sm_count);
+  const int64_t target = kSplitBlocksPerSm * static_cast<int64_t>(sm_count);
   if (blocks >= target) return 1;
   int64_t splits = (target + blocks - 1) / blocks;
   if (max_ctx >= 0) {
@@ -134,7 +135,8 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // Programmatic launches only from one own kernel to the next (the GEMV
   // path), never after a cuBLAS kernel or a copy; the embedding starts the chain.
   const bool chain = pdl && small;
-  TERN_CUDA_RETURN_IF_ERROR(embedding_gather(embed.as<bf16>(), v.ids, T, H, x.as<float>(), stream));
+  TERN_CUDA_RETURN_IF_ERROR(
+      embedding_gather(embed.as<bf16>(), v.ids, T, H, x.as<float>(), stream, false, picks.as<uint64_t>(), v.num_rows));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[static_cast<size_t>(l)];
     RopeKvParams rp;
@@ -241,15 +243,15 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
     g.out_features = V;
     g.w = lm_head;
     g.y = logits.as<void>();
+    if (argmax) g.argmax_keys = picks.as<uint64_t>() + first;  // the head folds its own argmax
     TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain_head));
   } else {
     TERN_CUDA_RETURN_IF_ERROR(
         add_rmsnorm(x.as<float>(), nullptr, final_norm.as<float>(), selected, rows, H, eps, hlog.as<bf16>(), stream));
     TERN_RETURN_IF_ERROR(linear(cublas, hlog.as<bf16>(), rows, H, lm_head, V, logits.as<void>(), GemmOut::kF32));
-  }
-  if (argmax) {
-    TERN_CUDA_RETURN_IF_ERROR(
-        argmax_rows(logits.as<float>(), rows, V, picks.as<int32_t>() + first, stream, pdl && small_head));
+    if (argmax) {
+      TERN_CUDA_RETURN_IF_ERROR(argmax_rows(logits.as<float>(), rows, V, picks.as<uint64_t>() + first, stream));
+    }
   }
   return Status::ok();
 }
@@ -430,12 +432,12 @@ Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::spa
   }
   if (n.any_greedy) {
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(picks_host.as<void>(), picks.as<void>(),
-                                              static_cast<size_t>(R) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                              static_cast<size_t>(R) * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                               stream));
   }
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  for (int64_t r = 0; r < R; ++r) tokens[static_cast<size_t>(r)] = is_host(r) ? -1 : picks_host.as<int32_t>()[r];
+  for (int64_t r = 0; r < R; ++r) tokens[static_cast<size_t>(r)] = is_host(r) ? -1 : pick_of(picks_host.as<uint64_t>()[r]);
   if (n.host_rows > 0) std::memcpy(out.data(), logits_host.as<float>(), out.size() * sizeof(float));
   return Status::ok();
 }

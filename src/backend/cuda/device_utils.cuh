@@ -31,6 +31,16 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The argmax key of value v at index (kernels.h, argmax_rows): the float's
+// bits as an unsigned number in the float's order (-0 counts as +0, as the
+// host's > does; the caller leaves NaN out), then 2^32 - 1 - index, so the
+// larger key is the larger value or, on ties, the lower index.
+__device__ __forceinline__ uint64_t pick_key(float v, int64_t index) {
+  const uint32_t u = __float_as_uint(v + 0.0f);
+  const uint32_t ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<uint64_t>(ordered) << 32) | (0xffffffffu - static_cast<uint32_t>(index));
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every
 // thread gets the result. Uses 33 floats of shared memory.
 __device__ __forceinline__ float block_sum(float v) {
@@ -58,10 +68,16 @@ __device__ __forceinline__ float block_sum(float v) {
 template <auto Kernel>
 cudaError_t allow_large_smem() {
   static const cudaError_t once = [] {
+    // The opt-in limit counts the kernel's static shared memory too.
     int device = 0, optin = 0;
+    cudaFuncAttributes attributes{};
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attributes, Kernel);
+    if (e == cudaSuccess) {
+      const int dynamic = optin - static_cast<int>(attributes.sharedSizeBytes);
+      e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic);
+    }
     return e;
   }();
   return once;

@@ -10,6 +10,9 @@
 // on the way in from the residual stream (RMSNorm) or the gate|up rows
 // (SiLU * up), which removes those kernels from the decode step; the q|k|v
 // form also does RoPE and the KV-cache write, which removes rope_store_kv.
+// The LM head's form can also take the argmax of its rows (argmax_keys):
+// each warp keeps its best row per token, the block's best goes to one
+// atomicMax, which replaces a separate argmax kernel.
 #include <algorithm>
 #include <climits>
 
@@ -168,6 +171,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * R;
   int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
+  __shared__ unsigned long long block_best[T];
+  const bool argmax = Out == GemvOutput::kF32 && p.argmax_keys != nullptr;
+  uint64_t best = 0;  // lane t: token t's best key among this warp's rows
+  if (argmax && threadIdx.x < T) block_best[threadIdx.x] = 0;
 
   uint4 wv[R][U];
   if (n < N) load_step<R, U>(p.w + n * K, K, 0, lane, wv);  // weights: no wait needed
@@ -202,6 +209,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
 #pragma unroll
       for (int r = 0; r < R; ++r) v[r] = acc[r][t];
       store_rows<R, Out>(p, t, n, v);
+      if (argmax && v[0] == v[0]) best = max(best, pick_key(v[0], n));
+    }
+  }
+  if (argmax) {
+    if (lane < T && best != 0) atomicMax(&block_best[lane], static_cast<unsigned long long>(best));
+    __syncthreads();
+    if (threadIdx.x < T && block_best[threadIdx.x] != 0) {
+      atomicMax(reinterpret_cast<unsigned long long*>(p.argmax_keys) + threadIdx.x, block_best[threadIdx.x]);
     }
   }
 }
@@ -237,7 +252,7 @@ template <int T, GemvInput In, GemvOutput Out>
 cudaError_t launch(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   constexpr int R = Out == GemvOutput::kQkvRope ? 2 : 1;
   const size_t smem = static_cast<size_t>(T) * static_cast<size_t>(p.in_features) * sizeof(float);
-  if (smem > 48 * 1024) {
+  if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
     const cudaError_t e = allow_large_smem<gemv_kernel<T, In, Out>>();
     if (e != cudaSuccess) return e;
   }
@@ -272,7 +287,8 @@ bool gemv_supported(int64_t in_features) {
     cudaGetLastError();
     return false;
   }
-  return kMaxGemvTokens * in_features * static_cast<int64_t>(sizeof(float)) <= optin;
+  // Less 1 KiB for the kernel's static shared memory (the argmax keys).
+  return kMaxGemvTokens * in_features * static_cast<int64_t>(sizeof(float)) <= optin - 1024;
 }
 
 cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {

@@ -15,8 +15,10 @@ namespace tern::cuda {
 using bf16 = uint16_t;  // bfloat16 bits
 
 // x[t, :] = fp32(table[ids[t], :]) for t < num_tokens. table is [rows, hidden].
+// Also zeroes clear_keys[0 .. num_clear) (the step's argmax keys, below).
 cudaError_t embedding_gather(const bf16* table, const int32_t* ids, int64_t num_tokens, int64_t hidden, float* x,
-                             cudaStream_t stream, bool pdl = false);
+                             cudaStream_t stream, bool pdl = false, uint64_t* clear_keys = nullptr,
+                             int64_t num_clear = 0);
 
 // For each output row i < num_rows, with source row r = rows ? rows[i] : i:
 //   x[r] += delta[r]                       (when delta is not null; fp32)
@@ -100,7 +102,8 @@ cudaError_t silu_mul(const bf16* gu, int64_t num_tokens, int64_t inter, bf16* ou
 //             residual rows x_f32 [.][K], r = rows ? rows[t] : t (the
 //             add_rmsnorm above without its delta, fused in);
 //   kSiluMul: bf16(silu(g) * u) of the gate|up rows x_bf16 [T][2K] (silu_mul fused in);
-// and writes y [T][N] as bf16, fp32, adds into fp32 y (the residual
+// and writes y [T][N] as bf16, fp32 (and, with argmax_keys, folds each
+// token's outputs into argmax_keys[t] as argmax_rows does), adds into fp32 y (the residual
 // stream), or, for kQkvRope, treats the N = (num_heads + 2 num_kv_heads) *
 // head_dim outputs as a q|k|v row and does rope_store_kv's work on the fp32
 // sums: q rotated into y (bf16, row stride N), k rotated and v into the
@@ -128,6 +131,8 @@ struct GemvParams {
   int num_heads = 0, num_kv_heads = 0, head_dim = 0;
   bf16* k_cache = nullptr;
   bf16* v_cache = nullptr;
+  // kF32 only, optional: [T] argmax keys (zero before the launch).
+  uint64_t* argmax_keys = nullptr;
 };
 constexpr int kMaxGemvTokens = 8;
 // Whether gemv() takes K for up to kMaxGemvTokens tokens (K % 8 == 0 and the
@@ -136,10 +141,17 @@ bool gemv_supported(int64_t in_features);
 // sm_count sizes the grid: one wave of resident blocks, rows strided over their warps.
 cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl = false);
 
-// out[r] = index of the largest value of logits[r, 0:vocab] for r < num_rows;
-// the lowest index wins ties and NaN is never chosen (all NaN gives 0): the
-// host argmax of engine/sampler.h.
-cudaError_t argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, int32_t* out, cudaStream_t stream,
+// The argmax of each row of logits[r, 0:vocab] for r < num_rows, folded
+// into keys[r] with atomicMax, so several blocks share a row and the LM
+// head's GEMV can fold its outputs in as it writes them: the keys start at
+// zero (embedding_gather clears them), and pick_of(keys[r]) is the index of
+// the largest value, the lowest one on ties, never a NaN (all NaN gives 0):
+// the host argmax of engine/sampler.h.
+cudaError_t argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, uint64_t* keys, cudaStream_t stream,
                         bool pdl = false);
+// A key holds the value's bits in float order above (2^32 - 1 - index).
+constexpr int32_t pick_of(uint64_t key) {
+  return key == 0 ? 0 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key & 0xffffffffu));
+}
 
 }  // namespace tern::cuda
