@@ -1,7 +1,8 @@
 // `tern bench offline`: many requests submitted at once, run to completion
 // through the engine (the nano-vllm / mini-sglang offline table): reports
 // request and token throughput and where step time went. Random prompts of
-// plain tokens, EOS ignored so outputs have the asked length.
+// plain tokens, EOS ignored so outputs have the asked length; greedy unless
+// --temperature (with --top-p / --top-k) asks for sampling.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,6 +28,11 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--output-min", o.output_min, "Fewest output tokens")->capture_default_str();
   cmd->add_option("--output-max", o.output_max, "Most output tokens")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the random lengths and prompts")->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "Sampling temperature of every request (0: greedy)")
+      ->check(CLI::Range(0.0, 2.0))->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "top_p of every request")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "top_k of every request (0: off)")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--json-out", o.json_out, "Also write the results as JSON to this file");
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
 }
@@ -55,7 +61,10 @@ int run_bench(const BenchOptions& o) {
     r.id = "bench-" + std::to_string(i);
     r.prompt.resize(static_cast<size_t>(std::min(in_len(rng), le.max_model_len - 1)));
     for (auto& t : r.prompt) t = token(rng);
-    r.params.temperature = 0;
+    r.params.temperature = o.temperature;
+    r.params.top_p = o.top_p;
+    r.params.top_k = o.top_k;
+    r.params.seed = o.seed + static_cast<uint64_t>(i);
     r.params.ignore_eos = true;
     r.params.max_tokens = std::min(out_len(rng), le.max_model_len - static_cast<int64_t>(r.prompt.size()));
     prompt_tokens += static_cast<int64_t>(r.prompt.size());
@@ -92,7 +101,8 @@ int run_bench(const BenchOptions& o) {
       {"max_batch_seqs", max_batch}, {"preemptions", s.num_preemptions},
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
-      {"max_num_seqs", o.engine.max_num_seqs}, {"max_num_batched_tokens", o.engine.max_num_batched_tokens}};
+      {"max_num_seqs", o.engine.max_num_seqs}, {"max_num_batched_tokens", o.engine.max_num_batched_tokens},
+      {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k}};
   std::printf("offline: %lld requests, %lld prompt + %lld output tokens in %.2f s\n",
               static_cast<long long>(o.num_requests), static_cast<long long>(prompt_tokens),
               static_cast<long long>(s.generation_tokens_total), wall_s);

@@ -39,6 +39,9 @@ struct BenchOptions {
   int64_t input_min = 100, input_max = 1024;
   int64_t output_min = 100, output_max = 1024;
   uint64_t seed = 0;
+  double temperature = 0;  // 0: greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;
   std::string json_out;
   std::string log_level = "warn";
 };

@@ -1,5 +1,6 @@
-// CUDA runner: StepPlan -> block copies + SequenceChunks + device-greedy
-// flags -> DeviceModel::forward_step, whose picks and logits are the StepOutput.
+// CUDA runner: StepPlan -> block copies + SequenceChunks + how each row is
+// picked (device argmax, device sampling, host) -> DeviceModel::forward_step,
+// whose picks and logits are the StepOutput.
 #include "engine/cuda_runner.h"
 
 namespace tern {
@@ -15,8 +16,11 @@ class CudaRunner final : public Runner {
   Status execute(const StepPlan& plan, StepOutput& out) override {
     for (const BlockCopy& c : plan.copies) TERN_RETURN_IF_ERROR(device_->copy_block(c.src, c.dst));
     chunks_.clear();
-    greedy_.clear();
-    size_t want = 0, host = 0;
+    modes_.clear();
+    samples_.clear();
+    ops_.clear();
+    for (const LogitAdjust& a : plan.adjustments) ops_.push_back(cuda::LogitOp{a.id, a.phase, a.a, a.b});
+    size_t want = 0, host = 0, sampled = 0;
     for (const ScheduledChunk& sc : plan.chunks) {
       const Sequence& seq = *sc.seq;
       SequenceChunk chunk;
@@ -27,15 +31,33 @@ class CudaRunner final : public Runner {
       chunk.want_logits = sc.want_logits;
       if (sc.want_logits) {
         ++want;
-        greedy_.push_back(sc.device_greedy ? 1 : 0);
-        host += sc.device_greedy ? 0 : 1;
+        uint8_t mode = cuda::kPickOnHost;
+        if (sc.device_greedy) {
+          mode = cuda::kPickArgmax;
+        } else if (sc.device_sample && sampled < plan.samples.size()) {
+          mode = cuda::kPickSample;
+          const DeviceSampling& d = plan.samples[sampled++];
+          cuda::SampleRow r;
+          r.ops_begin = static_cast<int32_t>(d.adjust_begin);
+          r.ops_end = static_cast<int32_t>(d.adjust_end);
+          r.temperature = d.temperature;
+          r.top_k = d.top_k;
+          r.top_p = d.top_p;
+          r.min_p = d.min_p;
+          r.key = d.key;
+          r.greedy = d.greedy ? 1 : 0;
+          samples_.push_back(r);
+        }
+        modes_.push_back(mode);
+        host += mode == cuda::kPickOnHost ? 1 : 0;
       }
       chunks_.push_back(chunk);
     }
     out.tokens.resize(want);
     out.logits.resize(host * static_cast<size_t>(vocab_size()));
-    return device_->forward_step(chunks_, greedy_, out.tokens, out.logits);
+    return device_->forward_step(chunks_, modes_, samples_, ops_, out.tokens, out.logits);
   }
+  bool samples_on_device() const override { return true; }
   int64_t vocab_size() const override { return device_->vocab_size(); }
   int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }
   int64_t block_size() const override { return device_->block_size(); }
@@ -43,7 +65,9 @@ class CudaRunner final : public Runner {
  private:
   std::unique_ptr<cuda::DeviceModel> device_;
   std::vector<SequenceChunk> chunks_;  // reused across steps
-  std::vector<uint8_t> greedy_;        // per want_logits chunk: pick on the device
+  std::vector<uint8_t> modes_;         // per want_logits chunk: cuda::kPick*
+  std::vector<cuda::SampleRow> samples_;
+  std::vector<cuda::LogitOp> ops_;
 };
 
 }  // namespace

@@ -111,7 +111,18 @@ void Engine::step() {
   auto start = std::chrono::steady_clock::now();
   StepPlan plan = scheduler_.schedule();
   if (plan.empty()) return;
-  for (ScheduledChunk& c : plan.chunks) c.device_greedy = c.want_logits && device_greedy_ok(*c.seq);
+  const bool device_sampling = runner_->samples_on_device();
+  for (ScheduledChunk& c : plan.chunks) {
+    if (!c.want_logits) continue;
+    Sequence& seq = *c.seq;
+    c.device_greedy = device_greedy_ok(seq);
+    if (c.device_greedy || !device_sampling || !device_sample_ok(seq)) continue;
+    RequestState& r = seq.request();
+    c.device_sample = true;
+    SamplingContext ctx{seq.prompt(), seq.output(), r.stop_ids};
+    plan.samples.push_back(
+        seq.sampler().plan_device(ctx, static_cast<size_t>(runner_->vocab_size()), plan.adjustments));
+  }
   for (const auto& c : plan.chunks) {
     RequestState& r = c.seq->request();
     if (!r.first_scheduled) r.first_scheduled = start;
@@ -142,6 +153,13 @@ bool Engine::device_greedy_ok(const Sequence& seq) {
   return r.n == 1 && p.greedy() && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 &&
          p.frequency_penalty == 0.0 && p.logit_bias.empty() && !p.logprobs &&
          seq.num_output_tokens() >= p.min_tokens;
+}
+
+// Anything but logprobs and the first step of an n > 1 request (whose row
+// seeds the siblings' first tokens) can be sampled by the runner.
+bool Engine::device_sample_ok(const Sequence& seq) {
+  const Request& r = seq.request().request;
+  return !r.params.logprobs && !(r.n > 1 && !seq.request().forked);
 }
 
 Status Engine::run(const StepPlan& plan) { return runner_->execute(plan, output_); }

@@ -74,6 +74,7 @@ class Engine {
   void sample_into(Sequence& seq, std::span<const float> row);
   void append_token(Sequence& seq, const SampleResult& sample);
   static bool device_greedy_ok(const Sequence& seq);
+  static bool device_sample_ok(const Sequence& seq);
   void fork_siblings(Sequence& first, std::span<const float> row);
   void mark_touched(RequestState& r);
   void publish(RequestState& state);

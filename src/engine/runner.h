@@ -19,7 +19,8 @@ namespace tern {
 // What a step returns for the chunks with want_logits, in plan order.
 struct StepOutput {
   // One entry per want_logits chunk: the token the runner picked itself (a
-  // device_greedy chunk on a runner that can), or -1 when the host samples.
+  // device_greedy or device_sample chunk on a runner that can), or -1 when
+  // the host samples.
   std::vector<int32_t> tokens;
   // vocab_size() floats for each chunk whose entry in `tokens` is -1, in order.
   std::vector<float> logits;
@@ -33,6 +34,9 @@ class Runner {
   virtual int64_t vocab_size() const = 0;
   virtual int64_t num_kv_blocks() const = 0;
   virtual int64_t block_size() const = 0;
+  // Whether execute() samples device_sample chunks itself (StepPlan::samples);
+  // the engine plans them only then, since planning draws the row's key.
+  virtual bool samples_on_device() const { return false; }
 };
 
 // The CPU backend: the reference forward over a paged fp32 KV pool in host memory.

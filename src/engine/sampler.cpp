@@ -139,6 +139,42 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
+DeviceSampling Sampler::plan_device(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust) {
+  DeviceSampling d;
+  d.adjust_begin = static_cast<uint32_t>(adjust.size());
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (!in_vocab(id, vocab)) continue;
+    adjust.push_back(
+        {static_cast<int32_t>(id), 0, static_cast<float>(std::clamp(bias, -kMaxLogitBias, kMaxLogitBias)), 0.0f});
+  }
+  if (static_cast<int64_t>(ctx.output_tokens.size()) < params_.min_tokens) {
+    for (auto ids : {ctx.stop_ids, std::span<const int32_t>(params_.stop_token_ids)})
+      for (int32_t id : ids)
+        if (in_vocab(id, vocab)) adjust.push_back({id, 1, 0.0f, 0.0f});
+  }
+  if (params_.has_penalties()) {
+    update_history(ctx, vocab);
+    if (params_.repetition_penalty != 1.0) {
+      const auto r = static_cast<float>(params_.repetition_penalty);
+      for (int32_t id : prompt_ids_) adjust.push_back({id, 2, r, 0.0f});
+      for (int32_t id : output_only_ids_) adjust.push_back({id, 2, r, 0.0f});
+    }
+    if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
+      const auto f = static_cast<float>(params_.frequency_penalty);
+      const auto p = static_cast<float>(params_.presence_penalty);
+      for (const auto& [id, count] : output_counts_) adjust.push_back({id, 3, f * static_cast<float>(count), p});
+    }
+  }
+  d.adjust_end = static_cast<uint32_t>(adjust.size());
+  d.greedy = params_.greedy();
+  d.temperature = static_cast<float>(params_.temperature);
+  d.top_k = static_cast<int32_t>(params_.top_k);
+  d.top_p = static_cast<float>(params_.top_p);
+  d.min_p = static_cast<float>(params_.min_p);
+  d.key = rng_();
+  return d;
+}
+
 int32_t Sampler::draw(std::span<const float> logits) {
   auto& c = candidates_;
   c.clear();

@@ -63,6 +63,30 @@ struct SampleResult {
   std::vector<TokenLogprob> top;
 };
 
+// Steps 1-3 of one row as per-id adjustments, for a runner that samples on
+// its device, applied phase by phase: 0 x += a (logit_bias), 1 x = -inf
+// (min_tokens), 2 x = x > 0 ? x / a : x * a (repetition), 3 x -= a then
+// x -= b (frequency, presence); the ids within a phase are distinct but for
+// repeated masks. The same float operations as sample(), so the adjusted
+// row is bit for bit the host's.
+struct LogitAdjust {
+  int32_t id = 0;
+  int32_t phase = 0;
+  float a = 0, b = 0;
+};
+
+// What a device needs to sample one row as sample() would (steps 4-8 with
+// the row's adjustments first); the draw is keyed by `key`, one value of
+// the sequence's generator per step, so a seeded request repeats its tokens
+// on a given runner (not the host's token for token: the draw differs).
+struct DeviceSampling {
+  bool greedy = false;
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  int32_t top_k = 0;
+  uint64_t key = 0;
+  uint32_t adjust_begin = 0, adjust_end = 0;  // range in the step's LogitAdjust list
+};
+
 class Sampler {
  public:
   // Seeds the generator from params.seed, or from std::random_device.
@@ -76,6 +100,10 @@ class Sampler {
   int32_t sample(std::span<float> logits);
 
   const SamplingParams& params() const { return params_; }
+
+  // This step's row as DeviceSampling, its adjustments appended to `adjust`;
+  // draws the key from the generator. No logprobs (those need the row here).
+  DeviceSampling plan_device(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust);
 
  private:
   struct Candidate {

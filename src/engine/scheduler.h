@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "engine/sequence.h"
 #include "kv/block_allocator.h"
 
@@ -26,11 +27,15 @@ struct ScheduledChunk {
   int64_t num_tokens = 0;    // tokens computed this step, starting at seq->num_computed()
   bool want_logits = false;  // the chunk reaches the end of the sequence's tokens: sample after it
   bool device_greedy = false;  // plain greedy: the runner may pick the token itself (argmax on the device)
+  bool device_sample = false;  // the runner samples it itself from the next of StepPlan::samples
 };
 
 struct StepPlan {
   std::vector<ScheduledChunk> chunks;
   std::vector<BlockCopy> copies;  // copy-on-write block copies to do before the forward pass
+  // One per device_sample chunk, in chunk order; their adjustments in one list.
+  std::vector<DeviceSampling> samples;
+  std::vector<LogitAdjust> adjustments;
   bool empty() const { return chunks.empty(); }
   int64_t num_tokens() const;
 };

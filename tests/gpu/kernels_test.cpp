@@ -643,5 +643,182 @@ TEST(CudaKernels, ArgmaxMatchesHostArgmax) {
   }
 }
 
+// ---- Sampling on the device against the host sampler's semantics.
+
+// The host sampler's filter (engine/sampler.cpp draw()) as exact
+// probabilities: finite logits, temperature, top-k, top-p, min-p, ties to
+// the lower id. Returns the probability of each id (0 where filtered out).
+std::vector<double> reference_distribution(const std::vector<float>& x, float t, int top_k, float top_p,
+                                           float min_p) {
+  struct C {
+    float logit;
+    int32_t id;
+    double w;
+  };
+  std::vector<C> c;
+  float mx = -INFINITY;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] > -INFINITY) {
+      c.push_back({x[i], static_cast<int32_t>(i), 0});
+      mx = std::max(mx, x[i]);
+    }
+  }
+  for (C& e : c) e.w = std::exp((static_cast<double>(e.logit) - mx) / t);
+  std::sort(c.begin(), c.end(), [](const C& a, const C& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
+  if (top_k > 0 && static_cast<size_t>(top_k) < c.size()) c.resize(static_cast<size_t>(top_k));
+  if (top_p < 1.0f) {
+    double total = 0;
+    for (const C& e : c) total += e.w;
+    double mass = 0;
+    size_t keep = c.size();
+    for (size_t i = 0; i < c.size(); ++i) {
+      mass += c[i].w;
+      if (mass >= top_p * total) {
+        keep = i + 1;
+        break;
+      }
+    }
+    c.resize(keep);
+  }
+  if (min_p > 0) std::erase_if(c, [&](const C& e) { return e.w < min_p; });
+  std::vector<double> p(x.size(), 0.0);
+  double sum = 0;
+  for (const C& e : c) sum += e.w;
+  for (const C& e : c) p[static_cast<size_t>(e.id)] = e.w / sum;
+  return p;
+}
+
+struct SampleCase {
+  float temperature;
+  int top_k;
+  float top_p, min_p;
+};
+
+// Draws `draws` tokens from copies of one row of logits under distinct keys.
+std::vector<int32_t> device_draws(const std::vector<float>& row, const SampleCase& sc, int draws, uint64_t seed) {
+  const auto V = static_cast<int64_t>(row.size());
+  std::vector<float> logits;
+  std::vector<cuda::SampleRow> rows;
+  for (int i = 0; i < draws; ++i) {
+    logits.insert(logits.end(), row.begin(), row.end());
+    cuda::SampleRow r;
+    r.row = i;
+    r.pick = i;
+    r.temperature = sc.temperature;
+    r.top_k = sc.top_k;
+    r.top_p = sc.top_p;
+    r.min_p = sc.min_p;
+    r.key = seed * 1000003u + static_cast<uint64_t>(i) * 7919u;
+    rows.push_back(r);
+  }
+  DeviceArray<float> d_logits(logits);
+  DeviceArray<cuda::SampleRow> d_rows(rows);
+  DeviceArray<cuda::LogitOp> d_ops(1);
+  DeviceArray<uint64_t> d_keys(std::vector<uint64_t>(static_cast<size_t>(draws), 0));
+  EXPECT_EQ(cuda::sample_rows(d_logits.get(), V, d_rows.get(), draws, d_ops.get(), d_keys.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int32_t> out;
+  for (uint64_t k : d_keys.download()) out.push_back(cuda::pick_of(k));
+  return out;
+}
+
+// Every draw lands in the host sampler's kept set, and the draws'
+// frequencies are within sampling error of its probabilities (total
+// variation; the keys are fixed, so the test is deterministic).
+TEST(CudaKernels, SampleRowsDrawsFromTheHostSamplersDistribution) {
+  std::mt19937 rng(11);
+  std::vector<float> row = test::random_f32(rng, 48, -3, 3);
+  row[5] = row[9] = row[20] = 2.5f;  // ties at the top and at the cuts
+  row[30] = row[31] = 1.0f;
+  row[40] = -INFINITY;
+  row[41] = NAN;
+  const SampleCase cases[] = {{1.0f, 0, 1.0f, 0.0f},  {0.7f, 0, 1.0f, 0.0f}, {1.0f, 2, 1.0f, 0.0f},
+                              {1.0f, 8, 1.0f, 0.0f},  {1.0f, 0, 0.5f, 0.0f}, {1.3f, 0, 0.9f, 0.0f},
+                              {1.0f, 0, 1.0f, 0.2f},  {0.8f, 6, 0.7f, 0.05f}, {2.0f, 3, 0.3f, 0.0f}};
+  constexpr int kDraws = 16384;
+  uint64_t seed = 1;
+  for (const SampleCase& sc : cases) {
+    const std::string what = "T " + std::to_string(sc.temperature) + " top_k " + std::to_string(sc.top_k) +
+                             " top_p " + std::to_string(sc.top_p) + " min_p " + std::to_string(sc.min_p);
+    const std::vector<double> p = reference_distribution(row, sc.temperature, sc.top_k, sc.top_p, sc.min_p);
+    const std::vector<int32_t> got = device_draws(row, sc, kDraws, seed++);
+    std::vector<double> freq(row.size(), 0.0);
+    for (int32_t id : got) {
+      ASSERT_TRUE(id >= 0 && static_cast<size_t>(id) < row.size()) << what;
+      ASSERT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
+      freq[static_cast<size_t>(id)] += 1.0 / kDraws;
+    }
+    double tv = 0;
+    for (size_t i = 0; i < row.size(); ++i) tv += std::abs(freq[i] - p[i]) / 2;
+    EXPECT_LT(tv, 0.03) << what;
+    // The same keys draw the same tokens.
+    EXPECT_EQ(device_draws(row, sc, 64, seed - 1), std::vector<int32_t>(got.begin(), got.begin() + 64)) << what;
+  }
+}
+
+// A full-size vocabulary: top-k and top-p cuts over 103,424 logits, ties
+// at the cut resolved to the lower ids, and draws only from the kept set.
+TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
+  std::mt19937 rng(12);
+  std::vector<float> row = test::random_f32(rng, 103424, -8, 8);
+  for (int i = 0; i < 50; ++i) row[static_cast<size_t>(1000 + 977 * i)] = 9.0f;  // 50 tied maxima
+  const SampleCase cases[] = {{1.0f, 10, 1.0f, 0.0f}, {1.0f, 60, 1.0f, 0.0f}, {1.0f, 0, 0.1f, 0.0f},
+                              {0.9f, 0, 0.95f, 0.0f}, {1.0f, 40, 0.5f, 0.01f}};
+  uint64_t seed = 100;
+  for (const SampleCase& sc : cases) {
+    const std::string what = "top_k " + std::to_string(sc.top_k) + " top_p " + std::to_string(sc.top_p);
+    const std::vector<double> p = reference_distribution(row, sc.temperature, sc.top_k, sc.top_p, sc.min_p);
+    for (int32_t id : device_draws(row, sc, 512, seed++)) {
+      EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
+    }
+  }
+}
+
+// The logit ops (bias, min_tokens mask, repetition, frequency + presence)
+// change the row exactly as the host sampler's steps 1-3, and a greedy row
+// is the argmax after them.
+TEST(CudaKernels, SampleRowsAppliesLogitOpsThenGreedyArgmax) {
+  std::mt19937 rng(13);
+  const int64_t V = 3000;
+  std::vector<float> row = test::random_f32(rng, static_cast<size_t>(V), -4, 4);
+  std::vector<cuda::LogitOp> ops = {{7, 0, 3.5f, 0}, {8, 0, -100.0f, 0},                // bias
+                                    {11, 1, 0, 0},     {12, 1, 0, 0},     {11, 1, 0, 0},  // mask (repeats are fine)
+                                    {7, 2, 1.3f, 0},   {20, 2, 1.3f, 0},  {21, 2, 1.3f, 0},
+                                    {7, 3, 0.6f, 0.2f}, {30, 3, 1.2f, 0.2f}};
+  row[20] = 3.0f;
+  row[21] = -3.0f;
+  std::vector<float> want = row;
+  for (const cuda::LogitOp& op : ops) {
+    float& v = want[static_cast<size_t>(op.id)];
+    if (op.phase == 0) v += op.a;
+    if (op.phase == 1) v = -INFINITY;
+    if (op.phase == 2) v = v > 0.0f ? v / op.a : v * op.a;
+    if (op.phase == 3) {
+      v -= op.a;
+      v -= op.b;
+    }
+  }
+  DeviceArray<float> d_logits(row);
+  cuda::SampleRow r;
+  r.ops_begin = 0;
+  r.ops_end = static_cast<int32_t>(ops.size());
+  r.greedy = 1;
+  DeviceArray<cuda::SampleRow> d_rows(std::vector<cuda::SampleRow>{r});
+  DeviceArray<cuda::LogitOp> d_ops(ops);
+  DeviceArray<uint64_t> d_keys(std::vector<uint64_t>{0});
+  TERN_ASSERT_CUDA(cuda::sample_rows(d_logits.get(), V, d_rows.get(), 1, d_ops.get(), d_keys.get(), nullptr));
+  const std::vector<float> got = d_logits.download();
+  for (int64_t i = 0; i < V; ++i) {
+    const auto u = static_cast<size_t>(i);
+    if (std::isinf(want[u])) {
+      EXPECT_TRUE(std::isinf(got[u]) && got[u] < 0) << "id " << i;
+    } else {
+      EXPECT_EQ(got[u], want[u]) << "id " << i;
+    }
+  }
+  EXPECT_EQ(cuda::pick_of(d_keys.download()[0]), argmax(std::span<const float>(want)));
+}
+
 }  // namespace
 }  // namespace tern

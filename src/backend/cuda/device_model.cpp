@@ -327,8 +327,14 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
 
 Status DeviceModel::forward_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> device_greedy,
                                  std::span<int32_t> tokens, std::span<float> logits) {
+  return forward_step(batch, device_greedy, {}, {}, tokens, logits);
+}
+
+Status DeviceModel::forward_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> row_modes,
+                                 std::span<const SampleRow> samples, std::span<const LogitOp> ops,
+                                 std::span<int32_t> tokens, std::span<float> logits) {
   TERN_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->options.device));  // per host thread
-  Status s = impl_->forward(batch, device_greedy, tokens, logits);
+  Status s = impl_->forward(batch, row_modes, samples, ops, tokens, logits);
   // A step that failed half-way may still have copies in flight from the
   // pinned metadata the next step overwrites.
   if (!s.is_ok()) cudaStreamSynchronize(impl_->stream);

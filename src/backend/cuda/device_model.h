@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/reference_kernels.h"
+#include "backend/cuda/kernels.h"
 #include "base/status.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
@@ -42,6 +43,11 @@ struct HostWeights {
   std::vector<HostLayerWeights> layers;
   std::vector<float> rope_inv_freq;  // head_dim / 2, as the CPU reference computes them
 };
+
+// How forward_step turns a row with logits into a token.
+constexpr uint8_t kPickOnHost = 0;  // the logits go to the host
+constexpr uint8_t kPickArgmax = 1;  // the argmax, folded into the LM head
+constexpr uint8_t kPickSample = 2;  // sample_rows on the device
 
 struct DeviceModelOptions {
   int64_t block_size = 16;
@@ -100,6 +106,13 @@ class DeviceModel {
   // slot is the engine's bug and is not checked here.
   Status forward_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> device_greedy,
                       std::span<int32_t> tokens, std::span<float> logits);
+  // The same with sampling on the device: row_modes[r] is kPickOnHost,
+  // kPickArgmax or kPickSample; the kPickSample rows take samples[] in
+  // order (their row and pick fields are set here), with their logit ops
+  // in `ops` (kernels.h, sample_rows); tokens[r] gets the sampled token.
+  Status forward_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> row_modes,
+                      std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<int32_t> tokens,
+                      std::span<float> logits);
 
   // forward_step with every row's logits to the host: `logits` holds
   // vocab_size floats per want_logits chunk.

@@ -101,6 +101,9 @@ struct DeviceModel::Impl {
 
   // Outputs: greedy picks and host-sampled logits land here first.
   PinnedBuffer picks_host, logits_host;
+  // Device sampling: the rows' parameters and logit ops, staged and on the device.
+  PinnedBuffer sample_rows_host, sample_ops_host;
+  DeviceBuffer sample_rows_dev, sample_ops_dev;
 
   DeviceMemoryUse use;
 
@@ -126,8 +129,11 @@ struct DeviceModel::Impl {
 
   // device_step.cpp
   Status ensure_meta(size_t count);
-  Status forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> greedy, std::span<int32_t> tokens,
+  Status forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
+                 std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<int32_t> tokens,
                  std::span<float> logits);
+  // Room for n sample rows and m logit ops, host staging and device.
+  Status ensure_sampling(size_t n, size_t m);
   int splits_for(int64_t num_tokens, int64_t max_ctx) const;
   StepView view_of(const int32_t* meta, int64_t T, int64_t R, int64_t S) const;
   StepView decode_view(int64_t bucket) const;

@@ -24,8 +24,8 @@ namespace tern::cuda {
 namespace {
 
 struct StepCounts {
-  int64_t tokens = 0, rows = 0, table_entries = 0, host_rows = 0, max_ctx = 0;
-  bool any_greedy = false;
+  int64_t tokens = 0, rows = 0, table_entries = 0, host_rows = 0, sample_rows = 0, max_ctx = 0;
+  bool any_argmax = false;
 };
 
 }  // namespace
@@ -265,8 +265,9 @@ Status DeviceModel::Impl::enqueue_decode(int64_t bucket) {
 
 namespace {
 
-Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch, std::span<const uint8_t> greedy,
-                std::span<const int32_t> tokens, std::span<const float> out, StepCounts* counts) {
+Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
+                std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> tokens,
+                std::span<const float> out, StepCounts* counts) {
   if (batch.empty()) return invalid_argument("forward_step: empty batch");
   const int64_t bs = m.options.block_size;
   StepCounts n;
@@ -303,10 +304,11 @@ Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch
     n.table_entries += used;
     n.max_ctx = std::max(n.max_ctx, chunk.start_pos + len);
     if (chunk.want_logits) {
-      const bool g = !greedy.empty() && static_cast<size_t>(n.rows) < greedy.size() &&
-                     greedy[static_cast<size_t>(n.rows)] != 0;
-      n.any_greedy = n.any_greedy || g;
-      n.host_rows += g ? 0 : 1;
+      const uint8_t mode = static_cast<size_t>(n.rows) < modes.size() ? modes[static_cast<size_t>(n.rows)] : kPickOnHost;
+      if (mode > kPickSample) return bad("row mode " + std::to_string(mode) + " is not one of 0, 1, 2");
+      n.any_argmax = n.any_argmax || mode == kPickArgmax;
+      n.host_rows += mode == kPickOnHost ? 1 : 0;
+      n.sample_rows += mode == kPickSample ? 1 : 0;
       ++n.rows;
     }
   }
@@ -314,9 +316,24 @@ Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch
     return invalid_argument("forward_step: " + std::to_string(n.tokens) + " tokens in one step; the GPU workspace " +
                             "was planned for max_num_batched_tokens = " + std::to_string(m.max_tokens));
   }
-  if (!greedy.empty() && static_cast<int64_t>(greedy.size()) != n.rows) {
-    return invalid_argument("forward_step: " + std::to_string(greedy.size()) + " device_greedy flags for " +
+  if (!modes.empty() && static_cast<int64_t>(modes.size()) != n.rows) {
+    return invalid_argument("forward_step: " + std::to_string(modes.size()) + " row modes for " +
                             std::to_string(n.rows) + " rows with logits");
+  }
+  if (static_cast<int64_t>(samples.size()) != n.sample_rows) {
+    return invalid_argument("forward_step: " + std::to_string(samples.size()) + " sample rows for " +
+                            std::to_string(n.sample_rows) + " rows sampled on the device");
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const SampleRow& r = samples[i];
+    if (r.ops_begin < 0 || r.ops_begin > r.ops_end || static_cast<size_t>(r.ops_end) > ops.size()) {
+      return invalid_argument("forward_step: sample row " + std::to_string(i) + " names logit ops [" +
+                              std::to_string(r.ops_begin) + ", " + std::to_string(r.ops_end) + ") of " +
+                              std::to_string(ops.size()));
+    }
+    if (!r.greedy && !(r.temperature > 0.0f && r.top_p > 0.0f && r.top_p <= 1.0f && r.min_p >= 0.0f)) {
+      return invalid_argument("forward_step: sample row " + std::to_string(i) + " has bad parameters");
+    }
   }
   if (static_cast<int64_t>(tokens.size()) != n.rows) {
     return invalid_argument("forward_step: tokens holds " + std::to_string(tokens.size()) + " entries for " +
@@ -333,10 +350,24 @@ Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch
 
 }  // namespace
 
-Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> greedy,
+Status DeviceModel::Impl::ensure_sampling(size_t n, size_t m) {
+  const size_t row_bytes = std::max<size_t>(n, 1) * sizeof(SampleRow), op_bytes = std::max<size_t>(m, 1) * sizeof(LogitOp);
+  if (sample_rows_host.bytes() < row_bytes) {
+    TERN_RETURN_IF_ERROR(sample_rows_host.allocate(2 * row_bytes, "sample rows (host)"));
+    TERN_RETURN_IF_ERROR(sample_rows_dev.allocate(2 * row_bytes, "sample rows"));
+  }
+  if (sample_ops_host.bytes() < op_bytes) {
+    TERN_RETURN_IF_ERROR(sample_ops_host.allocate(2 * op_bytes, "logit ops (host)"));
+    TERN_RETURN_IF_ERROR(sample_ops_dev.allocate(2 * op_bytes, "logit ops"));
+  }
+  return Status::ok();
+}
+
+Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
+                                  std::span<const SampleRow> samples, std::span<const LogitOp> ops,
                                   std::span<int32_t> tokens, std::span<float> out) {
   StepCounts n;
-  TERN_RETURN_IF_ERROR(validate(*this, batch, greedy, tokens, out, &n));
+  TERN_RETURN_IF_ERROR(validate(*this, batch, modes, samples, ops, tokens, out, &n));
   const auto S = static_cast<int64_t>(batch.size());
   const int64_t T = n.tokens, R = n.rows, V = config.vocab_size;
 
@@ -408,12 +439,41 @@ Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::spa
     TERN_RETURN_IF_ERROR(logits_host.allocate(static_cast<size_t>(n.host_rows * V) * sizeof(float),
                                               "host-sampled logits (host)"));
   }
-  auto is_host = [&](int64_t r) { return greedy.empty() || greedy[static_cast<size_t>(r)] == 0; };
-  int64_t host_index = 0;
+  auto mode_of = [&](int64_t r) { return modes.empty() ? kPickOnHost : modes[static_cast<size_t>(r)]; };
+  auto is_host = [&](int64_t r) { return mode_of(r) == kPickOnHost; };
+  // The sampled rows' parameters go up in one copy, each row told where its
+  // logits sit in its head pass and where its pick goes.
+  if (n.sample_rows > 0) {
+    TERN_RETURN_IF_ERROR(ensure_sampling(samples.size(), ops.size()));
+    SampleRow* staged = sample_rows_host.as<SampleRow>();
+    for (int64_t r = 0, i = 0; r < R; ++r) {
+      if (mode_of(r) != kPickSample) continue;
+      staged[i] = samples[static_cast<size_t>(i)];
+      staged[i].row = static_cast<int32_t>(r % max_logit_rows);
+      staged[i].pick = static_cast<int32_t>(r);
+      ++i;
+    }
+    if (!ops.empty()) std::memcpy(sample_ops_host.as<void>(), ops.data(), ops.size() * sizeof(LogitOp));
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rows_dev.as<void>(), staged,
+                                              samples.size() * sizeof(SampleRow), cudaMemcpyHostToDevice, stream));
+    if (!ops.empty()) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_ops_dev.as<void>(), sample_ops_host.as<void>(),
+                                                ops.size() * sizeof(LogitOp), cudaMemcpyHostToDevice, stream));
+    }
+  }
+  int64_t host_index = 0, sample_index = 0;
   for (int64_t first = 0; first < R; first += max_logit_rows) {
     const int64_t rows = std::min(max_logit_rows, R - first);
     if (!head_done) {
-      TERN_RETURN_IF_ERROR(enqueue_head(v, first, rows, n.any_greedy, bucket == 0 && first == 0));
+      TERN_RETURN_IF_ERROR(enqueue_head(v, first, rows, n.any_argmax, bucket == 0 && first == 0));
+    }
+    int64_t pass_samples = 0;
+    for (int64_t r = first; r < first + rows; ++r) pass_samples += mode_of(r) == kPickSample ? 1 : 0;
+    if (pass_samples > 0) {
+      TERN_CUDA_RETURN_IF_ERROR(sample_rows(logits.as<float>(), V, sample_rows_dev.as<SampleRow>() + sample_index,
+                                            pass_samples, sample_ops_dev.as<LogitOp>(), picks.as<uint64_t>(),
+                                            stream));
+      sample_index += pass_samples;
     }
     for (int64_t r = first; r < first + rows;) {
       if (!is_host(r)) {
@@ -430,7 +490,7 @@ Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::spa
       r = end;
     }
   }
-  if (n.any_greedy) {
+  if (n.host_rows < R) {
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(picks_host.as<void>(), picks.as<void>(),
                                               static_cast<size_t>(R) * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                               stream));

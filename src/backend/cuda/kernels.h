@@ -149,6 +149,32 @@ cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pd
 // the host argmax of engine/sampler.h.
 cudaError_t argmax_rows(const float* logits, int64_t num_rows, int64_t vocab, uint64_t* keys, cudaStream_t stream,
                         bool pdl = false);
+// Sampling on the device (sample.cu says how), one block per row: the
+// host sampler's steps (engine/sampler.h) with the draw keyed by `key`.
+// ops[ops_begin, ops_end) adjust the row first, by phase: 0 x += a (logit
+// bias), 1 x = -inf (min_tokens), 2 x = x > 0 ? x / a : x * a (repetition),
+// 3 x -= a then x -= b (frequency, presence); ids distinct within a phase.
+// The row's logits are modified in place. keys[pick] gets the token as an
+// argmax key (pick_of below).
+struct LogitOp {
+  int32_t id = 0;
+  int32_t phase = 0;
+  float a = 0, b = 0;
+};
+struct SampleRow {
+  int32_t row = 0;   // logits row
+  int32_t pick = 0;  // where the token goes in keys
+  int32_t ops_begin = 0, ops_end = 0;
+  float temperature = 1;  // > 0
+  int32_t top_k = 0;      // <= 0: no top-k
+  float top_p = 1;        // 1: no top-p
+  float min_p = 0;        // 0: no min-p
+  uint64_t key = 0;       // the draw's random key
+  int32_t greedy = 0;     // nonzero: the argmax after the ops
+};
+cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int64_t num_rows, const LogitOp* ops,
+                        uint64_t* keys, cudaStream_t stream);
+
 // A key holds the value's bits in float order above (2^32 - 1 - index).
 constexpr int32_t pick_of(uint64_t key) {
   return key == 0 ? 0 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key & 0xffffffffu));

@@ -426,6 +426,71 @@ TEST(Sampler, LogprobsZeroReportsOnlySampledToken) {
   EXPECT_TRUE(r.top.empty());
 }
 
+// What a device applies (plan_device's adjustments, phase by phase, as
+// sample_rows in backend/cuda/sample.cu does) is bit for bit what sample()
+// leaves in the row after steps 1-3, over several steps of one sequence.
+std::vector<float> apply_adjustments(std::vector<float> row, std::span<const LogitAdjust> adjust) {
+  for (int phase = 0; phase < 4; ++phase) {
+    for (const LogitAdjust& a : adjust) {
+      if (a.phase != phase) continue;
+      float& v = row[static_cast<size_t>(a.id)];
+      if (phase == 0) v += a.a;
+      if (phase == 1) v = -INFINITY;
+      if (phase == 2) v = v > 0.0f ? v / a.a : v * a.a;
+      if (phase == 3) {
+        v -= a.a;
+        v -= a.b;
+      }
+    }
+  }
+  return row;
+}
+
+TEST(Sampler, DeviceAdjustmentsEqualTheHostSteps) {
+  const auto logits = random_logits(64, 23);
+  SamplingParams p = seeded(5);
+  p.temperature = 0.8;
+  p.top_k = 7;
+  p.top_p = 0.9;
+  p.min_p = 0.05;
+  p.repetition_penalty = 1.4;
+  p.frequency_penalty = 0.3;
+  p.presence_penalty = 0.1;
+  p.logit_bias = {{3, 5.0}, {9, -250.0}, {70, 1.0}};  // 70: outside the vocabulary, skipped
+  p.min_tokens = 3;
+  p.stop_token_ids = {11, 12};
+  const std::vector<int32_t> prompt = {1, 2, 2, 40, 63};
+  const std::vector<int32_t> stop = {11, 13};
+  Sampler host(p), device(p);
+  std::vector<int32_t> output;
+  for (int step = 0; step < 6; ++step) {
+    const SamplingContext ctx{prompt, output, stop};
+    std::vector<float> row = logits;
+    const SampleResult r = host.sample(row, ctx);
+    std::vector<LogitAdjust> adjust;
+    const DeviceSampling d = device.plan_device(ctx, logits.size(), adjust);
+    EXPECT_EQ(d.adjust_begin, 0u);
+    EXPECT_EQ(d.adjust_end, adjust.size());
+    EXPECT_FALSE(d.greedy);
+    EXPECT_EQ(d.top_k, 7);
+    EXPECT_FLOAT_EQ(d.temperature, 0.8f);
+    const std::vector<float> got = apply_adjustments(logits, adjust);
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (std::isinf(row[i])) {
+        EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << "step " << step << " id " << i;
+      } else {
+        EXPECT_EQ(got[i], row[i]) << "step " << step << " id " << i;
+      }
+    }
+    output.push_back(r.token);
+  }
+  // The keys come from the seeded generator: the same seed, the same keys.
+  Sampler a(p), b(p);
+  std::vector<LogitAdjust> scratch;
+  const SamplingContext ctx{prompt, {}, stop};
+  EXPECT_EQ(a.plan_device(ctx, 64, scratch).key, b.plan_device(ctx, 64, scratch).key);
+}
+
 TEST(SamplingParams, PythonFloatFormatting) {
   EXPECT_EQ(python_float(-1.0), "-1.0");
   EXPECT_EQ(python_float(0.0), "0.0");
