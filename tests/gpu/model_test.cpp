@@ -477,8 +477,8 @@ TEST(GpuModel, EngineOnCudaRunnerMatchesCpuRunner) {
 }
 
 // Sampling on the device through the engine: seeded requests repeat their
-// tokens, greedy rows with penalties and logit_bias (adjusted on the
-// device) follow the CPU engine, and logprobs requests still get logprobs.
+// tokens, in one batch and in a new engine. (Penalised greedy rows are
+// checked exactly against the host sampler in check_device_picks.)
 TEST(GpuModel, EngineSamplesOnTheDevice) {
   const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
   auto cpu = load_cpu(dir);
@@ -521,30 +521,6 @@ TEST(GpuModel, EngineSamplesOnTheDevice) {
   const auto again = run_engine_requests(gpu(), tok.value(), sampled);
   EXPECT_EQ(again, draws) << "the same seeded requests in a new engine";
 
-  // Greedy with penalties and a bias: adjusted and picked on the device, against the CPU engine.
-  std::vector<Request> penalised;
-  for (int i = 0; i < 12; ++i) {
-    Request r = greedy_request("p" + std::to_string(i), prompt(5 + 12 * static_cast<size_t>(i)), 16);
-    r.params.repetition_penalty = 1.3;
-    r.params.frequency_penalty = 0.4;
-    r.params.presence_penalty = 0.2;
-    r.params.logit_bias[static_cast<int64_t>(tok_d(rng))] = 2.0;
-    penalised.push_back(r);
-  }
-  const int64_t bytes_cpu = blocks * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), bs);
-  auto cpu_runner = CpuRunner::create(*cpu, bs, bytes_cpu);
-  ASSERT_TRUE(cpu_runner.is_ok());
-  const auto want = run_engine_requests(std::move(cpu_runner).value(), tok.value(), penalised);
-  const auto got = run_engine_requests(gpu(), tok.value(), penalised);
-  int identical = 0;
-  for (size_t i = 0; i < penalised.size(); ++i) {
-    ASSERT_EQ(got[i].size(), 16u);
-    identical += got[i] == want[i] ? 1 : 0;
-  }
-  // As for plain greedy (EngineOnCudaRunnerMatchesCpuRunner): bf16 near-ties may part a few.
-  EXPECT_GE(identical, 9) << "of " << penalised.size();
-  std::printf("[device sampling] %d of %zu penalised greedy requests identical on the CUDA and CPU runners\n",
-              identical, penalised.size());
 }
 
 // ---- Device greedy picks and decode graphs.
@@ -631,24 +607,50 @@ struct StepResult {
 };
 
 StepResult run_step(cuda::DeviceModel& gpu, const std::vector<SequenceChunk>& batch,
-                    const std::vector<uint8_t>& greedy) {
+                    const std::vector<uint8_t>& modes, const std::vector<cuda::SampleRow>& samples = {},
+                    const std::vector<cuda::LogitOp>& ops = {}) {
   size_t rows = 0, host = 0;
   for (const auto& ch : batch) rows += ch.want_logits ? 1 : 0;
-  for (uint8_t g : greedy) host += g ? 0 : 1;
-  if (greedy.empty()) host = rows;
+  for (uint8_t m : modes) host += m == cuda::kPickOnHost ? 1 : 0;
+  if (modes.empty()) host = rows;
   StepResult r;
   r.tokens.assign(rows, -7);
   r.logits.assign(host * static_cast<size_t>(gpu.vocab_size()), NAN);
-  Status s = gpu.forward_step(batch, greedy, r.tokens, r.logits);
+  Status s = gpu.forward_step(batch, modes, samples, ops, r.tokens, r.logits);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return r;
 }
 
-std::vector<uint8_t> random_flags(const std::vector<SequenceChunk>& batch, std::mt19937& rng) {
+// Mostly device argmax, some host rows, some penalised greedy rows sampled on the device.
+std::vector<uint8_t> random_flags(const std::vector<SequenceChunk>& batch, std::mt19937& rng, bool sample = true) {
   std::vector<uint8_t> flags;
-  for (const auto& ch : batch)
-    if (ch.want_logits) flags.push_back(static_cast<uint8_t>(rng() % 3 != 0));  // mostly greedy
+  for (const auto& ch : batch) {
+    if (!ch.want_logits) continue;
+    const uint32_t dice = rng() % 6;
+    flags.push_back(dice < 3 ? cuda::kPickArgmax : dice < 5 || !sample ? cuda::kPickOnHost : cuda::kPickSample);
+  }
   return flags;
+}
+
+// A penalised, biased greedy request's row for the device, and the host sampler's pick from the same logits.
+struct PenalisedRow {
+  SamplingParams params;
+  std::vector<int32_t> prompt, output, stop;
+};
+
+PenalisedRow random_penalised(std::mt19937& rng, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+  PenalisedRow p;
+  p.params.temperature = 0;
+  p.params.repetition_penalty = 1.5;
+  p.params.frequency_penalty = 0.7;
+  p.params.presence_penalty = 0.3;
+  p.params.logit_bias[id(rng)] = 4.0;
+  p.params.min_tokens = 8;
+  for (int i = 0; i < 20; ++i) p.prompt.push_back(id(rng));
+  for (int i = 0; i < 6; ++i) p.output.push_back(id(rng));
+  p.stop = {id(rng), id(rng)};
+  return p;
 }
 
 const int64_t kDecodeSizes[] = {1, 2, 3, 5, 8, 9, 16, 17, 31, 33, 64, 2, 7, 1, 4, 40, 6};
@@ -666,23 +668,47 @@ void check_device_greedy(const std::string& dir, int64_t bs, uint32_t seed) {
   auto gpu = make_gpu(*cpu, bs, driver.blocks_needed() + 2, 128);
   ASSERT_NE(gpu, nullptr);
   const auto V = static_cast<size_t>(c.vocab_size);
-  int picked = 0, decode_steps = 0;
+  int picked = 0, penalised_picks = 0, decode_steps = 0;
   std::vector<size_t> owners;
   for (int step = 0; step < 60; ++step) {
     const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
     std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
     if (batch.empty()) break;
     const std::vector<uint8_t> flags = random_flags(batch, rng);
-    const StepResult got = run_step(*gpu, batch, flags);
+    std::vector<PenalisedRow> penalised;
+    std::vector<cuda::SampleRow> samples;
+    std::vector<cuda::LogitOp> ops;
+    for (uint8_t f : flags) {
+      if (f != cuda::kPickSample) continue;
+      penalised.push_back(random_penalised(rng, c.vocab_size));
+      const PenalisedRow& p = penalised.back();
+      std::vector<LogitAdjust> adjust;
+      Sampler sampler(p.params);
+      const DeviceSampling d = sampler.plan_device({p.prompt, p.output, p.stop}, V, adjust);
+      cuda::SampleRow row;
+      row.ops_begin = static_cast<int32_t>(ops.size());
+      for (const LogitAdjust& a : adjust) ops.push_back(cuda::LogitOp{a.id, a.phase, a.a, a.b});
+      row.ops_end = static_cast<int32_t>(ops.size());
+      row.greedy = d.greedy ? 1 : 0;
+      samples.push_back(row);
+    }
+    const StepResult got = run_step(*gpu, batch, flags, samples, ops);
     decode_steps += gpu->last_step_was_decode() ? 1 : 0;
     const StepResult all = run_step(*gpu, batch, {});
-    size_t host = 0;
+    size_t host = 0, sampled = 0;
     for (size_t r = 0; r < flags.size(); ++r) {
       const std::span<const float> row(all.logits.data() + r * V, V);
       EXPECT_EQ(all.tokens[r], -1);
-      if (flags[r]) {
+      if (flags[r] == cuda::kPickArgmax) {
         EXPECT_EQ(got.tokens[r], argmax(row)) << dir << " step " << step << " row " << r;
         ++picked;
+      } else if (flags[r] == cuda::kPickSample) {
+        const PenalisedRow& p = penalised[sampled++];
+        std::vector<float> copy(row.begin(), row.end());
+        Sampler host_sampler(p.params);
+        const int32_t want = host_sampler.sample(copy, {p.prompt, p.output, p.stop}).token;
+        EXPECT_EQ(got.tokens[r], want) << dir << " step " << step << " penalised row " << r;
+        ++penalised_picks;
       } else {
         EXPECT_EQ(got.tokens[r], -1) << "host row " << r;
         const std::span<const float> mine(got.logits.data() + host * V, V);
@@ -694,8 +720,10 @@ void check_device_greedy(const std::string& dir, int64_t bs, uint32_t seed) {
     driver.advance(batch, owners);
   }
   EXPECT_GT(decode_steps, 10);
-  std::printf("[greedy %s block %ld] %d device picks equal the host argmax of the GPU logits (%d decode steps)\n",
-              dir.c_str(), static_cast<long>(bs), picked, decode_steps);
+  EXPECT_GT(penalised_picks, 10);
+  std::printf("[greedy %s block %ld] %d device picks equal the host argmax of the GPU logits, %d penalised "
+              "greedy picks sampled on the device equal the host sampler's (%d decode steps)\n",
+              dir.c_str(), static_cast<long>(bs), picked, penalised_picks, decode_steps);
 }
 
 TEST(GpuModel, DeviceGreedyPicksEqualHostArgmaxOfGpuLogits) {
@@ -748,7 +776,7 @@ void check_graphs_match_eager(const std::string& dir, int64_t bs, int64_t max_lo
     const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
     std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
     if (batch.empty()) break;
-    const std::vector<uint8_t> flags = random_flags(batch, rng);
+    const std::vector<uint8_t> flags = random_flags(batch, rng, false);
     const StepResult g = run_step(*graphs, batch, flags);
     const StepResult e = run_step(*eager, batch, flags);
     const StepResult b = run_step(*cublas, batch, {});
