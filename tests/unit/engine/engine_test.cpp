@@ -211,6 +211,132 @@ TEST(Engine, SeededSamplingIgnoresBatchComposition) {
   EXPECT_EQ(sampled(20), alone);
 }
 
+// A CPU runner that claims to sample on its device: the rows the engine
+// hands it (StepPlan::samples) are finished here as a device would: the
+// row's adjustments applied by phase, then, for greedy rows, the argmax
+// (other rows take the argmax too: this checks the plumbing, not a draw).
+class DeviceSamplingCpuRunner final : public Runner {
+ public:
+  explicit DeviceSamplingCpuRunner(std::unique_ptr<CpuRunner> inner) : inner_(std::move(inner)) {}
+  Status execute(const StepPlan& plan, StepOutput& out) override {
+    StepOutput all;
+    TERN_RETURN_IF_ERROR(inner_->execute(plan, all));
+    const auto V = static_cast<size_t>(vocab_size());
+    out.tokens.clear();
+    out.logits.clear();
+    size_t row = 0, sample = 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (!c.want_logits) continue;
+      std::vector<float> logits(all.logits.begin() + static_cast<long>(row * V),
+                                all.logits.begin() + static_cast<long>((row + 1) * V));
+      ++row;
+      const SamplingParams& p = c.seq->request().request.params;
+      if (c.device_greedy) {
+        out.tokens.push_back(argmax(logits));
+        ++argmax_rows;
+      } else if (c.device_sample) {
+        EXPECT_FALSE(p.logprobs.has_value()) << "a logprobs row went to the device";
+        const DeviceSampling& d = plan.samples.at(sample++);
+        for (int phase = 0; phase < 4; ++phase) {
+          for (uint32_t i = d.adjust_begin; i < d.adjust_end; ++i) {
+            const LogitAdjust& a = plan.adjustments.at(i);
+            if (a.phase != phase) continue;
+            float& v = logits[static_cast<size_t>(a.id)];
+            if (phase == 0) v += a.a;
+            if (phase == 1) v = -INFINITY;
+            if (phase == 2) v = v > 0.0f ? v / a.a : v * a.a;
+            if (phase == 3) {
+              v -= a.a;
+              v -= a.b;
+            }
+          }
+        }
+        out.tokens.push_back(argmax(logits));
+        ++sampled_rows;
+      } else {
+        out.tokens.push_back(-1);
+        out.logits.insert(out.logits.end(), logits.begin(), logits.end());
+        ++host_rows;
+      }
+    }
+    EXPECT_EQ(sample, plan.samples.size());
+    return Status::ok();
+  }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  int64_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
+  int64_t block_size() const override { return inner_->block_size(); }
+  bool samples_on_device() const override { return true; }
+
+  int argmax_rows = 0, sampled_rows = 0, host_rows = 0;
+
+ private:
+  std::unique_ptr<CpuRunner> inner_;
+};
+
+// Penalised, biased greedy requests sampled "on the device" give exactly the
+// host engine's tokens; logprobs requests and the first row of an n > 1
+// request stay on the host.
+TEST(Engine, DeviceSampledRowsGiveTheHostTokens) {
+  auto& f = fixture();
+  const ModelConfig& c = f.model->config();
+  auto run = [&](bool device, DeviceSamplingCpuRunner** seen) {
+    auto inner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
+    EXPECT_TRUE(inner.is_ok());
+    std::unique_ptr<Runner> runner;
+    if (device) {
+      auto wrapped = std::make_unique<DeviceSamplingCpuRunner>(std::move(inner).value());
+      *seen = wrapped.get();
+      runner = std::move(wrapped);
+    } else {
+      runner = std::move(inner).value();
+    }
+    EngineConfig config;
+    config.scheduler.max_num_seqs = 16;
+    config.scheduler.max_num_batched_tokens = 64;
+    config.max_model_len = 1024;
+    config.eos_ids = f.tokenizer->default_stop_ids();
+    Engine engine(std::move(runner), *f.tokenizer, config);
+    std::mt19937 rng(21);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 6; ++i) {
+      Request r = greedy_request("p" + std::to_string(i), random_prompt(rng, 5 + 9 * i), 12);
+      r.params.repetition_penalty = 1.4;
+      r.params.frequency_penalty = 0.5;
+      r.params.presence_penalty = 0.25;
+      r.params.logit_bias[20 + 7 * i] = 3.0;
+      r.params.min_tokens = 4;
+      streams.push_back(std::make_shared<RequestStream>());
+      EXPECT_TRUE(engine.add_request(r, streams.back()).is_ok());
+    }
+    Request lp = greedy_request("logprobs", random_prompt(rng, 7), 5);
+    lp.params.repetition_penalty = 1.2;
+    lp.params.logprobs = 2;
+    streams.push_back(std::make_shared<RequestStream>());
+    EXPECT_TRUE(engine.add_request(lp, streams.back()).is_ok());
+    Request n3 = greedy_request("n3", random_prompt(rng, 9), 6);
+    n3.n = 3;
+    n3.params.temperature = 1.0;
+    n3.params.seed = 5;
+    streams.push_back(std::make_shared<RequestStream>());
+    EXPECT_TRUE(engine.add_request(n3, streams.back()).is_ok());
+    run_to_completion(engine);
+    EXPECT_EQ(engine.allocator().num_used(), 0);
+    std::vector<std::vector<int32_t>> out;
+    for (size_t i = 0; i + 1 < streams.size(); ++i) out.push_back(collect(*streams[i]).tokens[0]);
+    return out;
+  };
+  DeviceSamplingCpuRunner* seen = nullptr;
+  const auto host = run(false, nullptr);
+  const auto device = run(true, &seen);
+  ASSERT_NE(seen, nullptr);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(device[i], host[i]) << "penalised request " << i;
+  EXPECT_EQ(device[6], host[6]) << "logprobs request";
+  // 6 x 12 penalised rows and the n = 3 request's later rows on the device;
+  // the logprobs rows (5) and the n = 3 request's first row on the host.
+  EXPECT_GE(seen->sampled_rows, 6 * 12 + 3 * 5);
+  EXPECT_EQ(seen->host_rows, 5 + 1);
+}
+
 TEST(Engine, NGreaterThanOneForksFromOnePrefill) {
   auto& f = fixture();
   auto engine = f.make_engine(256, 4);
