@@ -250,11 +250,25 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     }
   }
 
-  // 6. Ties at the cut: the lowest ids win. Warp 0 walks the ids in order.
+  // 6. Ties at the cut: the lowest ids win. Only when more entries equal the
+  // cut than are kept (rare) does warp 0 walk the ids in order.
   int last_eq_id = INT_MAX;
   if (cut) {
-    if (threadIdx.x == 0) s.cut_id = INT_MAX;
+    if (threadIdx.x == 0) {
+      s.cut_id = INT_MAX;
+      s.finite = 0;
+    }
     __syncthreads();
+    int eq = 0;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = x[i];
+      eq += finite_logit(v) && order_key(v) == cut_key ? 1 : 0;
+    }
+    eq = __reduce_add_sync(0xffffffffu, eq);
+    if ((threadIdx.x & 31) == 0 && eq > 0) atomicAdd(&s.finite, eq);
+    __syncthreads();
+  }
+  if (cut && s.finite > keep_eq) {
     if (threadIdx.x < 32) {
       long long seen = 0;
       for (int64_t base = 0; base < vocab && seen < keep_eq; base += 32) {
