@@ -89,6 +89,11 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     return invalid_argument("--gpu-memory-utilization sizes the KV cache on the GPU; on the CPU use --kv-cache-memory");
   }
   int64_t kv_bytes = 0;
+  if (by_share) {
+    le.kv_sizing = "--gpu-memory-utilization " + std::to_string(o.gpu_memory_utilization);
+  } else if (!o.kv_cache_memory.empty()) {
+    le.kv_sizing = "--kv-cache-memory " + o.kv_cache_memory;
+  }
   if (!o.kv_cache_memory.empty()) {
     TERN_ASSIGN_OR_RETURN(kv_bytes, parse_bytes(o.kv_cache_memory));
   } else if (device == "cuda") {
@@ -97,8 +102,13 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     const int64_t len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
     const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * 2;  // bf16 K and V
     kv_bytes = o.max_num_seqs * (len + o.block_size) * per_token;
+    if (!by_share) {
+      le.kv_sizing = "default: " + std::to_string(o.max_num_seqs) + " sequences of " + std::to_string(len) +
+                     " tokens, within the free GPU memory";
+    }
   } else {
     kv_bytes = int64_t{2} << 30;
+    le.kv_sizing = "default: 2GiB";
   }
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
@@ -118,6 +128,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   le.device = device;
 
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
+  le.kv_cache_tokens = cache_tokens;
   int64_t max_len = o.max_model_len > 0 ? o.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
   if (max_len > cfg.max_position_embeddings) {
     return invalid_argument("--max-model-len " + std::to_string(max_len) + " exceeds the model's " +

@@ -46,6 +46,8 @@ struct LoadedEngine {
   std::unique_ptr<Engine> engine;
   double load_ms = 0;
   std::string device;  // "cpu" or "cuda": where the engine runs
+  int64_t kv_cache_tokens = 0;
+  std::string kv_sizing;  // how the KV cache was sized, for the start-up log
 };
 
 Result<LoadedEngine> load_engine(const EngineOptions& o);

@@ -176,8 +176,9 @@ int run_serve(const ServeOptions& o) {
   Status st = srv.listen();
   if (!st.is_ok()) return fail(st);
   ctx.ready = true;
-  spdlog::info("tern serve: model {} on {} ({} max tokens) ready in {:.0f} ms on http://{}:{}", ctx.model_name,
-               le.device, ctx.max_model_len, le.load_ms, o.host, srv.port());
+  spdlog::info("tern serve: model {} on {} ({} max tokens; KV cache {} tokens, {}) ready in {:.0f} ms on http://{}:{}",
+               ctx.model_name, le.device, ctx.max_model_len, le.kv_cache_tokens, le.kv_sizing, le.load_ms, o.host,
+               srv.port());
   std::fprintf(stderr, "tern serve: listening on http://%s:%u (model %s)\n", o.host.c_str(), srv.port(),
                ctx.model_name.c_str());
   srv.run();
