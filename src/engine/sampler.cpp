@@ -139,6 +139,25 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
+void apply_adjustments(std::span<float> logits, std::span<const LogitAdjust> adjust) {
+  for (int phase = 0; phase < 4; ++phase) {
+    for (const LogitAdjust& a : adjust) {
+      if (a.phase != phase || !in_vocab(a.id, logits.size())) continue;
+      float& v = logits[static_cast<size_t>(a.id)];
+      if (phase == 0) {
+        v += a.a;
+      } else if (phase == 1) {
+        v = kNegInf;
+      } else if (phase == 2) {
+        v = v > 0.0f ? v / a.a : v * a.a;
+      } else {
+        v -= a.a;
+        v -= a.b;
+      }
+    }
+  }
+}
+
 DeviceSampling Sampler::plan_device(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust) {
   DeviceSampling d;
   d.adjust_begin = static_cast<uint32_t>(adjust.size());

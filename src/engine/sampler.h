@@ -75,6 +75,10 @@ struct LogitAdjust {
   float a = 0, b = 0;
 };
 
+// Applies adjustments to a row phase by phase, as a device does (the
+// reference for runners that sample on their device, and for tests).
+void apply_adjustments(std::span<float> logits, std::span<const LogitAdjust> adjust);
+
 // What a device needs to sample one row as sample() would (steps 4-8 with
 // the row's adjustments first); the draw is keyed by `key`, one value of
 // the sequence's generator per step, so a seeded request repeats its tokens

@@ -789,16 +789,9 @@ TEST(CudaKernels, SampleRowsAppliesLogitOpsThenGreedyArgmax) {
   row[20] = 3.0f;
   row[21] = -3.0f;
   std::vector<float> want = row;
-  for (const cuda::LogitOp& op : ops) {
-    float& v = want[static_cast<size_t>(op.id)];
-    if (op.phase == 0) v += op.a;
-    if (op.phase == 1) v = -INFINITY;
-    if (op.phase == 2) v = v > 0.0f ? v / op.a : v * op.a;
-    if (op.phase == 3) {
-      v -= op.a;
-      v -= op.b;
-    }
-  }
+  std::vector<LogitAdjust> adjust;
+  for (const cuda::LogitOp& op : ops) adjust.push_back({op.id, op.phase, op.a, op.b});
+  apply_adjustments(want, adjust);
   DeviceArray<float> d_logits(row);
   cuda::SampleRow r;
   r.ops_begin = 0;

@@ -237,20 +237,8 @@ class DeviceSamplingCpuRunner final : public Runner {
       } else if (c.device_sample) {
         EXPECT_FALSE(p.logprobs.has_value()) << "a logprobs row went to the device";
         const DeviceSampling& d = plan.samples.at(sample++);
-        for (int phase = 0; phase < 4; ++phase) {
-          for (uint32_t i = d.adjust_begin; i < d.adjust_end; ++i) {
-            const LogitAdjust& a = plan.adjustments.at(i);
-            if (a.phase != phase) continue;
-            float& v = logits[static_cast<size_t>(a.id)];
-            if (phase == 0) v += a.a;
-            if (phase == 1) v = -INFINITY;
-            if (phase == 2) v = v > 0.0f ? v / a.a : v * a.a;
-            if (phase == 3) {
-              v -= a.a;
-              v -= a.b;
-            }
-          }
-        }
+        apply_adjustments(logits, std::span<const LogitAdjust>(plan.adjustments)
+                                      .subspan(d.adjust_begin, d.adjust_end - d.adjust_begin));
         out.tokens.push_back(argmax(logits));
         ++sampled_rows;
       } else {

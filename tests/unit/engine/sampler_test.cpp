@@ -426,26 +426,10 @@ TEST(Sampler, LogprobsZeroReportsOnlySampledToken) {
   EXPECT_TRUE(r.top.empty());
 }
 
-// What a device applies (plan_device's adjustments, phase by phase, as
-// sample_rows in backend/cuda/sample.cu does) is bit for bit what sample()
-// leaves in the row after steps 1-3, over several steps of one sequence.
-std::vector<float> apply_adjustments(std::vector<float> row, std::span<const LogitAdjust> adjust) {
-  for (int phase = 0; phase < 4; ++phase) {
-    for (const LogitAdjust& a : adjust) {
-      if (a.phase != phase) continue;
-      float& v = row[static_cast<size_t>(a.id)];
-      if (phase == 0) v += a.a;
-      if (phase == 1) v = -INFINITY;
-      if (phase == 2) v = v > 0.0f ? v / a.a : v * a.a;
-      if (phase == 3) {
-        v -= a.a;
-        v -= a.b;
-      }
-    }
-  }
-  return row;
-}
-
+// What a device applies (plan_device's adjustments, phase by phase:
+// apply_adjustments, as sample_rows in backend/cuda/sample.cu does) is bit
+// for bit what sample() leaves in the row after steps 1-3, over several
+// steps of one sequence.
 TEST(Sampler, DeviceAdjustmentsEqualTheHostSteps) {
   const auto logits = random_logits(64, 23);
   SamplingParams p = seeded(5);
@@ -474,7 +458,8 @@ TEST(Sampler, DeviceAdjustmentsEqualTheHostSteps) {
     EXPECT_FALSE(d.greedy);
     EXPECT_EQ(d.top_k, 7);
     EXPECT_FLOAT_EQ(d.temperature, 0.8f);
-    const std::vector<float> got = apply_adjustments(logits, adjust);
+    std::vector<float> got = logits;
+    apply_adjustments(got, adjust);
     for (size_t i = 0; i < row.size(); ++i) {
       if (std::isinf(row[i])) {
         EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << "step " << step << " id " << i;
