@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "base/mapped_file.h"
@@ -88,24 +89,23 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   if (by_share && device != "cuda") {
     return invalid_argument("--gpu-memory-utilization sizes the KV cache on the GPU; on the CPU use --kv-cache-memory");
   }
+  // The KV cache's size, and how it was chosen (for the start-up log).
   int64_t kv_bytes = 0;
   if (by_share) {
-    le.kv_sizing = "--gpu-memory-utilization " + std::to_string(o.gpu_memory_utilization);
+    char share[32];
+    std::snprintf(share, sizeof(share), "%g", o.gpu_memory_utilization);
+    le.kv_sizing = std::string("--gpu-memory-utilization ") + share;
   } else if (!o.kv_cache_memory.empty()) {
-    le.kv_sizing = "--kv-cache-memory " + o.kv_cache_memory;
-  }
-  if (!o.kv_cache_memory.empty()) {
     TERN_ASSIGN_OR_RETURN(kv_bytes, parse_bytes(o.kv_cache_memory));
+    le.kv_sizing = "--kv-cache-memory " + o.kv_cache_memory;
   } else if (device == "cuda") {
     // Room for max_num_seqs whole sequences: vLLM takes 90% of the card,
     // which starves anything else on it; this takes what the limits need.
     const int64_t len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
     const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * 2;  // bf16 K and V
     kv_bytes = o.max_num_seqs * (len + o.block_size) * per_token;
-    if (!by_share) {
-      le.kv_sizing = "default: " + std::to_string(o.max_num_seqs) + " sequences of " + std::to_string(len) +
-                     " tokens, within the free GPU memory";
-    }
+    le.kv_sizing = "default: " + std::to_string(o.max_num_seqs) + " sequences of " + std::to_string(len) +
+                   " tokens, within the free GPU memory";
   } else {
     kv_bytes = int64_t{2} << 30;
     le.kv_sizing = "default: 2GiB";
@@ -114,7 +114,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   if (device == "cuda") {
     CudaRunnerOptions co;
     co.block_size = o.block_size;
-    co.kv_cache_bytes = by_share ? 0 : kv_bytes;
+    co.kv_cache_bytes = kv_bytes;
     co.gpu_memory_utilization = o.gpu_memory_utilization;
     co.kv_fit_to_free = o.kv_cache_memory.empty() && !by_share;
     co.max_num_batched_tokens = o.max_num_batched_tokens;
