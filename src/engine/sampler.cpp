@@ -46,11 +46,9 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingContext& ctx
   if (logits.empty()) return out;
   if (params_.logprobs) raw_.assign(logits.begin(), logits.end());
 
-  apply_bias_and_mask(logits, ctx);
-  if (params_.has_penalties()) {
-    update_history(ctx, logits.size());
-    apply_penalties(logits);
-  }
+  adjust_.clear();
+  list_adjustments(ctx, logits.size(), adjust_);
+  apply_adjustments(logits, adjust_);
   out.token = params_.greedy() ? argmax(logits) : draw(logits);
 
   if (params_.logprobs) fill_logprobs(raw_, out);
@@ -81,17 +79,6 @@ void Sampler::fill_logprobs(std::span<const float> raw, SampleResult& out) {
   }
 }
 
-void Sampler::apply_bias_and_mask(std::span<float> logits, const SamplingContext& ctx) const {
-  for (const auto& [id, bias] : params_.logit_bias) {
-    if (!in_vocab(id, logits.size())) continue;  // validate() reports these
-    logits[static_cast<size_t>(id)] += static_cast<float>(std::clamp(bias, -kMaxLogitBias, kMaxLogitBias));
-  }
-  if (static_cast<int64_t>(ctx.output_tokens.size()) >= params_.min_tokens) return;
-  for (auto ids : {ctx.stop_ids, std::span<const int32_t>(params_.stop_token_ids)})
-    for (int32_t id : ids)
-      if (in_vocab(id, logits.size())) logits[static_cast<size_t>(id)] = kNegInf;
-}
-
 void Sampler::update_history(const SamplingContext& ctx, size_t vocab) {
   const bool repetition = params_.repetition_penalty != 1.0;
   const bool prompt_changed = !prompt_read_ || ctx.prompt_tokens.size() != prompt_len_;
@@ -118,27 +105,6 @@ void Sampler::update_history(const SamplingContext& ctx, size_t vocab) {
   outputs_counted_ = ctx.output_tokens.size();
 }
 
-void Sampler::apply_penalties(std::span<float> logits) const {
-  if (params_.repetition_penalty != 1.0) {
-    const auto r = static_cast<float>(params_.repetition_penalty);
-    auto penalise = [&](int32_t id) {
-      float& x = logits[static_cast<size_t>(id)];
-      x = x > 0.0f ? x / r : x * r;
-    };
-    for (int32_t id : prompt_ids_) penalise(id);
-    for (int32_t id : output_only_ids_) penalise(id);
-  }
-  if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
-    const auto f = static_cast<float>(params_.frequency_penalty);
-    const auto p = static_cast<float>(params_.presence_penalty);
-    for (const auto& [id, count] : output_counts_) {
-      float& x = logits[static_cast<size_t>(id)];
-      x -= f * static_cast<float>(count);
-      x -= p;
-    }
-  }
-}
-
 void apply_adjustments(std::span<float> logits, std::span<const LogitAdjust> adjust) {
   for (int phase = 0; phase < 4; ++phase) {
     for (const LogitAdjust& a : adjust) {
@@ -158,11 +124,11 @@ void apply_adjustments(std::span<float> logits, std::span<const LogitAdjust> adj
   }
 }
 
-DeviceSampling Sampler::plan_device(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust) {
-  DeviceSampling d;
-  d.adjust_begin = static_cast<uint32_t>(adjust.size());
+// Steps 1-3 in the order they apply: bias, the min_tokens mask, then the
+// penalties over the (updated) history.
+void Sampler::list_adjustments(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust) {
   for (const auto& [id, bias] : params_.logit_bias) {
-    if (!in_vocab(id, vocab)) continue;
+    if (!in_vocab(id, vocab)) continue;  // validate() reports these
     adjust.push_back(
         {static_cast<int32_t>(id), 0, static_cast<float>(std::clamp(bias, -kMaxLogitBias, kMaxLogitBias)), 0.0f});
   }
@@ -171,19 +137,24 @@ DeviceSampling Sampler::plan_device(const SamplingContext& ctx, size_t vocab, st
       for (int32_t id : ids)
         if (in_vocab(id, vocab)) adjust.push_back({id, 1, 0.0f, 0.0f});
   }
-  if (params_.has_penalties()) {
-    update_history(ctx, vocab);
-    if (params_.repetition_penalty != 1.0) {
-      const auto r = static_cast<float>(params_.repetition_penalty);
-      for (int32_t id : prompt_ids_) adjust.push_back({id, 2, r, 0.0f});
-      for (int32_t id : output_only_ids_) adjust.push_back({id, 2, r, 0.0f});
-    }
-    if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
-      const auto f = static_cast<float>(params_.frequency_penalty);
-      const auto p = static_cast<float>(params_.presence_penalty);
-      for (const auto& [id, count] : output_counts_) adjust.push_back({id, 3, f * static_cast<float>(count), p});
-    }
+  if (!params_.has_penalties()) return;
+  update_history(ctx, vocab);
+  if (params_.repetition_penalty != 1.0) {
+    const auto r = static_cast<float>(params_.repetition_penalty);
+    for (int32_t id : prompt_ids_) adjust.push_back({id, 2, r, 0.0f});
+    for (int32_t id : output_only_ids_) adjust.push_back({id, 2, r, 0.0f});
   }
+  if (params_.frequency_penalty != 0.0 || params_.presence_penalty != 0.0) {
+    const auto f = static_cast<float>(params_.frequency_penalty);
+    const auto p = static_cast<float>(params_.presence_penalty);
+    for (const auto& [id, count] : output_counts_) adjust.push_back({id, 3, f * static_cast<float>(count), p});
+  }
+}
+
+DeviceSampling Sampler::plan_device(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust) {
+  DeviceSampling d;
+  d.adjust_begin = static_cast<uint32_t>(adjust.size());
+  list_adjustments(ctx, vocab, adjust);
   d.adjust_end = static_cast<uint32_t>(adjust.size());
   d.greedy = params_.greedy();
   d.temperature = static_cast<float>(params_.temperature);

@@ -75,8 +75,8 @@ struct LogitAdjust {
   float a = 0, b = 0;
 };
 
-// Applies adjustments to a row phase by phase, as a device does (the
-// reference for runners that sample on their device, and for tests).
+// Applies adjustments to a row phase by phase: how sample() does steps 1-3,
+// and what a runner that samples on its device must do with plan_device's.
 void apply_adjustments(std::span<float> logits, std::span<const LogitAdjust> adjust);
 
 // What a device needs to sample one row as sample() would (steps 4-8 with
@@ -117,9 +117,9 @@ class Sampler {
   };
 
   void fill_logprobs(std::span<const float> raw, SampleResult& out);
-  void apply_bias_and_mask(std::span<float> logits, const SamplingContext& ctx) const;
+  // Steps 1-3 as adjustments (sample() applies them here, plan_device() hands them to a device).
+  void list_adjustments(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust);
   void update_history(const SamplingContext& ctx, size_t vocab);
-  void apply_penalties(std::span<float> logits) const;
   int32_t draw(std::span<const float> logits);
 
   SamplingParams params_;
@@ -137,6 +137,7 @@ class Sampler {
   // Scratch reused across steps.
   std::vector<Candidate> candidates_;
   std::vector<float> raw_;
+  std::vector<LogitAdjust> adjust_;
   std::vector<int32_t> order_;
 };
 
