@@ -66,6 +66,19 @@ std::unique_ptr<cuda::DeviceModel> make_gpu(const Ernie45Model& model, int64_t b
   return std::move(g).value();
 }
 
+// A two-layer model with ERNIE-0.3B's attention shape (16 q heads, 2 kv heads, head_dim 128).
+test::TinySpec head_dim_128_spec(int64_t vocab) {
+  test::TinySpec spec;
+  spec.vocab = vocab;
+  spec.hidden = 256;
+  spec.inter = 384;
+  spec.layers = 2;
+  spec.heads = 16;
+  spec.kv_heads = 2;
+  spec.head_dim = 128;
+  return spec;
+}
+
 double top2_margin(std::span<const float> logits) {
   float a = -INFINITY, b = -INFINITY;
   for (float v : logits) {
@@ -290,14 +303,7 @@ TEST(GpuModel, BatchedChunkedStepsMatchCpuOnErnieTiny) {
 }
 
 TEST(GpuModel, BatchedChunkedStepsMatchCpuAtHeadDim128) {
-  test::TinySpec spec;
-  spec.vocab = 512;
-  spec.hidden = 256;
-  spec.inter = 384;
-  spec.layers = 2;
-  spec.heads = 16;
-  spec.kv_heads = 2;
-  spec.head_dim = 128;
+  test::TinySpec spec = head_dim_128_spec(512);
   spec.theta = 500000.0;
   test::TinyModelDir dir(spec, 7);
   compare_with_cpu(dir.path(), 16, 3);
@@ -728,14 +734,7 @@ void check_device_greedy(const std::string& dir, int64_t bs, uint32_t seed) {
 
 TEST(GpuModel, DeviceGreedyPicksEqualHostArgmaxOfGpuLogits) {
   check_device_greedy(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 31);
-  test::TinySpec spec;
-  spec.vocab = 517;  // not a multiple of 4: the argmax's scalar path
-  spec.hidden = 256;
-  spec.inter = 384;
-  spec.layers = 2;
-  spec.heads = 16;
-  spec.kv_heads = 2;
-  spec.head_dim = 128;
+  test::TinySpec spec = head_dim_128_spec(517);  // not a multiple of 4: the argmax's scalar path
   test::TinyModelDir dir(spec, 9);
   check_device_greedy(dir.path(), 7, 32);
 }
@@ -812,14 +811,7 @@ void check_graphs_match_eager(const std::string& dir, int64_t bs, int64_t max_lo
 
 TEST(GpuModel, DecodeGraphsMatchEagerBitForBit) {
   check_graphs_match_eager(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 256, 41);
-  test::TinySpec spec;
-  spec.vocab = 512;
-  spec.hidden = 256;
-  spec.inter = 384;
-  spec.layers = 2;
-  spec.heads = 16;
-  spec.kv_heads = 2;
-  spec.head_dim = 128;
+  test::TinySpec spec = head_dim_128_spec(512);
   test::TinyModelDir dir(spec, 13);
   check_graphs_match_eager(dir.path(), 5, 8, 42);  // heads past 8 rows run outside the graph, in passes
 }
