@@ -45,7 +45,7 @@ if [ "${BENCH:-1}" = 1 ]; then
 fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
-  TERN_PROFILE_STEP=8 timeout 50 "$NCU" --profile-from-start off --clock-control none \
+  TERN_PROFILE_STEP=8 timeout 50 "$NCU" --profile-from-start off --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs graphs \
     --batch 1,64,256 --steps 16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$?"; tail -3 "$OUT/ncu.err"
