@@ -99,6 +99,7 @@ int run_bench(const BenchOptions& o) {
       {"requests_per_s", o.num_requests / wall_s}, {"output_tokens_per_s", s.generation_tokens_total / wall_s},
       {"total_tokens_per_s", (prompt_tokens + s.generation_tokens_total) / wall_s}, {"steps", steps},
       {"max_batch_seqs", max_batch}, {"preemptions", s.num_preemptions},
+      {"overlapped_steps", s.num_overlapped_steps},
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
       {"max_num_seqs", o.engine.max_num_seqs}, {"max_num_batched_tokens", o.engine.max_num_batched_tokens},
@@ -107,11 +108,12 @@ int run_bench(const BenchOptions& o) {
               static_cast<long long>(o.num_requests), static_cast<long long>(prompt_tokens),
               static_cast<long long>(s.generation_tokens_total), wall_s);
   std::printf("  %.2f req/s, %.1f output tok/s, %.1f total tok/s; %lld steps (mean %.1f ms), max batch %lld, "
-              "%lld preemptions; time in mixed/prefill steps %.1f s, pure decode steps %.1f s\n",
+              "%lld preemptions, %lld overlapped; time in mixed/prefill steps %.1f s, pure decode steps %.1f s\n",
               o.num_requests / wall_s, s.generation_tokens_total / wall_s,
               (prompt_tokens + s.generation_tokens_total) / wall_s, static_cast<long long>(steps),
               steps ? step_ms_total / steps : 0.0, static_cast<long long>(max_batch),
-              static_cast<long long>(s.num_preemptions), prefill_ms / 1000, decode_ms / 1000);
+              static_cast<long long>(s.num_preemptions), static_cast<long long>(s.num_overlapped_steps),
+              prefill_ms / 1000, decode_ms / 1000);
   if (!o.json_out.empty()) {
     std::ofstream(o.json_out) << j.dump(2) << "\n";
   }

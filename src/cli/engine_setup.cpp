@@ -38,6 +38,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
       ->envname("TERN_ENABLE_PREFIX_CACHING");
   cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA: run every step eagerly, without CUDA graphs")
       ->envname("TERN_ENFORCE_EAGER");
+  cmd.add_flag("--async-scheduling,!--no-async-scheduling", o.async_scheduling,
+               "CUDA: schedule and launch step n + 1 while step n runs, its new tokens fed to it on the GPU "
+               "(default on)")
+      ->envname("TERN_ASYNC_SCHEDULING");
   cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }
@@ -147,6 +151,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
+  config.overlap = o.async_scheduling;
   config.max_model_len = max_len;
   config.eos_ids = le.tokenizer->default_stop_ids();
   for (int32_t id : cfg.eos_token_ids)

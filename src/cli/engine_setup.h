@@ -29,6 +29,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   std::string device = "auto";
   bool enforce_eager = false;
+  bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);

@@ -3,6 +3,8 @@
 // whose picks and logits are the StepOutput.
 #include "engine/cuda_runner.h"
 
+#include <deque>
+
 namespace tern {
 
 #ifdef TERN_HAVE_CUDA
@@ -14,18 +16,31 @@ class CudaRunner final : public Runner {
   explicit CudaRunner(std::unique_ptr<cuda::DeviceModel> device) : device_(std::move(device)) {}
 
   Status execute(const StepPlan& plan, StepOutput& out) override {
+    TERN_RETURN_IF_ERROR(launch(plan));
+    return collect(out);
+  }
+
+  Status launch(const StepPlan& plan) override {
     for (const BlockCopy& c : plan.copies) TERN_RETURN_IF_ERROR(device_->copy_block(c.src, c.dst));
     chunks_.clear();
     modes_.clear();
     samples_.clear();
     ops_.clear();
+    feedback_.clear();
     for (const LogitAdjust& a : plan.adjustments) ops_.push_back(cuda::LogitOp{a.id, a.phase, a.a, a.b});
     size_t want = 0, host = 0, sampled = 0;
+    bool any_fed = false;
     for (const ScheduledChunk& sc : plan.chunks) {
       const Sequence& seq = *sc.seq;
       SequenceChunk chunk;
-      chunk.tokens = std::span<const int32_t>(seq.tokens())
-                         .subspan(static_cast<size_t>(seq.num_computed()), static_cast<size_t>(sc.num_tokens));
+      if (sc.feedback_row >= 0) {
+        chunk.tokens = std::span<const int32_t>(&kFedPlaceholder, 1);  // the device puts the pick here
+        any_fed = true;
+      } else {
+        chunk.tokens = std::span<const int32_t>(seq.tokens())
+                           .subspan(static_cast<size_t>(seq.num_computed()), static_cast<size_t>(sc.num_tokens));
+      }
+      feedback_.push_back(sc.feedback_row);
       chunk.start_pos = seq.num_computed();
       chunk.block_table = seq.blocks_view();
       chunk.want_logits = sc.want_logits;
@@ -53,10 +68,23 @@ class CudaRunner final : public Runner {
       }
       chunks_.push_back(chunk);
     }
+    TERN_RETURN_IF_ERROR(device_->launch_step(chunks_, modes_, samples_, ops_,
+                                              any_fed ? std::span<const int32_t>(feedback_)
+                                                      : std::span<const int32_t>()));
+    shapes_.push_back({want, host});
+    return Status::ok();
+  }
+
+  Status collect(StepOutput& out) override {
+    if (shapes_.empty()) return invalid_argument("collect: no launched step");
+    const auto [want, host] = shapes_.front();
+    shapes_.pop_front();
     out.tokens.resize(want);
     out.logits.resize(host * static_cast<size_t>(vocab_size()));
-    return device_->forward_step(chunks_, modes_, samples_, ops_, out.tokens, out.logits);
+    return device_->finish_step(out.tokens, out.logits);
   }
+
+  bool overlaps() const override { return true; }
   bool samples_on_device() const override { return true; }
   int64_t vocab_size() const override { return device_->vocab_size(); }
   int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }
@@ -68,6 +96,12 @@ class CudaRunner final : public Runner {
   std::vector<uint8_t> modes_;         // per want_logits chunk: cuda::kPick*
   std::vector<cuda::SampleRow> samples_;
   std::vector<cuda::LogitOp> ops_;
+  std::vector<int32_t> feedback_;  // per chunk: ScheduledChunk::feedback_row
+  struct Shape {
+    size_t want, host;  // rows with logits; of them, rows for the host
+  };
+  std::deque<Shape> shapes_;  // launched steps not yet collected
+  static constexpr int32_t kFedPlaceholder = 0;
 };
 
 }  // namespace

@@ -18,11 +18,17 @@ Engine::Engine(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer, const
       config_(config),
       allocator_(static_cast<int32_t>(runner_->num_kv_blocks()), static_cast<int32_t>(runner_->block_size()),
                  config.scheduler.enable_prefix_caching),
-      scheduler_(config.scheduler, allocator_) {}
+      scheduler_(config.scheduler, allocator_),
+      overlap_(config.overlap && runner_->overlaps()) {}
 
 Engine::~Engine() {
+  if (in_flight_) {  // the device may still write what the step names
+    StepOutput ignored;
+    (void)runner_->collect(ignored);
+  }
   // Sequences hold BlockTables bound to allocator_: end them before it goes.
   requests_.clear();
+  retired_.clear();
 }
 
 Status Engine::validate(const Request& r) const {
@@ -107,42 +113,110 @@ void Engine::abort_all(FinishReason reason, const Status& error) {
   }
 }
 
+// One step: schedule, run, append the picked tokens, publish. With overlap
+// the step is launched first and the step before it (in flight since the
+// last call) is collected while it runs; this step then stays in flight,
+// unless some row's logits come to the host, which must be collected now.
 void Engine::step() {
   auto start = std::chrono::steady_clock::now();
   StepPlan plan = scheduler_.schedule();
-  if (plan.empty()) return;
+  if (plan.empty()) {
+    if (in_flight_) complete_in_flight();
+    return;
+  }
+  prepare(plan, start);
+  if (!overlap_) {
+    const Status st = runner_->execute(plan, output_);
+    launched(plan);
+    complete(plan, st);
+  } else {
+    const Status st = runner_->launch(plan);
+    if (st.is_ok()) launched(plan);
+    if (in_flight_) {
+      complete_in_flight();
+      if (st.is_ok()) ++stats_.num_overlapped_steps;
+    }
+    if (!st.is_ok()) {
+      complete(plan, st);
+    } else if (!plan.all_picked_by_runner()) {
+      complete(plan, runner_->collect(output_));
+    } else {
+      in_flight_ = std::move(plan);
+    }
+  }
+  ++stats_.num_steps;
+  stats_.last_step_ms = ms_between(start, std::chrono::steady_clock::now());
+  const StepPlan& shown = in_flight_ ? *in_flight_ : plan;
+  stats_.last_step_tokens = shown.num_tokens();
+  stats_.last_step_seqs = static_cast<int64_t>(shown.chunks.size());
+}
+
+// How each row is picked: the runner's argmax, the runner's sampler (its
+// parameters planned here, which draws the row's key) or the host; and
+// where a chunk's token is still on the device.
+void Engine::prepare(StepPlan& plan, SteadyTime now) {
   const bool device_sampling = runner_->samples_on_device();
   for (ScheduledChunk& c : plan.chunks) {
-    if (!c.want_logits) continue;
     Sequence& seq = *c.seq;
+    RequestState& r = seq.request();
+    if (!r.first_scheduled) r.first_scheduled = now;
+    if (seq.pending_feedable()) c.feedback_row = seq.pending_row();  // the chunk is that one token
+    if (!c.want_logits) continue;
     c.device_greedy = device_greedy_ok(seq);
     if (c.device_greedy || !device_sampling || !device_sample_ok(seq)) continue;
-    RequestState& r = seq.request();
     c.device_sample = true;
     SamplingContext ctx{seq.prompt(), seq.output(), r.stop_ids};
     plan.samples.push_back(
         seq.sampler().plan_device(ctx, static_cast<size_t>(runner_->vocab_size()), plan.adjustments));
   }
-  for (const auto& c : plan.chunks) {
-    RequestState& r = c.seq->request();
-    if (!r.first_scheduled) r.first_scheduled = start;
+}
+
+// The plan's tokens count as computed from launch on; the runner's picks
+// are pending until the step is collected.
+void Engine::launched(const StepPlan& plan) {
+  int32_t row = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence& seq = *c.seq;
+    seq.set_num_computed(seq.num_computed() + c.num_tokens);
+    ++seq.request().in_flight;
+    if (!c.want_logits) continue;
+    if (c.device_greedy || c.device_sample) seq.push_pending(row, overlap_ && feedable(seq));
+    ++row;
   }
-  Status st = run(plan);
-  if (st.is_ok()) {
+}
+
+// Whether the next step may compute the token just picked for `seq` before
+// the host has seen it: the sequence goes on after it (not its last token
+// by length), and planning the next step needs only the number of its
+// tokens, not their values (no penalties; min_tokens already met).
+bool Engine::feedable(const Sequence& seq) const {
+  const SamplingParams& p = seq.request().request.params;
+  const int64_t ahead = seq.num_pending() + 1;  // tokens picked but not appended, with the new one
+  return seq.num_output_tokens() + ahead < p.max_tokens && seq.num_tokens() + ahead < config_.max_model_len &&
+         seq.num_output_tokens() >= p.min_tokens && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 &&
+         p.frequency_penalty == 0.0;
+}
+
+void Engine::complete_in_flight() {
+  StepPlan plan = std::move(*in_flight_);
+  in_flight_.reset();
+  complete(plan, runner_->collect(output_));
+}
+
+// The step's results (or its error) into the sequences, then the news out.
+void Engine::complete(const StepPlan& plan, const Status& status) {
+  if (status.is_ok()) {
     postprocess(plan);
   } else {
-    fail_plan(plan, st);
+    fail_plan(plan, status);
   }
+  for (const ScheduledChunk& c : plan.chunks) --c.seq->request().in_flight;
   for (RequestState* r : touched_) {
     r->touched = false;
-    publish(*r);  // may erase *r
+    publish(*r);  // may retire *r
   }
   touched_.clear();
-
-  ++stats_.num_steps;
-  stats_.last_step_ms = ms_between(start, std::chrono::steady_clock::now());
-  stats_.last_step_tokens = plan.num_tokens();
-  stats_.last_step_seqs = static_cast<int64_t>(plan.chunks.size());
+  std::erase_if(retired_, [](const std::unique_ptr<RequestState>& r) { return r->in_flight == 0; });
 }
 
 // Plain greedy (no penalties, bias, logprobs or min_tokens, a single sample)
@@ -162,19 +236,24 @@ bool Engine::device_sample_ok(const Sequence& seq) {
   return !r.params.logprobs && !(r.n > 1 && !seq.request().forked);
 }
 
-Status Engine::run(const StepPlan& plan) { return runner_->execute(plan, output_); }
-
 void Engine::postprocess(const StepPlan& plan) {
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
   size_t want = 0, row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *c.seq;
-    seq.set_num_computed(seq.num_computed() + c.num_tokens);
-    if (config_.scheduler.enable_prefix_caching)
-      seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(
-          static_cast<size_t>(seq.num_computed())));
+    const int32_t picked = c.want_logits ? output_.tokens[want++] : -1;
+    if (c.want_logits && (c.device_greedy || c.device_sample)) seq.pop_pending();
+    // Ended (a stop in the step before, an abort) while this step ran: its
+    // token is dropped. A preempted sequence still takes it.
+    if (seq.status == SequenceStatus::kFinished) {
+      row += picked < 0 && c.want_logits ? 1 : 0;
+      continue;
+    }
+    if (config_.scheduler.enable_prefix_caching) {
+      const int64_t known = std::min(seq.num_computed(), seq.num_tokens());
+      seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(static_cast<size_t>(known)));
+    }
     if (!c.want_logits) continue;
-    int32_t picked = output_.tokens[want++];
     if (picked >= 0) {
       SampleResult s;
       s.token = picked;
@@ -226,6 +305,7 @@ void Engine::mark_touched(RequestState& r) {
 void Engine::fail_plan(const StepPlan& plan, const Status& error) {
   for (const ScheduledChunk& c : plan.chunks) {
     RequestState& r = c.seq->request();
+    if (r.finished()) continue;  // ended and published already
     r.error = error;
     for (auto& seq : r.sequences)
       if (seq->status != SequenceStatus::kFinished) finish_sequence(*seq, FinishReason::kError);
@@ -250,7 +330,13 @@ void Engine::publish(RequestState& state) {
   out.finished = state.finished();
   out.error = state.error;
   if (state.stream) state.stream->push(std::move(out));
-  if (state.finished()) requests_.erase(state.request.id);  // frees the sequences; blocks are already back
+  if (!state.finished()) return;
+  // Frees the sequences (their blocks are back already), or, while a
+  // launched step still names them, keeps them until it is collected.
+  auto it = requests_.find(state.request.id);
+  if (it == requests_.end()) return;
+  if (state.in_flight > 0) retired_.push_back(std::move(it->second));
+  requests_.erase(it);
 }
 
 EngineStats Engine::stats() const {

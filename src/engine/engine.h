@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,11 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int64_t max_model_len = 4096;
   std::vector<int32_t> eos_ids;  // ids that end a sequence unless ignore_eos (model and tokenizer EOS)
+  // Overlap scheduling on a runner that can (Runner::overlaps): step n + 1
+  // is scheduled and launched before step n's tokens are appended and
+  // published, so the host's work hides behind the device's. A sequence
+  // that stops at step n has had one more token computed, which is dropped.
+  bool overlap = true;
 };
 
 struct EngineStats {
@@ -40,6 +46,7 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;
   int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
   int64_t num_steps = 0;
+  int64_t num_overlapped_steps = 0;  // launched before the step before them was collected
   double last_step_ms = 0;
   int64_t last_step_tokens = 0;
   int64_t last_step_seqs = 0;
@@ -61,15 +68,18 @@ class Engine {
   // Ends every request with `reason` (shutdown).
   void abort_all(FinishReason reason, const Status& error = Status::ok());
 
-  bool has_work() const { return !requests_.empty(); }
+  bool has_work() const { return !requests_.empty() || in_flight_.has_value(); }
   void step();
   EngineStats stats() const;
   const BlockAllocator& allocator() const { return allocator_; }
 
  private:
   Status validate(const Request& request) const;
-  StepPlan schedule();
-  Status run(const StepPlan& plan);
+  void prepare(StepPlan& plan, SteadyTime now);
+  void launched(const StepPlan& plan);
+  bool feedable(const Sequence& seq) const;
+  void complete(const StepPlan& plan, const Status& status);
+  void complete_in_flight();
   void postprocess(const StepPlan& plan);
   void sample_into(Sequence& seq, std::span<const float> row);
   void append_token(Sequence& seq, const SampleResult& sample);
@@ -87,6 +97,11 @@ class Engine {
   BlockAllocator allocator_;
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  // Requests that ended while a launched step still names their sequences;
+  // freed once it is collected (RequestState::in_flight == 0).
+  std::vector<std::unique_ptr<RequestState>> retired_;
+  bool overlap_ = false;
+  std::optional<StepPlan> in_flight_;  // launched, not collected (overlap only)
   std::vector<RequestState*> touched_;  // requests with news this step
   StepOutput output_;
   std::vector<float> row_scratch_;

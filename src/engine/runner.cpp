@@ -3,6 +3,9 @@
 
 namespace tern {
 
+Status Runner::launch(const StepPlan&) { return unsupported("this runner does not overlap steps"); }
+Status Runner::collect(StepOutput&) { return unsupported("this runner does not overlap steps"); }
+
 Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, int64_t block_size,
                                                       int64_t kv_cache_bytes) {
   const ModelConfig& c = model.config();

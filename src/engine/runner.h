@@ -37,6 +37,19 @@ class Runner {
   // Whether execute() samples device_sample chunks itself (StepPlan::samples);
   // the engine plans them only then, since planning draws the row's key.
   virtual bool samples_on_device() const { return false; }
+
+  // Overlap scheduling, on runners that say overlaps(): launch() starts a
+  // step and returns without waiting for it; collect() waits for the
+  // oldest launched step and fills `out` as execute() would. The engine
+  // launches step n + 1 before it collects step n, so a chunk whose
+  // feedback_row is set has as its one token the pick of that row of the
+  // step launched just before, which the host has not seen yet: the
+  // runner takes it on the device. At most two steps are launched and not
+  // collected; a step whose rows' logits go to the host is collected
+  // before the next one is launched.
+  virtual bool overlaps() const { return false; }
+  virtual Status launch(const StepPlan& plan);
+  virtual Status collect(StepOutput& out);
 };
 
 // The CPU backend: the reference forward over a paged fp32 KV pool in host memory.

@@ -11,6 +11,11 @@ int64_t StepPlan::num_tokens() const {
   return n;
 }
 
+bool StepPlan::all_picked_by_runner() const {
+  return std::all_of(chunks.begin(), chunks.end(),
+                     [](const ScheduledChunk& c) { return !c.want_logits || c.device_greedy || c.device_sample; });
+}
+
 Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& allocator)
     : config_(config), allocator_(allocator) {}
 
@@ -82,7 +87,7 @@ StepPlan Scheduler::schedule() {
       }
     }
     if (self_preempted) continue;  // running_[i] is now the next sequence
-    plan.chunks.push_back({&seq, n, seq.num_computed() + n == seq.num_tokens()});
+    plan.chunks.push_back({&seq, n, n == seq.num_uncomputed()});
     budget -= n;
     ++i;
   }
@@ -92,6 +97,7 @@ StepPlan Scheduler::schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Entry entry = waiting_.front();
     Sequence& seq = *entry.seq;
+    if (seq.num_pending() > 0) break;  // preempted with a token still on the device: the next step
     if (seq.num_computed() == 0 && seq.blocks().num_tokens() == 0 && config_.enable_prefix_caching) {
       auto matched = seq.blocks().match_prefix(seq.tokens());
       if (matched.is_ok() && *matched > 0) {
@@ -107,7 +113,7 @@ StepPlan Scheduler::schedule() {
     waiting_.erase(waiting_.begin());
     seq.status = SequenceStatus::kRunning;
     running_.push_back(entry);
-    plan.chunks.push_back({&seq, n, seq.num_computed() + n == seq.num_tokens()});
+    plan.chunks.push_back({&seq, n, n == seq.num_uncomputed()});
     budget -= n;
   }
   return plan;

@@ -28,6 +28,9 @@ struct ScheduledChunk {
   bool want_logits = false;  // the chunk reaches the end of the sequence's tokens: sample after it
   bool device_greedy = false;  // plain greedy: the runner may pick the token itself (argmax on the device)
   bool device_sample = false;  // the runner samples it itself from the next of StepPlan::samples
+  // >= 0: the chunk's one token is the pick of row feedback_row (counting
+  // want_logits chunks) of the step in flight before it (Runner::launch).
+  int32_t feedback_row = -1;
 };
 
 struct StepPlan {
@@ -37,6 +40,8 @@ struct StepPlan {
   std::vector<DeviceSampling> samples;
   std::vector<LogitAdjust> adjustments;
   bool empty() const { return chunks.empty(); }
+  // Whether every chunk that wants logits has its token picked by the runner.
+  bool all_picked_by_runner() const;
   int64_t num_tokens() const;
 };
 

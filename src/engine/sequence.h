@@ -39,10 +39,26 @@ class Sequence {
     return {tokens_.data() + num_prompt_, static_cast<size_t>(num_output_tokens())};
   }
 
-  // Tokens whose K/V are in the cache; the rest run in the next steps.
+  // Tokens whose K/V are in the cache (or being computed by a step in
+  // flight); the rest run in the next steps. A token the runner picked in
+  // a step not yet collected (pending) counts when the next step can take
+  // it from the device (feedable): it has K/V to compute, as yet unseen.
   int64_t num_computed() const { return num_computed_; }
   void set_num_computed(int64_t n) { num_computed_ = n; }
-  int64_t num_uncomputed() const { return num_tokens() - num_computed_; }
+  int64_t num_uncomputed() const {
+    return num_tokens() + num_pending_ - (num_pending_ > 0 && !feedable_ ? 1 : 0) - num_computed_;
+  }
+
+  // Tokens the runner picked in launched steps not yet collected (at most
+  // two: the step in flight and the one launched after it). The newest is
+  // want_logits row `row` of its step; `feedable`: the next step may compute
+  // it before the host sees it. Collecting a step pops the oldest.
+  void push_pending(int32_t row, bool feedable) { ++num_pending_, pending_row_ = row, feedable_ = feedable; }
+  void pop_pending() { --num_pending_; }
+  int64_t num_pending() const { return num_pending_; }
+  // The newest pending token, when the next step may compute it.
+  bool pending_feedable() const { return num_pending_ > 0 && feedable_; }
+  int32_t pending_row() const { return pending_row_; }
 
   BlockTable& blocks() { return blocks_; }
   std::span<const BlockId> blocks_view() const { return blocks_.blocks(); }
@@ -76,6 +92,9 @@ class Sequence {
   std::vector<int32_t> tokens_;
   int64_t num_prompt_ = 0;
   int64_t num_computed_ = 0;
+  int64_t num_pending_ = 0;
+  int32_t pending_row_ = -1;
+  bool feedable_ = false;
   BlockTable blocks_;
   Sampler sampler_;
   Detokenizer detok_;
@@ -97,6 +116,7 @@ struct RequestState {
   std::vector<std::unique_ptr<Sequence>> sequences;
   bool forked = false;            // n > 1: the other sequences joined after the prompt
   bool touched = false;           // in Engine::touched_ (news to publish this step); O(1) dedup at batch 256
+  int in_flight = 0;              // chunks of launched, uncollected steps: the state outlives its end until 0
   std::optional<SteadyTime> first_scheduled;
   std::optional<SteadyTime> first_token;
   int64_t num_cached_tokens = 0;

@@ -127,6 +127,9 @@ std::string Metrics::render(const EngineStats& s, const HttpCounters& http) cons
   gauge("tern:kv_cache_free_blocks", "KV cache blocks free or evictable.", static_cast<double>(s.num_free_blocks));
   gauge("tern:kv_cache_total_blocks", "KV cache blocks in all.", static_cast<double>(s.num_total_blocks));
   counter("tern:engine_steps_total", "Engine steps run.", static_cast<double>(s.num_steps));
+  counter("tern:engine_overlapped_steps_total",
+          "Engine steps launched while the step before them still ran (--async-scheduling).",
+          static_cast<double>(s.num_overlapped_steps));
   gauge("tern:last_step_seconds", "Duration of the last engine step.", s.last_step_ms / 1000);
   gauge("tern:last_step_batch_tokens", "Tokens computed in the last step.", static_cast<double>(s.last_step_tokens));
   gauge("tern:last_step_batch_sequences", "Sequences in the last step.", static_cast<double>(s.last_step_seqs));

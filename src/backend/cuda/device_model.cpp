@@ -126,7 +126,8 @@ Status DeviceModel::Impl::plan_workspace() {
   }
   // The counters start at zero; the attention kernel leaves them at zero.
   TERN_CUDA_RETURN_IF_ERROR(cudaMemset(split_counters.as<void>(), 0, split_counters.bytes()));
-  TERN_RETURN_IF_ERROR(picks_host.allocate(T * sizeof(uint64_t), "greedy picks (host)"));
+  // Two slots: a step's picks land in one while the host reads the other's.
+  TERN_RETURN_IF_ERROR(picks_host.allocate(2 * T * sizeof(uint64_t), "greedy picks (host)"));
   return Status::ok();
 }
 
@@ -306,6 +307,8 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   TERN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, options.device));
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->staged, cudaEventDisableTiming));
+  for (cudaEvent_t& e : impl->done) TERN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   TERN_CUBLAS_RETURN_IF_ERROR(cublasCreate(&impl->cublas));
   TERN_CUBLAS_RETURN_IF_ERROR(cublasSetStream(impl->cublas, impl->stream));
   const bool gemv_fits =
@@ -333,13 +336,31 @@ Status DeviceModel::forward_step(std::span<const SequenceChunk> batch, std::span
 Status DeviceModel::forward_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> row_modes,
                                  std::span<const SampleRow> samples, std::span<const LogitOp> ops,
                                  std::span<int32_t> tokens, std::span<float> logits) {
+  if (!impl_->launched.empty()) {
+    return invalid_argument("forward_step: " + std::to_string(impl_->launched.size()) +
+                            " launched steps are not finished");
+  }
+  TERN_RETURN_IF_ERROR(launch_step(batch, row_modes, samples, ops, {}));
+  return finish_step(tokens, logits);
+}
+
+Status DeviceModel::launch_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> row_modes,
+                                std::span<const SampleRow> samples, std::span<const LogitOp> ops,
+                                std::span<const int32_t> feedback) {
   TERN_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->options.device));  // per host thread
-  Status s = impl_->forward(batch, row_modes, samples, ops, tokens, logits);
+  Status s = impl_->launch(batch, row_modes, samples, ops, feedback);
   // A step that failed half-way may still have copies in flight from the
   // pinned metadata the next step overwrites.
   if (!s.is_ok()) cudaStreamSynchronize(impl_->stream);
   return s;
 }
+
+Status DeviceModel::finish_step(std::span<int32_t> tokens, std::span<float> logits) {
+  TERN_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->options.device));
+  return impl_->finish(tokens, logits);
+}
+
+int64_t DeviceModel::steps_in_flight() const { return static_cast<int64_t>(impl_->launched.size()); }
 
 Status DeviceModel::forward_batch(std::span<const SequenceChunk> batch, std::span<float> logits) {
   size_t want = 0;

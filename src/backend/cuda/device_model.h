@@ -114,6 +114,23 @@ class DeviceModel {
                       std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<int32_t> tokens,
                       std::span<float> logits);
 
+  // forward_step in two halves, for overlap scheduling: launch_step checks
+  // and enqueues a step and returns; finish_step waits for the oldest
+  // launched step and fills its tokens (one per want_logits chunk) and
+  // the logits of its host rows, as forward_step. `feedback`, empty or one
+  // entry per chunk: an entry r >= 0 makes the chunk's first token the
+  // pick of want_logits row r of the step launched just before (taken on
+  // the device; the id in chunk.tokens is ignored), which must have been
+  // picked there (argmax or sampled). At most two steps are launched and
+  // not finished, and a step with host rows must be finished before the
+  // next launch (its logits have one staging buffer). forward_step needs
+  // none in flight.
+  Status launch_step(std::span<const SequenceChunk> batch, std::span<const uint8_t> row_modes,
+                     std::span<const SampleRow> samples, std::span<const LogitOp> ops,
+                     std::span<const int32_t> feedback);
+  Status finish_step(std::span<int32_t> tokens, std::span<float> logits);
+  int64_t steps_in_flight() const;
+
   // forward_step with every row's logits to the host: `logits` holds
   // vocab_size floats per want_logits chunk.
   Status forward_batch(std::span<const SequenceChunk> batch, std::span<float> logits);

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,8 +108,27 @@ struct DeviceModel::Impl {
 
   DeviceMemoryUse use;
 
+  // Launched steps not yet finished, oldest first (at most two), and what
+  // finishing each needs: its row count, which rows the host samples, and
+  // its slot of picks_host with the event after its copies out.
+  struct Launched {
+    int64_t rows = 0, host_rows = 0;
+    std::vector<uint8_t> host;  // per row: its logits come to the host
+    int slot = 0;
+  };
+  std::deque<Launched> launched;
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  int next_slot = 0;
+  // After the last launch's uploads: its pinned staging may be rewritten once this fires.
+  cudaEvent_t staged = nullptr;
+  // The last launch's rows and which were picked on the device (what feedback may name).
+  std::vector<uint8_t> last_picked;
+
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : done)
+      if (e != nullptr) cudaEventDestroy(e);
+    if (staged != nullptr) cudaEventDestroy(staged);
     graphs.clear();
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -129,9 +149,9 @@ struct DeviceModel::Impl {
 
   // device_step.cpp
   Status ensure_meta(size_t count);
-  Status forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
-                 std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<int32_t> tokens,
-                 std::span<float> logits);
+  Status launch(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
+                std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> feedback);
+  Status finish(std::span<int32_t> tokens, std::span<float> logits);
   // Room for n sample rows and m logit ops, host staging and device.
   Status ensure_sampling(size_t n, size_t m);
   int splits_for(int64_t num_tokens, int64_t max_ctx) const;

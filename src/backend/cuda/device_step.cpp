@@ -24,7 +24,7 @@ namespace tern::cuda {
 namespace {
 
 struct StepCounts {
-  int64_t tokens = 0, rows = 0, table_entries = 0, host_rows = 0, sample_rows = 0, max_ctx = 0;
+  int64_t tokens = 0, rows = 0, table_entries = 0, host_rows = 0, sample_rows = 0, max_ctx = 0, fed = 0;
   bool any_argmax = false;
 };
 
@@ -266,8 +266,8 @@ Status DeviceModel::Impl::enqueue_decode(int64_t bucket) {
 namespace {
 
 Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
-                std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> tokens,
-                std::span<const float> out, StepCounts* counts) {
+                std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> feedback,
+                StepCounts* counts) {
   if (batch.empty()) return invalid_argument("forward_step: empty batch");
   const int64_t bs = m.options.block_size;
   StepCounts n;
@@ -335,14 +335,18 @@ Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch
       return invalid_argument("forward_step: sample row " + std::to_string(i) + " has bad parameters");
     }
   }
-  if (static_cast<int64_t>(tokens.size()) != n.rows) {
-    return invalid_argument("forward_step: tokens holds " + std::to_string(tokens.size()) + " entries for " +
-                            std::to_string(n.rows) + " rows with logits");
+  if (!feedback.empty() && feedback.size() != batch.size()) {
+    return invalid_argument("forward_step: " + std::to_string(feedback.size()) + " feedback entries for " +
+                            std::to_string(batch.size()) + " chunks");
   }
-  if (static_cast<int64_t>(out.size()) != n.host_rows * m.config.vocab_size) {
-    return invalid_argument("forward_step: logits buffer holds " + std::to_string(out.size()) +
-                            " floats; expected " + std::to_string(n.host_rows) + " x " +
-                            std::to_string(m.config.vocab_size));
+  for (size_t i = 0; i < feedback.size(); ++i) {
+    const int32_t r = feedback[i];
+    if (r < 0) continue;
+    if (static_cast<size_t>(r) >= m.last_picked.size() || m.last_picked[static_cast<size_t>(r)] == 0) {
+      return invalid_argument("forward_step: chunk " + std::to_string(i) + " takes the pick of row " +
+                              std::to_string(r) + ", which the step before did not pick on the device");
+    }
+    ++n.fed;
   }
   *counts = n;
   return Status::ok();
@@ -363,44 +367,66 @@ Status DeviceModel::Impl::ensure_sampling(size_t n, size_t m) {
   return Status::ok();
 }
 
-Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
-                                  std::span<const SampleRow> samples, std::span<const LogitOp> ops,
-                                  std::span<int32_t> tokens, std::span<float> out) {
+// Enqueues one step: uploads (metadata, the fed tokens' places, sampling
+// rows), the fed tokens taken from the last step's picks, the layers (a
+// decode graph or kernel by kernel), the head, sampling, and the copies of
+// picks and host logits out; the event done[slot] follows them.
+Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
+                                 std::span<const SampleRow> samples, std::span<const LogitOp> ops,
+                                 std::span<const int32_t> feedback) {
+  if (launched.size() >= 2) return invalid_argument("forward_step: two launched steps are not finished");
+  if (!launched.empty() && launched.back().host_rows > 0) {
+    return invalid_argument("forward_step: the step in flight has rows for the host; finish it first");
+  }
   StepCounts n;
-  TERN_RETURN_IF_ERROR(validate(*this, batch, modes, samples, ops, tokens, out, &n));
+  TERN_RETURN_IF_ERROR(validate(*this, batch, modes, samples, ops, feedback, &n));
   const auto S = static_cast<int64_t>(batch.size());
   const int64_t T = n.tokens, R = n.rows, V = config.vocab_size;
+  // The staging buffers below are rewritten: the last launch's uploads must be done.
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged));
 
   // A decode step: one token and one logits row per sequence, a bucket that
-  // takes the batch, and block tables that fit the fixed buffer.
+  // takes the batch, and block tables (and fed-token places) that fit the fixed buffer.
   int64_t bucket = 0;
   size_t bucket_index = 0;
   if (T == S && R == S) {
     while (bucket_index < buckets.size() && buckets[bucket_index] < S) ++bucket_index;
     if (bucket_index < buckets.size()) bucket = buckets[bucket_index];
-    if (bucket > 0 && 6 * bucket + n.table_entries + 1 > decode_meta_capacity) bucket = 0;
+    if (bucket > 0 && 6 * bucket + n.table_entries + 1 + 2 * n.fed > decode_meta_capacity) bucket = 0;
   }
   last_was_decode = bucket > 0;
 
+  // Pairs (token row, pick row) for the fed tokens, after the metadata.
+  auto pack_fed = [&](int32_t* at) {
+    int64_t row = 0, k = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      const int32_t r = feedback.empty() ? -1 : feedback[static_cast<size_t>(s)];
+      if (r >= 0) {
+        at[2 * k] = static_cast<int32_t>(row);
+        at[2 * k + 1] = r;
+        ++k;
+      }
+      row += static_cast<int64_t>(batch[static_cast<size_t>(s)].tokens.size());
+    }
+  };
   StepView v;
   bool head_done = false;
+  int32_t* meta_ids = nullptr;
+  const int32_t* fed_pairs = nullptr;
   if (bucket > 0) {
     const int64_t count = pack_decode(batch, bucket);
+    pack_fed(decode_meta_host.as<int32_t>() + count);
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode_meta_dev.as<void>(), decode_meta_host.as<void>(),
-                                              static_cast<size_t>(count) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                              stream));
-    if (!graphs.empty()) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs[bucket_index].exec, stream));
-    } else {
-      TERN_RETURN_IF_ERROR(enqueue_decode(bucket));
-    }
+                                              static_cast<size_t>(count + 2 * n.fed) * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream));
     v = decode_view(bucket);
-    head_done = head_in_decode(bucket);
+    meta_ids = decode_meta_dev.as<int32_t>();
+    fed_pairs = meta_ids + count;
   } else {
     // Pack the step's metadata (StepView's layout) and upload it in one copy.
     const int64_t bs = options.block_size;
     const int64_t count = 4 * T + R + S + n.table_entries;
-    TERN_RETURN_IF_ERROR(ensure_meta(static_cast<size_t>(count)));
+    TERN_RETURN_IF_ERROR(ensure_meta(static_cast<size_t>(count + 2 * n.fed)));
     int32_t* hm = meta_host.as<int32_t>();
     int32_t* ids = hm;
     int32_t* positions = ids + T;
@@ -426,10 +452,50 @@ Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::spa
       if (chunk.want_logits) logit_rows[want++] = static_cast<int32_t>(row - 1);
       entry += used;
     }
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_dev.as<void>(), hm, static_cast<size_t>(count) * sizeof(int32_t),
+    pack_fed(hm + count);
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_dev.as<void>(), hm,
+                                              static_cast<size_t>(count + 2 * n.fed) * sizeof(int32_t),
                                               cudaMemcpyHostToDevice, stream));
     v = view_of(meta_dev.as<int32_t>(), T, R, S);
     v.num_splits = splits_for(T, n.max_ctx);
+    meta_ids = meta_dev.as<int32_t>();
+    fed_pairs = meta_ids + count;
+  }
+
+  auto mode_of = [&](int64_t r) { return modes.empty() ? kPickOnHost : modes[static_cast<size_t>(r)]; };
+  auto is_host = [&](int64_t r) { return mode_of(r) == kPickOnHost; };
+  // The sampled rows' parameters go up in one copy, each row told where its
+  // logits sit in its head pass and where its pick goes.
+  if (n.sample_rows > 0) {
+    TERN_RETURN_IF_ERROR(ensure_sampling(samples.size(), ops.size()));
+    SampleRow* staged_rows = sample_rows_host.as<SampleRow>();
+    for (int64_t r = 0, i = 0; r < R; ++r) {
+      if (mode_of(r) != kPickSample) continue;
+      staged_rows[i] = samples[static_cast<size_t>(i)];
+      staged_rows[i].row = static_cast<int32_t>(r % max_logit_rows);
+      staged_rows[i].pick = static_cast<int32_t>(r);
+      ++i;
+    }
+    if (!ops.empty()) std::memcpy(sample_ops_host.as<void>(), ops.data(), ops.size() * sizeof(LogitOp));
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rows_dev.as<void>(), staged_rows,
+                                              samples.size() * sizeof(SampleRow), cudaMemcpyHostToDevice, stream));
+    if (!ops.empty()) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_ops_dev.as<void>(), sample_ops_host.as<void>(),
+                                                ops.size() * sizeof(LogitOp), cudaMemcpyHostToDevice, stream));
+    }
+  }
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staged, stream));
+  // The fed tokens, from the last step's picks, before this step's embedding clears them.
+  if (n.fed > 0) TERN_CUDA_RETURN_IF_ERROR(feed_picks(meta_ids, fed_pairs, n.fed, picks.as<uint64_t>(), stream));
+
+  if (bucket > 0) {
+    if (!graphs.empty()) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs[bucket_index].exec, stream));
+    } else {
+      TERN_RETURN_IF_ERROR(enqueue_decode(bucket));
+    }
+    head_done = head_in_decode(bucket);
+  } else {
     TERN_RETURN_IF_ERROR(enqueue_layers(v));
   }
 
@@ -438,28 +504,6 @@ Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::spa
   if (n.host_rows > 0 && logits_host.bytes() < static_cast<size_t>(n.host_rows * V) * sizeof(float)) {
     TERN_RETURN_IF_ERROR(logits_host.allocate(static_cast<size_t>(n.host_rows * V) * sizeof(float),
                                               "host-sampled logits (host)"));
-  }
-  auto mode_of = [&](int64_t r) { return modes.empty() ? kPickOnHost : modes[static_cast<size_t>(r)]; };
-  auto is_host = [&](int64_t r) { return mode_of(r) == kPickOnHost; };
-  // The sampled rows' parameters go up in one copy, each row told where its
-  // logits sit in its head pass and where its pick goes.
-  if (n.sample_rows > 0) {
-    TERN_RETURN_IF_ERROR(ensure_sampling(samples.size(), ops.size()));
-    SampleRow* staged = sample_rows_host.as<SampleRow>();
-    for (int64_t r = 0, i = 0; r < R; ++r) {
-      if (mode_of(r) != kPickSample) continue;
-      staged[i] = samples[static_cast<size_t>(i)];
-      staged[i].row = static_cast<int32_t>(r % max_logit_rows);
-      staged[i].pick = static_cast<int32_t>(r);
-      ++i;
-    }
-    if (!ops.empty()) std::memcpy(sample_ops_host.as<void>(), ops.data(), ops.size() * sizeof(LogitOp));
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rows_dev.as<void>(), staged,
-                                              samples.size() * sizeof(SampleRow), cudaMemcpyHostToDevice, stream));
-    if (!ops.empty()) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_ops_dev.as<void>(), sample_ops_host.as<void>(),
-                                                ops.size() * sizeof(LogitOp), cudaMemcpyHostToDevice, stream));
-    }
   }
   int64_t host_index = 0, sample_index = 0;
   for (int64_t first = 0; first < R; first += max_logit_rows) {
@@ -490,15 +534,48 @@ Status DeviceModel::Impl::forward(std::span<const SequenceChunk> batch, std::spa
       r = end;
     }
   }
+  Launched l;
+  l.rows = R;
+  l.host_rows = n.host_rows;
+  l.slot = next_slot;
+  l.host.resize(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) l.host[static_cast<size_t>(r)] = is_host(r) ? 1 : 0;
   if (n.host_rows < R) {
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(picks_host.as<void>(), picks.as<void>(),
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(picks_host.as<uint64_t>() + l.slot * max_tokens, picks.as<void>(),
                                               static_cast<size_t>(R) * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                               stream));
   }
-  TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(done[l.slot], stream));
+  last_picked.assign(static_cast<size_t>(R), 0);
+  for (int64_t r = 0; r < R; ++r) last_picked[static_cast<size_t>(r)] = is_host(r) ? 0 : 1;
+  next_slot ^= 1;
+  launched.push_back(std::move(l));
+  return Status::ok();
+}
+
+// Waits for the oldest launched step and hands out its picks and host logits.
+Status DeviceModel::Impl::finish(std::span<int32_t> tokens, std::span<float> out) {
+  if (launched.empty()) return invalid_argument("forward_step: no launched step to finish");
+  const Launched l = std::move(launched.front());
+  launched.pop_front();
+  if (static_cast<int64_t>(tokens.size()) != l.rows) {
+    cudaEventSynchronize(done[l.slot]);
+    return invalid_argument("forward_step: tokens holds " + std::to_string(tokens.size()) + " entries for " +
+                            std::to_string(l.rows) + " rows with logits");
+  }
+  if (static_cast<int64_t>(out.size()) != l.host_rows * config.vocab_size) {
+    cudaEventSynchronize(done[l.slot]);
+    return invalid_argument("forward_step: logits buffer holds " + std::to_string(out.size()) +
+                            " floats; expected " + std::to_string(l.host_rows) + " x " +
+                            std::to_string(config.vocab_size));
+  }
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done[l.slot]));
   TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  for (int64_t r = 0; r < R; ++r) tokens[static_cast<size_t>(r)] = is_host(r) ? -1 : pick_of(picks_host.as<uint64_t>()[r]);
-  if (n.host_rows > 0) std::memcpy(out.data(), logits_host.as<float>(), out.size() * sizeof(float));
+  const uint64_t* keys = picks_host.as<uint64_t>() + l.slot * max_tokens;
+  for (int64_t r = 0; r < l.rows; ++r) {
+    tokens[static_cast<size_t>(r)] = l.host[static_cast<size_t>(r)] ? -1 : pick_of(keys[r]);
+  }
+  if (l.host_rows > 0) std::memcpy(out.data(), logits_host.as<float>(), out.size() * sizeof(float));
   return Status::ok();
 }
 

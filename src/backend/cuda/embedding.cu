@@ -19,7 +19,22 @@ __global__ void embedding_gather_kernel(const bf16* table, const int32_t* ids, i
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = load_bf16(row + i);
 }
 
+__global__ void feed_picks_kernel(int32_t* ids, const int32_t* pairs, int64_t count, const uint64_t* keys) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t key = keys[pairs[2 * i + 1]];  // as pick_of (kernels.h)
+    ids[pairs[2 * i]] = key == 0 ? 0 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key & 0xffffffffu));
+  }
+}
+
 }  // namespace
+
+cudaError_t feed_picks(int32_t* ids, const int32_t* pairs, int64_t count, const uint64_t* keys,
+                       cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  feed_picks_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(ids, pairs, count, keys);
+  return cudaGetLastError();
+}
 
 cudaError_t embedding_gather(const bf16* table, const int32_t* ids, int64_t num_tokens, int64_t hidden, float* x,
                              cudaStream_t stream, bool pdl, uint64_t* clear_keys, int64_t num_clear) {

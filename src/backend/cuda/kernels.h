@@ -20,6 +20,12 @@ cudaError_t embedding_gather(const bf16* table, const int32_t* ids, int64_t num_
                              cudaStream_t stream, bool pdl = false, uint64_t* clear_keys = nullptr,
                              int64_t num_clear = 0);
 
+// ids[pairs[2i]] = the token of keys[pairs[2i + 1]] (pick_of, below) for
+// i < count: tokens the step before picked on the device become this
+// step's input ids without a trip through the host (overlap scheduling).
+cudaError_t feed_picks(int32_t* ids, const int32_t* pairs, int64_t count, const uint64_t* keys,
+                       cudaStream_t stream);
+
 // For each output row i < num_rows, with source row r = rows ? rows[i] : i:
 //   x[r] += delta[r]                       (when delta is not null; fp32)
 //   out[i] = bf16(x[r] / sqrt(mean(x[r]^2) + eps) * weight)   (fp32 math)

@@ -3,6 +3,8 @@
 // invisible in the outputs and must never lose a KV block.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
 #include <map>
 #include <random>
 #include <set>
@@ -215,20 +217,64 @@ TEST(Engine, SeededSamplingIgnoresBatchComposition) {
 // hands it (StepPlan::samples) are finished here as a device would: the
 // row's adjustments applied by phase, then, for greedy rows, the argmax
 // (other rows take the argmax too: this checks the plumbing, not a draw).
+// With `overlap` it also overlaps steps as a GPU runner does: launch()
+// computes the step at once from what the sequences hold then, taking a
+// fed chunk's token from its own picks of the step before; collect()
+// hands the oldest result out later.
 class DeviceSamplingCpuRunner final : public Runner {
  public:
-  explicit DeviceSamplingCpuRunner(std::unique_ptr<CpuRunner> inner) : inner_(std::move(inner)) {}
+  DeviceSamplingCpuRunner(Ernie45Model& model, int64_t num_blocks, bool overlap = false)
+      : model_(model),
+        pool_(model.config().num_layers, model.config().kv_dim(), num_blocks, 16),
+        overlap_(overlap) {}
+
   Status execute(const StepPlan& plan, StepOutput& out) override {
-    StepOutput all;
-    TERN_RETURN_IF_ERROR(inner_->execute(plan, all));
+    TERN_RETURN_IF_ERROR(launch(plan));
+    return collect(out);
+  }
+
+  Status launch(const StepPlan& plan) override {
+    EXPECT_LT(results_.size(), 2u) << "more than two steps launched and not collected";
+    if (!results_.empty()) {
+      EXPECT_TRUE(std::all_of(results_.back().tokens.begin(), results_.back().tokens.end(),
+                              [](int32_t t) { return t >= 0; }))
+          << "a step with host rows was still in flight at the next launch";
+    }
+    for (const BlockCopy& c : plan.copies) pool_.copy_block(c.src, c.dst);
+    std::vector<SequenceChunk> chunks;
+    fed_.assign(plan.chunks.size(), 0);
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& sc = plan.chunks[i];
+      const Sequence& seq = *sc.seq;
+      SequenceChunk chunk;
+      if (sc.feedback_row >= 0) {
+        EXPECT_TRUE(overlap_) << "a fed chunk without overlap";
+        EXPECT_EQ(sc.num_tokens, 1);
+        EXPECT_LT(static_cast<size_t>(sc.feedback_row), last_picks_.size());
+        if (static_cast<size_t>(sc.feedback_row) >= last_picks_.size() || last_picks_[sc.feedback_row] < 0)
+          return internal_error("fed chunk names a row the step before did not pick");
+        fed_[i] = last_picks_[static_cast<size_t>(sc.feedback_row)];
+        chunk.tokens = std::span<const int32_t>(&fed_[i], 1);
+        ++fed_chunks;
+      } else {
+        chunk.tokens = std::span<const int32_t>(seq.tokens())
+                           .subspan(static_cast<size_t>(seq.num_computed()), static_cast<size_t>(sc.num_tokens));
+      }
+      chunk.start_pos = seq.num_computed();
+      chunk.block_table = seq.blocks_view();
+      chunk.want_logits = sc.want_logits;
+      chunks.push_back(chunk);
+    }
     const auto V = static_cast<size_t>(vocab_size());
-    out.tokens.clear();
-    out.logits.clear();
+    size_t want = 0;
+    for (const ScheduledChunk& c : plan.chunks) want += c.want_logits ? 1 : 0;
+    std::vector<float> all(want * V);
+    TERN_RETURN_IF_ERROR(model_.forward_batch(chunks, pool_, all));
+    StepOutput out;
     size_t row = 0, sample = 0;
     for (const ScheduledChunk& c : plan.chunks) {
       if (!c.want_logits) continue;
-      std::vector<float> logits(all.logits.begin() + static_cast<long>(row * V),
-                                all.logits.begin() + static_cast<long>((row + 1) * V));
+      std::vector<float> logits(all.begin() + static_cast<long>(row * V), all.begin() + static_cast<long>((row + 1) * V));
       ++row;
       const SamplingParams& p = c.seq->request().request.params;
       if (c.device_greedy) {
@@ -248,17 +294,33 @@ class DeviceSamplingCpuRunner final : public Runner {
       }
     }
     EXPECT_EQ(sample, plan.samples.size());
+    last_picks_ = out.tokens;
+    results_.push_back(std::move(out));
     return Status::ok();
   }
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  int64_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
-  int64_t block_size() const override { return inner_->block_size(); }
-  bool samples_on_device() const override { return true; }
 
-  int argmax_rows = 0, sampled_rows = 0, host_rows = 0;
+  Status collect(StepOutput& out) override {
+    if (results_.empty()) return internal_error("collect without a launched step");
+    out = std::move(results_.front());
+    results_.pop_front();
+    return Status::ok();
+  }
+
+  int64_t vocab_size() const override { return model_.config().vocab_size; }
+  int64_t num_kv_blocks() const override { return pool_.num_blocks(); }
+  int64_t block_size() const override { return pool_.block_size(); }
+  bool samples_on_device() const override { return true; }
+  bool overlaps() const override { return overlap_; }
+
+  int argmax_rows = 0, sampled_rows = 0, host_rows = 0, fed_chunks = 0;
 
  private:
-  std::unique_ptr<CpuRunner> inner_;
+  Ernie45Model& model_;
+  PagedKvPool pool_;
+  bool overlap_;
+  std::deque<StepOutput> results_;
+  std::vector<int32_t> last_picks_;
+  std::vector<int32_t> fed_;
 };
 
 // Penalised, biased greedy requests sampled "on the device" give exactly the
@@ -267,15 +329,17 @@ class DeviceSamplingCpuRunner final : public Runner {
 TEST(Engine, DeviceSampledRowsGiveTheHostTokens) {
   auto& f = fixture();
   const ModelConfig& c = f.model->config();
-  auto run = [&](bool device, DeviceSamplingCpuRunner** seen) {
-    auto inner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
-    EXPECT_TRUE(inner.is_ok());
+  int sampled_rows = -1, host_rows = -1;  // the device run's, read before its runner goes
+  auto run = [&](bool device) {
     std::unique_ptr<Runner> runner;
+    DeviceSamplingCpuRunner* seen = nullptr;
     if (device) {
-      auto wrapped = std::make_unique<DeviceSamplingCpuRunner>(std::move(inner).value());
-      *seen = wrapped.get();
+      auto wrapped = std::make_unique<DeviceSamplingCpuRunner>(*f.model, 256);
+      seen = wrapped.get();
       runner = std::move(wrapped);
     } else {
+      auto inner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
+      EXPECT_TRUE(inner.is_ok());
       runner = std::move(inner).value();
     }
     EngineConfig config;
@@ -311,18 +375,114 @@ TEST(Engine, DeviceSampledRowsGiveTheHostTokens) {
     EXPECT_EQ(engine.allocator().num_used(), 0);
     std::vector<std::vector<int32_t>> out;
     for (size_t i = 0; i + 1 < streams.size(); ++i) out.push_back(collect(*streams[i]).tokens[0]);
+    if (seen != nullptr) sampled_rows = seen->sampled_rows, host_rows = seen->host_rows;
     return out;
   };
-  DeviceSamplingCpuRunner* seen = nullptr;
-  const auto host = run(false, nullptr);
-  const auto device = run(true, &seen);
-  ASSERT_NE(seen, nullptr);
+  const auto host = run(false);
+  const auto device = run(true);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(device[i], host[i]) << "penalised request " << i;
   EXPECT_EQ(device[6], host[6]) << "logprobs request";
   // 6 x 12 penalised rows and the n = 3 request's later rows on the device;
   // the logprobs rows (5) and the n = 3 request's first row on the host.
-  EXPECT_GE(seen->sampled_rows, 6 * 12 + 3 * 5);
-  EXPECT_EQ(seen->host_rows, 5 + 1);
+  EXPECT_GE(sampled_rows, 6 * 12 + 3 * 5);
+  EXPECT_EQ(host_rows, 5 + 1);
+}
+
+// Overlap scheduling is invisible in the outputs: the same requests (greedy,
+// logit bias, min_tokens, penalties, stop strings and stop token ids hit
+// mid-generation, logprobs, n = 3, lengths cut by max_model_len) give the
+// same tokens, texts and finish reasons with steps overlapped as without,
+// with a pool small enough to preempt, and with a request aborted while a
+// step that names it is in flight; no KV block is lost either way.
+TEST(Engine, OverlapSchedulingIsInvisible) {
+  auto& f = fixture();
+  std::mt19937 prompts_rng(33);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) prompts.push_back(random_prompt(prompts_rng, 3 + 7 * i));
+  // A stop token and a stop string that greedy decoding reaches mid-way.
+  const auto stop_run = f.greedy_alone(prompts[1], 12);
+  const int32_t stop_token = stop_run[4];
+  const std::string stop_text = f.tokenizer->decode(f.greedy_alone(prompts[2], 16));
+  ASSERT_GE(stop_text.size(), 8u);
+  std::string stop_string = stop_text.substr(stop_text.size() / 2, 3);
+  while (!stop_string.empty() && (static_cast<unsigned char>(stop_string[0]) & 0xc0) == 0x80) stop_string.erase(0, 1);
+
+  struct Run {
+    std::vector<Collected> out;
+    EngineStats stats;
+    int fed = 0, host_rows = 0;
+  };
+  auto run = [&](bool overlap, int64_t num_blocks) {
+    auto owned = std::make_unique<DeviceSamplingCpuRunner>(*f.model, num_blocks, overlap);
+    DeviceSamplingCpuRunner* runner = owned.get();
+    EngineConfig config;
+    config.scheduler.max_num_seqs = 16;
+    config.scheduler.max_num_batched_tokens = 64;
+    config.max_model_len = 96;
+    config.eos_ids = f.tokenizer->default_stop_ids();
+    Engine engine(std::move(owned), *f.tokenizer, config);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    auto add = [&](const Request& r) {
+      streams.push_back(std::make_shared<RequestStream>());
+      EXPECT_TRUE(engine.add_request(r, streams.back()).is_ok()) << r.id;
+    };
+    for (int i = 0; i < 12; ++i) {
+      Request r = greedy_request("r" + std::to_string(i), prompts[static_cast<size_t>(i)], 5 + 4 * i);
+      switch (i) {
+        case 1: r.params.stop_token_ids = {stop_token}; break;
+        case 2: r.params.stop = {stop_string}; break;
+        case 3: r.params.logit_bias[40] = 2.5; break;
+        case 4: r.params.min_tokens = 6; r.params.stop_token_ids = {f.greedy_alone(prompts[4], 3)[1]}; break;
+        case 5: r.params.repetition_penalty = 1.3; r.params.frequency_penalty = 0.4; break;
+        case 6: r.params.logprobs = 1; r.params.max_tokens = 3; break;  // its steps are not overlapped
+        case 7: r.n = 3; r.params.temperature = 0.8; r.params.seed = 9; r.params.top_k = 1; break;
+        case 8: r.params.temperature = 0.7; r.params.seed = 4; r.params.top_k = 1; break;
+        default: break;  // 0, 9, 10, 11 plain; 10 and 11 run into max_model_len
+      }
+      add(r);
+    }
+    // Abort request 9 after a few steps: overlapped, a step naming it is then in flight.
+    for (int i = 0; i < 6 && engine.has_work(); ++i) engine.step();
+    engine.abort_request("r9");
+    run_to_completion(engine);
+    EXPECT_EQ(engine.allocator().num_used(), 0) << "overlap " << overlap;
+    Run result;
+    for (auto& st : streams) result.out.push_back(collect(*st));
+    result.stats = engine.stats();
+    result.fed = runner->fed_chunks;
+    result.host_rows = runner->host_rows;
+    return result;
+  };
+  for (int64_t blocks : {256, 14}) {
+    const Run plain = run(false, blocks);
+    const Run overlapped = run(true, blocks);
+    EXPECT_EQ(plain.stats.num_overlapped_steps, 0);
+    EXPECT_GT(overlapped.stats.num_overlapped_steps, 10) << blocks << " blocks";
+    EXPECT_GT(overlapped.fed, 30) << blocks << " blocks";
+    EXPECT_EQ(plain.fed, 0);
+    if (blocks == 14) {
+      EXPECT_GT(overlapped.stats.num_preemptions, 0) << "the small pool should preempt";
+    }
+    for (size_t i = 0; i < plain.out.size(); ++i) {
+      const Collected& a = plain.out[i];
+      const Collected& b = overlapped.out[i];
+      EXPECT_TRUE(a.finished && b.finished) << "request " << i;
+      EXPECT_TRUE(a.error.is_ok() && b.error.is_ok()) << "request " << i << ": " << b.error.to_string();
+      if (i == 9) {
+        EXPECT_EQ(b.finish.at(0), FinishReason::kAbort);
+        continue;
+      }
+      EXPECT_EQ(a.tokens, b.tokens) << "request " << i << ", " << blocks << " blocks";
+      EXPECT_EQ(a.text, b.text) << "request " << i;
+      EXPECT_EQ(a.finish, b.finish) << "request " << i;
+    }
+    EXPECT_EQ(overlapped.out[1].finish.at(0), FinishReason::kStop);
+    const auto first_stop = std::find(stop_run.begin(), stop_run.end(), stop_token) - stop_run.begin();
+    EXPECT_EQ(overlapped.out[1].tokens.at(0).size(), static_cast<size_t>(first_stop + 1));
+    EXPECT_EQ(overlapped.out[2].finish.at(0), FinishReason::kStop);
+    EXPECT_EQ(overlapped.out[11].finish.at(0), FinishReason::kLength);
+    EXPECT_EQ(overlapped.out[7].tokens.size(), 3u);
+  }
 }
 
 TEST(Engine, NGreaterThanOneForksFromOnePrefill) {
