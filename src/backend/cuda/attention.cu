@@ -440,21 +440,49 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  // Splits merged in split order, whichever finished last.
-  for (int i = threadIdx.x; i < outputs; i += blockDim.x) {
-    const int row = i / HD, d = i - row * HD;
-    const int64_t at0 = (t * p.num_heads + head0 + row) * p.num_splits;
+  // Splits merged in split order, whichever finished last: each row's split
+  // weights once into shared memory (all (row, split) maxima and sums
+  // loaded at once), then each thread 8 dims of one row, its loads over
+  // the splits independent of each other.
+  float* wt_s = smem;                              // [group][kMaxAttentionSplits]
+  float* sum_s = smem + 16 * kMaxAttentionSplits;  // [group]
+  float* m_s = sum_s + 16;                         // [group][kMaxAttentionSplits]
+  for (int i = threadIdx.x; i < group * active; i += blockDim.x) {
+    const int row = i / active, sp = i - row * active;
+    const int64_t at = (t * p.num_heads + head0 + row) * p.num_splits + sp;
+    m_s[row * kMaxAttentionSplits + sp] = __ldcg(p.partial_ml + at * 2);
+    wt_s[row * kMaxAttentionSplits + sp] = __ldcg(p.partial_ml + at * 2 + 1);  // the sum, for now
+  }
+  __syncthreads();
+  if (threadIdx.x < group) {
+    const int row = threadIdx.x;
     float mx = -FLT_MAX;
-#pragma unroll 4
-    for (int sp = 0; sp < active; ++sp) mx = fmaxf(mx, __ldcg(p.partial_ml + (at0 + sp) * 2));
-    float sum = 0.0f, acc = 0.0f;
+    for (int sp = 0; sp < active; ++sp) mx = fmaxf(mx, m_s[row * kMaxAttentionSplits + sp]);
+    float sum = 0.0f;
+    for (int sp = 0; sp < active; ++sp) {
+      const float wt = exp2f(m_s[row * kMaxAttentionSplits + sp] - mx);
+      sum += wt_s[row * kMaxAttentionSplits + sp] * wt;
+      wt_s[row * kMaxAttentionSplits + sp] = wt;
+    }
+    sum_s[row] = sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < outputs / 8; i += blockDim.x) {
+    const int row = i / (HD / 8), d = (i - row * (HD / 8)) * 8;
+    const float* wr = wt_s + row * kMaxAttentionSplits;
+    const float* src = p.partial_out + ((t * p.num_heads + head0 + row) * p.num_splits) * HD + d;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
     for (int sp = 0; sp < active; ++sp) {
-      const float wt = exp2f(__ldcg(p.partial_ml + (at0 + sp) * 2) - mx);
-      sum += __ldcg(p.partial_ml + (at0 + sp) * 2 + 1) * wt;
-      acc += __ldcg(p.partial_out + (at0 + sp) * HD + d) * wt;
+      const float4 a = __ldcg(reinterpret_cast<const float4*>(src + sp * HD));
+      const float4 b = __ldcg(reinterpret_cast<const float4*>(src + sp * HD + 4));
+      const float w = wr[sp];
+      acc[0] += a.x * w, acc[1] += a.y * w, acc[2] += a.z * w, acc[3] += a.w * w;
+      acc[4] += b.x * w, acc[5] += b.y * w, acc[6] += b.z * w, acc[7] += b.w * w;
     }
-    store_bf16(p.out + t * p.out_row_stride + (head0 + row) * HD + d, acc / sum);
+    bf16* out = p.out + t * p.out_row_stride + (head0 + row) * HD + d;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) store_bf16(out + j, acc[j] / sum_s[row]);
   }
 }
 
