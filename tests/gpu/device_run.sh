@@ -6,7 +6,8 @@
 #   there:  tests/gpu/device_run.sh            (from the repo root)
 # Environment there: GTEST_FILTER (default all), BENCH=0 skips the
 # benchmark, PROFILE=1 adds per-kernel GPU times of one decode step per
-# batch size (ncu, summarized by ncu_summary.py), SANITIZE=1 adds
+# batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
+# same for one 2048-token prefill step, SANITIZE=1 adds
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests).
 set -u
 D=build-cuda/device
@@ -50,6 +51,13 @@ if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
     --batch 1,64,256 --steps 16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$?"; tail -3 "$OUT/ncu.err"
   python3 tests/gpu/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu_summary.txt" | head -70
+fi
+if [ "${PROFILE_PREFILL:-0}" = 1 ] && [ -n "$NCU" ]; then  # one 2048-token prefill step (8 x 256)
+  TERN_PROFILE_PREFILL=1 timeout 60 "$NCU" --profile-from-start off --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs graphs \
+    --batch 8 --steps 8 >"$OUT/ncu_prefill.csv" 2>"$OUT/ncu_prefill.err"
+  echo "ncu prefill rc=$?"; tail -3 "$OUT/ncu_prefill.err"
+  python3 tests/gpu/ncu_summary.py "$OUT/ncu_prefill.csv" | tee "$OUT/ncu_prefill_summary.txt" | head -30
 fi
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1

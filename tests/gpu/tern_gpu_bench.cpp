@@ -10,7 +10,8 @@
 // pdl (graphs with programmatic dependent launches), cublas (no GEMV),
 // gemvN (the GEMV up to N tokens). With TERN_PROFILE_STEP=k set, decode
 // step k of each batch runs between cudaProfilerStart and Stop (for
-// `ncu --profile-from-start off`).
+// `ncu --profile-from-start off`); with TERN_PROFILE_PREFILL set, the first
+// timed prefill step of each batch does.
 // Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256]
 //                       [--configs graphs,eager,pdl,cublas,gemv8]
 #include <cuda_profiler_api.h>
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   const auto V = static_cast<size_t>(c.vocab_size);
   const char* profile_env = std::getenv("TERN_PROFILE_STEP");
   const int64_t profile_step = profile_env != nullptr ? std::atoll(profile_env) : -1;
+  const bool profile_prefill = std::getenv("TERN_PROFILE_PREFILL") != nullptr;
 
   std::vector<Row> table;
   for (const std::string& config : split(configs_arg)) {
@@ -161,10 +163,13 @@ int main(int argc, char** argv) {
             batch.push_back({std::span<const int32_t>(seq).first(static_cast<size_t>(prompt)), 0,
                              tables[static_cast<size_t>(first)], true});
           }
+          const bool profiled = profile_prefill && rep == 1 && prefill_s == 0;
+          if (profiled) cudaProfilerStart();
           const auto t = Clock::now();
           tern::Status s = step(batch, true);
           if (!s.is_ok()) return fail(s);
           prefill_s += seconds_since(t);
+          if (profiled) cudaProfilerStop();
         }
       }
       // Decode: all steps with device picks, then a few with every row's logits to the host
