@@ -217,7 +217,10 @@ struct AttnSeq {
   std::vector<int32_t> table;
 };
 
-void check_attention(const Shape& s, uint32_t seed, int num_splits) {
+// tiles: the prefill form, as a general step with a multi-token chunk runs
+// it: chunks of >= 2 tokens in query tiles (paged_attention_prefill), the
+// one-token chunks through the decode kernel's token list.
+void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
   std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 65};
@@ -311,18 +314,45 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits) {
   p.split_counters = d_counters.get();
   p.out = d_out.get();
   p.out_row_stride = q_dim;
-  TERN_ASSERT_CUDA(cuda::paged_attention(p, nullptr));
+  std::vector<int32_t> singles, tile_list;
+  if (tiles) {
+    const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
+    ASSERT_GT(tile, 0);
+    int64_t row = 0;
+    for (const AttnSeq& q : seqs) {
+      if (q.fresh == 1) singles.push_back(static_cast<int32_t>(row));
+      for (int64_t at = 0; q.fresh > 1 && at < q.fresh; at += tile) {
+        tile_list.push_back(static_cast<int32_t>(row + at));
+        tile_list.push_back(static_cast<int32_t>(std::min<int64_t>(tile, q.fresh - at)));
+      }
+      row += q.fresh;
+    }
+    ASSERT_FALSE(tile_list.empty());
+    ASSERT_FALSE(singles.empty());
+  }
+  DeviceArray<int32_t> d_singles(singles.empty() ? std::vector<int32_t>{0} : singles);
+  DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0} : tile_list);
+  auto launch = [&] {
+    if (!tiles) return cuda::paged_attention(p, nullptr);
+    cuda::PagedAttentionParams single = p;
+    single.token_list = d_singles.get();
+    single.num_tokens = static_cast<int64_t>(singles.size());
+    const cudaError_t e = cuda::paged_attention(single, nullptr);
+    if (e != cudaSuccess) return e;
+    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 2), nullptr);
+  };
+  TERN_ASSERT_CUDA(launch());
   TERN_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<float> got = test::to_f32(d_out.download());
   // The merge leaves the counters at zero, and a second launch (as a graph
   // replay) gives the same bits whichever split merged.
   for (int c : d_counters.download()) ASSERT_EQ(c, 0) << "split counters not reset";
   d_out.upload(std::vector<bf16>(static_cast<size_t>(T * q_dim), kNanBf16));
-  TERN_ASSERT_CUDA(cuda::paged_attention(p, nullptr));
+  TERN_ASSERT_CUDA(launch());
   EXPECT_EQ(test::to_f32(d_out.download()), got) << "second launch differs";
   const std::string what = "attention heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
-                           std::to_string(num_splits);
+                           std::to_string(num_splits) + (tiles ? " query tiles" : "");
   test::expect_bf16_close(got, ref, what);
   // Per token too, so one bad sequence cannot hide in the total.
   first = 0;
@@ -350,6 +380,21 @@ TEST(CudaKernels, SplitAttentionMatchesReference) {
     // 2 and 5 split every context; 32 leaves most splits of short contexts empty.
     for (int num_splits : {2, 5, 32}) check_attention(s, seed++, num_splits);
   }
+}
+
+// Prefill chunks in query tiles (paged_attention_prefill) beside one-token
+// chunks through the decode kernel's token list, split or not: GQA 8:1
+// (2 tokens per warp), 16:1 (1), 4:1 (4), 1:1 (16), head_dim 64 and 128,
+// block sizes that do and do not divide a tile's 64-key chunks.
+TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
+  uint32_t seed = 40;
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{8, 2, 128, 3},
+                        Shape{8, 8, 64, 1}}) {
+    for (int num_splits : {1, 5}) check_attention(s, seed++, num_splits, /*tiles=*/true);
+  }
+  EXPECT_EQ(cuda::prefill_tile_tokens(16, 2, 128), 8);
+  EXPECT_EQ(cuda::prefill_tile_tokens(12, 2, 128), 0) << "6 q heads per kv head do not divide the 16 MMA rows";
+  EXPECT_EQ(cuda::prefill_tile_tokens(16, 2, 96), 0);
 }
 
 TEST(CudaKernels, GemmMatchesReference) {
@@ -758,19 +803,24 @@ TEST(CudaKernels, SampleRowsDrawsFromTheHostSamplersDistribution) {
 }
 
 // A full-size vocabulary: top-k and top-p cuts over 103,424 logits, ties
-// at the cut resolved to the lower ids, and draws only from the kept set.
+// at the cut resolved to the lower ids, and draws only from the kept set;
+// and 270,000 logits, past which top-p sums its masses in 64-bit atomics
+// instead of 32-bit limbs.
 TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
   std::mt19937 rng(12);
-  std::vector<float> row = test::random_f32(rng, 103424, -8, 8);
-  for (int i = 0; i < 50; ++i) row[static_cast<size_t>(1000 + 977 * i)] = 9.0f;  // 50 tied maxima
-  const SampleCase cases[] = {{1.0f, 10, 1.0f, 0.0f}, {1.0f, 60, 1.0f, 0.0f}, {1.0f, 0, 0.1f, 0.0f},
-                              {0.9f, 0, 0.95f, 0.0f}, {1.0f, 40, 0.5f, 0.01f}};
-  uint64_t seed = 100;
-  for (const SampleCase& sc : cases) {
-    const std::string what = "top_k " + std::to_string(sc.top_k) + " top_p " + std::to_string(sc.top_p);
-    const std::vector<double> p = reference_distribution(row, sc.temperature, sc.top_k, sc.top_p, sc.min_p);
-    for (int32_t id : device_draws(row, sc, 512, seed++)) {
-      EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
+  for (const size_t vocab : {size_t{103424}, size_t{270000}}) {
+    std::vector<float> row = test::random_f32(rng, vocab, -8, 8);
+    for (int i = 0; i < 50; ++i) row[static_cast<size_t>(1000 + 977 * i)] = 9.0f;  // 50 tied maxima
+    const SampleCase cases[] = {{1.0f, 10, 1.0f, 0.0f}, {1.0f, 60, 1.0f, 0.0f}, {1.0f, 0, 0.1f, 0.0f},
+                                {0.9f, 0, 0.95f, 0.0f}, {1.0f, 40, 0.5f, 0.01f}};
+    uint64_t seed = 100;
+    for (const SampleCase& sc : cases) {
+      const std::string what = "vocab " + std::to_string(vocab) + " top_k " + std::to_string(sc.top_k) +
+                               " top_p " + std::to_string(sc.top_p);
+      const std::vector<double> p = reference_distribution(row, sc.temperature, sc.top_k, sc.top_p, sc.min_p);
+      for (int32_t id : device_draws(row, sc, vocab > 200000 ? 128 : 512, seed++)) {
+        EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
+      }
     }
   }
 }

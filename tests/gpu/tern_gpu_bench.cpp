@@ -8,7 +8,8 @@
 // besides the KV pool. Ends with one table line per configuration and batch.
 // Configurations: graphs (the default options), eager (enforce_eager),
 // pdl (graphs with programmatic dependent launches), cublas (no GEMV),
-// gemvN (the GEMV up to N tokens). With TERN_PROFILE_STEP=k set, decode
+// gemvN (the GEMV up to N tokens), notiles (prefill attention token by
+// token, as before query tiles). With TERN_PROFILE_STEP=k set, decode
 // step k of each batch runs between cudaProfilerStart and Stop (for
 // `ncu --profile-from-start off`); with TERN_PROFILE_PREFILL set, the first
 // timed prefill step of each batch does.
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
     if (config == "cublas" || config == "cublas-eager") o.gemv_max_tokens = 0;
     if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens
     if (config == "pdl") o.pdl = true;
+    if (config == "notiles") o.prefill_tiles = false;
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below

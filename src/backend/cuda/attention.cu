@@ -225,7 +225,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
   allow_dependent_launch();
-  const int64_t t = blockIdx.x;
+  const int64_t x = blockIdx.x;  // indexes the partials and counters
+  const int64_t t = p.token_list != nullptr ? p.token_list[x] : x;
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int group = p.num_heads / p.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -421,7 +422,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
       sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
       acc += red_o[(w * 16 + row) * kStride + d] * wt;
     }
-    const int64_t at = (t * p.num_heads + head0 + row) * p.num_splits + split;
+    const int64_t at = (x * p.num_heads + head0 + row) * p.num_splits + split;
     p.partial_out[at * HD + d] = acc;
     if (d == 0) {
       p.partial_ml[at * 2] = mx;
@@ -432,7 +433,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = p.split_counters + t * p.num_kv_heads + kvh;
+    int* counter = p.split_counters + x * p.num_kv_heads + kvh;
     const int arrived = atomicAdd(counter, 1);
     is_last = arrived == active - 1;
     if (is_last) *counter = 0;  // ready for the next launch
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   float* m_s = sum_s + 16;                         // [group][kMaxAttentionSplits]
   for (int i = threadIdx.x; i < group * active; i += blockDim.x) {
     const int row = i / active, sp = i - row * active;
-    const int64_t at = (t * p.num_heads + head0 + row) * p.num_splits + sp;
+    const int64_t at = (x * p.num_heads + head0 + row) * p.num_splits + sp;
     m_s[row * kMaxAttentionSplits + sp] = __ldcg(p.partial_ml + at * 2);
     wt_s[row * kMaxAttentionSplits + sp] = __ldcg(p.partial_ml + at * 2 + 1);  // the sum, for now
   }
@@ -470,7 +471,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   for (int i = threadIdx.x; i < outputs / 8; i += blockDim.x) {
     const int row = i / (HD / 8), d = (i - row * (HD / 8)) * 8;
     const float* wr = wt_s + row * kMaxAttentionSplits;
-    const float* src = p.partial_out + ((t * p.num_heads + head0 + row) * p.num_splits) * HD + d;
+    const float* src = p.partial_out + ((x * p.num_heads + head0 + row) * p.num_splits) * HD + d;
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
     for (int sp = 0; sp < active; ++sp) {
@@ -506,6 +507,205 @@ cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t
   return launch_kernel(paged_attention_kernel<kDimsPerLane>, grid, dim3(threads), smem, stream, pdl, p);
 }
 
+
+// ---------------------------------------------------------------------------
+// Prefill form: a block serves a tile of consecutive tokens of one sequence
+// and one kv head. Warp w takes 16 / group of the tile's tokens, their
+// group q heads being its 16 MMA rows (row r: token r / group, head
+// r % group), so every row does work. The block walks the keys up to its
+// last token's position in 64-key chunks, each loaded once into shared
+// memory by all threads (rows padded so the fragment loads below hit
+// distinct banks), then each warp runs the chunk's four 16-key steps as the
+// decode kernel does, skipping steps past all of its rows' positions and
+// masking keys past each row's own position (causal). No splits and no
+// merge: each warp owns its rows from start to end.
+constexpr int kPrefillKeys = 64;                 // keys per shared-memory chunk
+constexpr int kPrefillRowsPerWarp = 16;
+constexpr int kPrefillThreads = 32 * kMmaWarps;
+template <int HD>
+struct PrefillSmem {
+  static constexpr int kKStride = HD + 32;  // bf16; (HD + 32) / 2 words = 16 mod 32: K loads by row g, col c
+  static constexpr int kVStride = HD + 8;   // bf16; (HD + 8) / 2 words = 4 mod 32: V loads by row 2c, col g
+  static constexpr size_t kBytes = sizeof(bf16) * kPrefillKeys * (kKStride + kVStride);
+};
+
+template <int HD>
+__global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles) {
+  constexpr int kPairs = HD / 32;
+  constexpr int kHalves = HD / 64;
+  constexpr int KS = PrefillSmem<HD>::kKStride, VS = PrefillSmem<HD>::kVStride;
+  extern __shared__ uint4 prefill_smem[];
+  bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);
+  bf16* v_s = k_s + kPrefillKeys * KS;
+  const int first = tiles[2 * blockIdx.x], count = tiles[2 * blockIdx.x + 1];
+  const int kvh = blockIdx.y;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
+  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[first]];
+  const int end = p.positions[first + count - 1] + 1;  // keys the tile's last token sees
+
+  // Rows g and g + 8 of this warp: their token (or -1 past the tile) and position.
+  int tok[2], pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h, local = warp * per_warp + r / group;
+    tok[h] = local < count ? first + local : -1;
+    pos[h] = tok[h] >= 0 ? p.positions[tok[h]] : -1;
+  }
+  const int warp_last = max(pos[0], pos[1]);
+  int warp_max = warp_last;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
+
+  uint4 qa[kPairs], qb[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const bf16* q0 = p.q + static_cast<int64_t>(tok[0]) * p.q_row_stride +
+                     (static_cast<int64_t>(kvh) * group + g % group) * HD + 32 * j + 8 * c;
+    const bf16* q1 = p.q + static_cast<int64_t>(tok[1]) * p.q_row_stride +
+                     (static_cast<int64_t>(kvh) * group + (g + 8) % group) * HD + 32 * j + 8 * c;
+    qa[j] = tok[0] >= 0 ? *reinterpret_cast<const uint4*>(q0) : make_uint4(0, 0, 0, 0);
+    qb[j] = tok[1] >= 0 ? *reinterpret_cast<const uint4*>(q1) : make_uint4(0, 0, 0, 0);
+  }
+  const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;
+
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
+  float o[kHalves][8][4];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
+  }
+
+  for (int base = 0; base < end; base += kPrefillKeys) {
+    __syncthreads();  // the previous chunk is consumed
+    // K and V rows of keys base .. base + 63 (past the end: the last key, masked below).
+    constexpr int kPieces = HD / 8;  // 16-byte pieces per row
+    for (int i = threadIdx.x; i < kPrefillKeys * kPieces; i += kPrefillThreads) {
+      const int j = i / kPieces, d = (i - j * kPieces) * 8;
+      const int key = min(base + j, end - 1);
+      const int64_t off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) *
+                              kv_dim + static_cast<int64_t>(kvh) * HD + d;
+      *reinterpret_cast<uint4*>(k_s + j * KS + d) = *reinterpret_cast<const uint4*>(p.k_cache + off);
+      *reinterpret_cast<uint4*>(v_s + j * VS + d) = *reinterpret_cast<const uint4*>(p.v_cache + off);
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int step = 0; step < kPrefillKeys / kChunkKeys; ++step) {
+      const int k0 = base + step * kChunkKeys;
+      if (k0 > warp_max) break;  // every row of this warp is before these keys
+      const bf16* ks = k_s + step * kChunkKeys * KS;
+      const bf16* vs = v_s + step * kChunkKeys * VS;
+      float s[2][4];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+          const uint4 kr = *reinterpret_cast<const uint4*>(ks + (8 * e + g) * KS + 32 * j + 8 * c);
+          mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr.x, kr.y);
+          mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
+        }
+      }
+      float row_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = k0 + 8 * e + 2 * c + (i & 1);
+          s[e][i] = key <= pos[i >> 1] ? s[e][i] * scale : -INFINITY;
+          row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
+        }
+      }
+      float corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+        const float m_new = fmaxf(m[r], row_max[r]);
+        corr[r] = exp2f(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= corr[r];
+      }
+      uint32_t pa[4];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          pr[i] = exp2f(s[e][i] - m[i >> 1]);
+          l[i >> 1] += pr[i];
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(pr[0], pr[1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(pr[2], pr[3]);
+        pa[2 * e] = *reinterpret_cast<const uint32_t*>(&lo);
+        pa[2 * e + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+      }
+      uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          vr[i][h] = *reinterpret_cast<const uint4*>(vs + (2 * c + (i & 1) + 8 * (i >> 1)) * VS + 64 * h + 8 * g);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          o[h][j][0] *= corr[0];
+          o[h][j][1] *= corr[0];
+          o[h][j][2] *= corr[1];
+          o[h][j][3] *= corr[1];
+          const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+          const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
+          const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
+          mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+        }
+      }
+    }
+  }
+
+  // Row sums over the 4 lanes of a row, then each row's dims out (as the decode kernel's layout).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (tok[r] < 0) continue;
+    const int head = kvh * group + (g + 8 * r) % group;
+    bf16* out = p.out + static_cast<int64_t>(tok[r]) * p.out_row_stride + static_cast<int64_t>(head) * HD;
+    const float inv = 1.0f / l[r];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int d0 = 64 * h + 16 * c + j;
+        store_bf16(out + d0, o[h][j][2 * r] * inv);
+        store_bf16(out + d0 + 8, o[h][j][2 * r + 1] * inv);
+      }
+    }
+  }
+}
+
+template <int HD>
+cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
+                           cudaStream_t stream) {
+  constexpr size_t smem = PrefillSmem<HD>::kBytes;
+  if (smem + 1024 > 48 * 1024) {
+    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD>>();
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.num_kv_heads));
+  mma_prefill_kernel<HD><<<grid, kPrefillThreads, smem, stream>>>(p, tiles);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl) {
@@ -520,6 +720,7 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
   if (group <= 16 && (p.head_dim == 64 || p.head_dim == 128)) {
     return p.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
   }
+  if (p.token_list != nullptr) return cudaErrorInvalidValue;  // the scalar kernel serves tokens 0..T-1
   const int threads = 32 * group;
   const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.head_dim +
                                        static_cast<size_t>(kTile) * (2 * p.head_dim + 1));
@@ -532,6 +733,23 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
     e = launch<4>(p, grid, threads, smem, stream, pdl);
   }
   return e;
+}
+
+int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || (head_dim != 64 && head_dim != 128)) return 0;
+  const int group = num_heads / num_kv_heads;
+  if (group > kPrefillRowsPerWarp || kPrefillRowsPerWarp % group != 0) return 0;
+  return kMmaWarps * (kPrefillRowsPerWarp / group);
+}
+
+cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
+                                    cudaStream_t stream) {
+  if (num_tiles <= 0) return cudaSuccess;
+  if (prefill_tile_tokens(p.num_heads, p.num_kv_heads, p.head_dim) == 0 || num_tiles > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  return p.head_dim == 64 ? launch_prefill<64>(p, tiles, num_tiles, stream)
+                          : launch_prefill<128>(p, tiles, num_tiles, stream);
 }
 
 }  // namespace tern::cuda

@@ -317,6 +317,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   int major = 0;
   TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device));
   impl->pdl = options.pdl && major >= 9;
+  impl->prefill_tile =
+      options.prefill_tiles ? prefill_tile_tokens(static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                                  static_cast<int>(c.head_dim))
+                            : 0;
   TERN_RETURN_IF_ERROR(impl->upload_weights(weights));
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(

@@ -72,6 +72,10 @@ struct DeviceModelOptions {
   // (sm_90+). Off: measured slower (0.76 vs 0.72 ms/step at 1 token, 1.31 vs
   // 1.10 at 4); kept for tuning, bit-identical either way.
   bool pdl = false;
+  // Prefill chunks' attention in query tiles that share each K/V load
+  // (paged_attention_prefill), where the shape allows; off: every token
+  // alone, as decode tokens are.
+  bool prefill_tiles = true;
   int device = 0;
 };
 

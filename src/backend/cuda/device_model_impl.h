@@ -44,6 +44,13 @@ struct StepView {
   const int32_t* table_offsets = nullptr;
   const int32_t* tables = nullptr;
   int num_splits = 1;
+  // With query tiles (general steps with a chunk of >= 2 tokens, on shapes
+  // paged_attention_prefill takes): the one-token chunks' tokens go to the
+  // decode kernel (singles), the rest as tiles ([first, count] pairs).
+  const int32_t* singles = nullptr;
+  int64_t num_singles = 0;
+  const int32_t* tiles = nullptr;
+  int64_t num_tiles = 0;
 };
 
 // An instantiated CUDA graph, destroyed with its owner.
@@ -68,6 +75,7 @@ struct DeviceModel::Impl {
   cublasHandle_t cublas = nullptr;
   DeviceBuffer cublas_workspace;
   int64_t gemv_tokens = 0;  // steps of up to this many tokens use the GEMV (0: its K do not fit)
+  int prefill_tile = 0;     // tokens per attention query tile (0: no tiles; options.prefill_tiles or the shape)
   bool pdl = false;         // options.pdl on a GPU that has it
   std::string pdl_off_reason;  // why capture_graphs turned pdl off, if it did
 

@@ -190,7 +190,17 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.split_counters = split_counters.as<int>();
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
-    TERN_CUDA_RETURN_IF_ERROR(paged_attention(ap, stream, chain));
+    if (v.num_tiles > 0) {
+      if (v.num_singles > 0) {
+        PagedAttentionParams single = ap;
+        single.token_list = v.singles;
+        single.num_tokens = v.num_singles;
+        TERN_CUDA_RETURN_IF_ERROR(paged_attention(single, stream, false));
+      }
+      TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, stream));
+    } else {
+      TERN_CUDA_RETURN_IF_ERROR(paged_attention(ap, stream, chain));
+    }
 
     if (small) {
       GemvParams g = gemv_of(GemvInput::kBf16, GemvOutput::kAddF32, c.q_dim(), H, w.o.as<bf16>(), x.as<void>());
@@ -425,7 +435,21 @@ Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span
   } else {
     // Pack the step's metadata (StepView's layout) and upload it in one copy.
     const int64_t bs = options.block_size;
-    const int64_t count = 4 * T + R + S + n.table_entries;
+    // Attention query tiles when some chunk has several tokens: its tokens
+    // in tiles, the one-token chunks' tokens listed for the decode kernel.
+    int64_t num_tiles = 0, num_singles = 0;
+    if (prefill_tile > 0 && T > S) {
+      for (const SequenceChunk& chunk : batch) {
+        const auto len = static_cast<int64_t>(chunk.tokens.size());
+        if (len == 1) {
+          ++num_singles;
+        } else {
+          num_tiles += (len + prefill_tile - 1) / prefill_tile;
+        }
+      }
+    }
+    const int64_t layout = 4 * T + R + S + n.table_entries;
+    const int64_t count = layout + num_singles + 2 * num_tiles;
     TERN_RETURN_IF_ERROR(ensure_meta(static_cast<size_t>(count + 2 * n.fed)));
     int32_t* hm = meta_host.as<int32_t>();
     int32_t* ids = hm;
@@ -452,12 +476,32 @@ Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span
       if (chunk.want_logits) logit_rows[want++] = static_cast<int32_t>(row - 1);
       entry += used;
     }
+    if (num_tiles > 0) {
+      int32_t* singles = hm + layout;
+      int32_t* tiles = singles + num_singles;
+      int64_t first_row = 0, si = 0, ti = 0;
+      for (const SequenceChunk& chunk : batch) {
+        const auto len = static_cast<int64_t>(chunk.tokens.size());
+        if (len == 1) singles[si++] = static_cast<int32_t>(first_row);
+        for (int64_t at = 0; len > 1 && at < len; at += prefill_tile, ++ti) {
+          tiles[2 * ti] = static_cast<int32_t>(first_row + at);
+          tiles[2 * ti + 1] = static_cast<int32_t>(std::min<int64_t>(prefill_tile, len - at));
+        }
+        first_row += len;
+      }
+    }
     pack_fed(hm + count);
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_dev.as<void>(), hm,
                                               static_cast<size_t>(count + 2 * n.fed) * sizeof(int32_t),
                                               cudaMemcpyHostToDevice, stream));
     v = view_of(meta_dev.as<int32_t>(), T, R, S);
-    v.num_splits = splits_for(T, n.max_ctx);
+    v.num_splits = splits_for(num_tiles > 0 ? std::max<int64_t>(num_singles, 1) : T, n.max_ctx);
+    if (num_tiles > 0) {
+      v.singles = meta_dev.as<int32_t>() + layout;
+      v.num_singles = num_singles;
+      v.tiles = v.singles + num_singles;
+      v.num_tiles = num_tiles;
+    }
     meta_ids = meta_dev.as<int32_t>();
     fed_pairs = meta_ids + count;
   }

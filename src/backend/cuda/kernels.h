@@ -86,6 +86,10 @@ struct PagedAttentionParams {
   int* split_counters = nullptr;  // num_splits > 1 only
   bf16* out = nullptr;
   int64_t out_row_stride = 0;
+  // Optional: block x serves token token_list[x] (x < num_tokens) instead of
+  // token x; the partials and counters are indexed by x. Tensor-core shapes
+  // only (head_dim 64 or 128, up to 16 q heads per kv head).
+  const int32_t* token_list = nullptr;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.
@@ -93,6 +97,19 @@ constexpr int kMaxAttentionHeadDim = 128;
 constexpr int kMaxAttentionGroup = 32;
 constexpr int kMaxAttentionSplits = 32;
 cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl = false);
+
+// The same attention for query tiles: tile i is tiles[2i] (its first token)
+// and tiles[2i + 1] (its count, 1..tile_tokens) consecutive tokens of one
+// sequence at consecutive positions, as a prefill chunk's tokens are. One
+// block per (tile, kv head) loads each 64-key chunk of K and V into shared
+// memory once for all of the tile's tokens and q heads (the MMA rows), so
+// K/V are read once per tile instead of once per token. No splits
+// (p.num_splits, token_list and num_tokens are ignored). prefill_tile_tokens
+// is the tile size for a shape, 0 when the kernel does not take it (it
+// needs head_dim 64 or 128 and q heads per kv head dividing 16).
+int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim);
+cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
+                                    cudaStream_t stream);
 
 // out[t, i] = bf16(silu(gate) * up) with gate = gu[t, i], up = gu[t, inter + i]
 // (the fused gate|up GEMM's row), fp32 math.

@@ -55,8 +55,16 @@ __device__ __forceinline__ double gumbel(uint64_t key, int64_t id) {
   return -log(-log(u));
 }
 
+// Below this vocabulary, top-p's per-bin masses are summed in three 32-bit
+// limbs (14 + 14 + 12 bits of a mass <= 2^40) with native shared-memory
+// atomics, exact as long as a limb's sum over the whole row fits 32 bits;
+// at or above it, in one 64-bit atomic (a compare-and-swap loop, slow when
+// most logits share a bin).
+constexpr int64_t kLimbVocab = 262144;
+
 struct Shared {
   unsigned long long mass_bins[kBins];
+  unsigned int mass_lo[kBins], mass_mid[kBins], mass_hi[kBins];
   int count_bins[kBins];
   float max_value;
   int finite;
@@ -210,8 +218,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     __syncthreads();
     // Entries at the top-k cut take part through a stand-in: only keep_eq of them are in the set, so
     // their bin gets keep_eq x their weight from thread 0 instead of one weight per entry.
+    const bool limbs = vocab < kLimbVocab;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < kBins; b += blockDim.x) s.mass_bins[b] = 0;
+      for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+        s.mass_bins[b] = 0;
+        s.mass_lo[b] = s.mass_mid[b] = s.mass_hi[b] = 0;
+      }
       __syncthreads();
       const uint32_t prefix = s.prefix, mask = s.mask;
       for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -219,13 +231,22 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
         if (!finite_logit(v)) continue;
         const uint32_t k = order_key(v);
         if ((k & mask) != prefix || (cut && k <= cut_key)) continue;
-        atomicAdd(&s.mass_bins[(k >> shift) & 0xffu], static_cast<unsigned long long>(fixed_mass(v)));
+        const uint32_t bin = (k >> shift) & 0xffu;
+        const uint64_t w = fixed_mass(v);
+        if (limbs) {
+          atomicAdd(&s.mass_lo[bin], static_cast<unsigned int>(w & 0x3fffu));
+          atomicAdd(&s.mass_mid[bin], static_cast<unsigned int>((w >> 14) & 0x3fffu));
+          atomicAdd(&s.mass_hi[bin], static_cast<unsigned int>(w >> 28));
+        } else {
+          atomicAdd(&s.mass_bins[bin], static_cast<unsigned long long>(w));
+        }
       }
       if (threadIdx.x == 0 && cut && (cut_key & mask) == prefix) atomicAdd(&s.mass_bins[(cut_key >> shift) & 0xffu], eq_mass);
       __syncthreads();
       if (threadIdx.x == 0) {
         for (int b = kBins - 1; b >= 0; --b) {
-          const unsigned long long bm = s.mass_bins[b];
+          const unsigned long long bm = s.mass_bins[b] + (static_cast<unsigned long long>(s.mass_hi[b]) << 28) +
+                                        (static_cast<unsigned long long>(s.mass_mid[b]) << 14) + s.mass_lo[b];
           if (bm >= s.remaining_mass || b == 0) {
             s.prefix |= static_cast<uint32_t>(b) << shift;
             break;
