@@ -131,14 +131,14 @@ void Engine::step() {
     complete(plan, st);
   } else {
     const Status st = runner_->launch(plan);
-    if (st.is_ok()) launched(plan);
+    const bool blocks_next = st.is_ok() && launched(plan);
     if (in_flight_) {
       complete_in_flight();
       if (st.is_ok()) ++stats_.num_overlapped_steps;
     }
     if (!st.is_ok()) {
       complete(plan, st);
-    } else if (!plan.all_picked_by_runner()) {
+    } else if (!plan.all_picked_by_runner() || blocks_next) {
       complete(plan, runner_->collect(output_));
     } else {
       in_flight_ = std::move(plan);
@@ -172,29 +172,42 @@ void Engine::prepare(StepPlan& plan, SteadyTime now) {
 }
 
 // The plan's tokens count as computed from launch on; the runner's picks
-// are pending until the step is collected.
-void Engine::launched(const StepPlan& plan) {
+// are pending until the step is collected. Returns whether some sequence
+// can go on only once the host has its new token (Feed::kBlocked): then
+// the step is collected at once rather than left in flight, so that
+// sequence is in the next step too.
+bool Engine::launched(const StepPlan& plan) {
   int32_t row = 0;
+  bool blocked = false;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *c.seq;
     seq.set_num_computed(seq.num_computed() + c.num_tokens);
     ++seq.request().in_flight;
     if (!c.want_logits) continue;
-    if (c.device_greedy || c.device_sample) seq.push_pending(row, overlap_ && feedable(seq));
+    if (c.device_greedy || c.device_sample) {
+      const Feed f = overlap_ ? feed_of(seq) : Feed::kBlocked;
+      blocked = blocked || f == Feed::kBlocked;
+      seq.push_pending(row, f == Feed::kYes);
+    }
     ++row;
   }
+  return blocked;
 }
 
 // Whether the next step may compute the token just picked for `seq` before
-// the host has seen it: the sequence goes on after it (not its last token
-// by length), and planning the next step needs only the number of its
-// tokens, not their values (no penalties; min_tokens already met).
-bool Engine::feedable(const Sequence& seq) const {
+// the host has seen it: yes when planning that step needs only the number
+// of the sequence's tokens, not their values (no penalties; min_tokens
+// already met); kLast when the token is its last by length (nothing to
+// feed); kBlocked otherwise.
+Engine::Feed Engine::feed_of(const Sequence& seq) const {
   const SamplingParams& p = seq.request().request.params;
   const int64_t ahead = seq.num_pending() + 1;  // tokens picked but not appended, with the new one
-  return seq.num_output_tokens() + ahead < p.max_tokens && seq.num_tokens() + ahead < config_.max_model_len &&
-         seq.num_output_tokens() >= p.min_tokens && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 &&
-         p.frequency_penalty == 0.0;
+  if (seq.num_output_tokens() + ahead >= p.max_tokens || seq.num_tokens() + ahead >= config_.max_model_len) {
+    return Feed::kLast;
+  }
+  const bool by_count = seq.num_output_tokens() >= p.min_tokens && p.repetition_penalty == 1.0 &&
+                        p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
+  return by_count ? Feed::kYes : Feed::kBlocked;
 }
 
 void Engine::complete_in_flight() {

@@ -30,6 +30,9 @@ struct EngineConfig {
   // is scheduled and launched before step n's tokens are appended and
   // published, so the host's work hides behind the device's. A sequence
   // that stops at step n has had one more token computed, which is dropped.
+  // Steps are not overlapped while a row's logits go to the host (logprobs,
+  // the first row of n > 1) or a sequence's next step needs the values of
+  // its tokens (penalties, min_tokens not yet met).
   bool overlap = true;
 };
 
@@ -76,8 +79,9 @@ class Engine {
  private:
   Status validate(const Request& request) const;
   void prepare(StepPlan& plan, SteadyTime now);
-  void launched(const StepPlan& plan);
-  bool feedable(const Sequence& seq) const;
+  enum class Feed { kYes, kLast, kBlocked };
+  bool launched(const StepPlan& plan);
+  Feed feed_of(const Sequence& seq) const;
   void complete(const StepPlan& plan, const Status& status);
   void complete_in_flight();
   void postprocess(const StepPlan& plan);

@@ -485,6 +485,34 @@ TEST(Engine, OverlapSchedulingIsInvisible) {
   }
 }
 
+// A sequence whose next step needs its tokens' values (penalties) is not
+// held back by overlap: while it runs, steps are collected at once, so it
+// takes a token every step and the run takes as many steps as serially.
+TEST(Engine, OverlapNeverSkipsAStepOfAPenalisedSequence) {
+  auto& f = fixture();
+  std::mt19937 rng(35);
+  const auto prompt_a = random_prompt(rng, 10), prompt_b = random_prompt(rng, 10);
+  auto run = [&](bool overlap) {
+    EngineConfig config;
+    config.scheduler.max_num_seqs = 8;
+    config.scheduler.max_num_batched_tokens = 64;
+    config.max_model_len = 256;
+    config.eos_ids = f.tokenizer->default_stop_ids();
+    Engine engine(std::make_unique<DeviceSamplingCpuRunner>(*f.model, 64, overlap), *f.tokenizer, config);
+    Request a = greedy_request("penalised", prompt_a, 12);
+    a.params.repetition_penalty = 1.3;
+    Request b = greedy_request("plain", prompt_b, 12);
+    auto sa = std::make_shared<RequestStream>(), sb = std::make_shared<RequestStream>();
+    EXPECT_TRUE(engine.add_request(a, sa).is_ok());
+    EXPECT_TRUE(engine.add_request(b, sb).is_ok());
+    run_to_completion(engine);
+    return std::make_pair(engine.stats().num_steps, collect(*sa).tokens[0]);
+  };
+  const auto serial = run(false), overlapped = run(true);
+  EXPECT_EQ(overlapped.second, serial.second);
+  EXPECT_EQ(overlapped.first, serial.first) << "the penalised sequence skipped steps";
+}
+
 TEST(Engine, NGreaterThanOneForksFromOnePrefill) {
   auto& f = fixture();
   auto engine = f.make_engine(256, 4);
