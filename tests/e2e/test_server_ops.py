@@ -169,6 +169,23 @@ def test_metrics_names_labels_and_monotonic_counters(server):
     assert delta("vllm:time_to_first_token_seconds_count") == 1
 
 
+def test_async_scheduling_flag_and_its_counter(dedicated_server):
+    """--no-async-scheduling is a flag `tern serve` takes, and
+    tern:engine_overlapped_steps_total counts overlapped steps: none on the
+    CPU, whose runner does not overlap, nor with the flag."""
+    for flags in ((), ("--no-async-scheduling",)):
+        s = dedicated_server(*flags)
+        status, _, _ = s.post_json("/v1/completions", {"prompt": "Overlap", "max_tokens": 4, "ignore_eos": True})
+        assert status == 200
+        _, families = scrape(s)
+        assert families["tern:engine_overlapped_steps"] == "counter"
+        samples, _ = scrape(s)
+        overlapped = [v for (name, _), v in samples.items() if name == "tern:engine_overlapped_steps_total"]
+        assert overlapped == [0.0], flags
+        steps = [v for (name, _), v in samples.items() if name == "tern:engine_steps_total"]
+        assert steps and steps[0] >= 4
+
+
 def test_disconnects_cancel_requests(server):
     """50 long streams, dropped after a few chunks: the engine must end them
     all and free their KV blocks within a few seconds."""
