@@ -114,6 +114,16 @@ Collected collect(RequestStream& stream) {
   return c;
 }
 
+// An engine config for the tiny model: up to 16 sequences, 64 tokens a step.
+EngineConfig small_config(const Fixture& f, int64_t max_model_len) {
+  EngineConfig config;
+  config.scheduler.max_num_seqs = 16;
+  config.scheduler.max_num_batched_tokens = 64;
+  config.max_model_len = max_model_len;
+  config.eos_ids = f.tokenizer->default_stop_ids();
+  return config;
+}
+
 void run_to_completion(Engine& engine) {
   for (int guard = 0; engine.has_work(); ++guard) {
     ASSERT_LT(guard, 100000) << "engine made no progress";
@@ -342,12 +352,7 @@ TEST(Engine, DeviceSampledRowsGiveTheHostTokens) {
       EXPECT_TRUE(inner.is_ok());
       runner = std::move(inner).value();
     }
-    EngineConfig config;
-    config.scheduler.max_num_seqs = 16;
-    config.scheduler.max_num_batched_tokens = 64;
-    config.max_model_len = 1024;
-    config.eos_ids = f.tokenizer->default_stop_ids();
-    Engine engine(std::move(runner), *f.tokenizer, config);
+    Engine engine(std::move(runner), *f.tokenizer, small_config(f, 1024));
     std::mt19937 rng(21);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 6; ++i) {
@@ -415,12 +420,7 @@ TEST(Engine, OverlapSchedulingIsInvisible) {
   auto run = [&](bool overlap, int64_t num_blocks) {
     auto owned = std::make_unique<DeviceSamplingCpuRunner>(*f.model, num_blocks, overlap);
     DeviceSamplingCpuRunner* runner = owned.get();
-    EngineConfig config;
-    config.scheduler.max_num_seqs = 16;
-    config.scheduler.max_num_batched_tokens = 64;
-    config.max_model_len = 96;
-    config.eos_ids = f.tokenizer->default_stop_ids();
-    Engine engine(std::move(owned), *f.tokenizer, config);
+    Engine engine(std::move(owned), *f.tokenizer, small_config(f, 96));
     std::vector<std::shared_ptr<RequestStream>> streams;
     auto add = [&](const Request& r) {
       streams.push_back(std::make_shared<RequestStream>());
@@ -493,12 +493,8 @@ TEST(Engine, OverlapNeverSkipsAStepOfAPenalisedSequence) {
   std::mt19937 rng(35);
   const auto prompt_a = random_prompt(rng, 10), prompt_b = random_prompt(rng, 10);
   auto run = [&](bool overlap) {
-    EngineConfig config;
-    config.scheduler.max_num_seqs = 8;
-    config.scheduler.max_num_batched_tokens = 64;
-    config.max_model_len = 256;
-    config.eos_ids = f.tokenizer->default_stop_ids();
-    Engine engine(std::make_unique<DeviceSamplingCpuRunner>(*f.model, 64, overlap), *f.tokenizer, config);
+    Engine engine(std::make_unique<DeviceSamplingCpuRunner>(*f.model, 64, overlap), *f.tokenizer,
+                  small_config(f, 256));
     Request a = greedy_request("penalised", prompt_a, 12);
     a.params.repetition_penalty = 1.3;
     Request b = greedy_request("plain", prompt_b, 12);
