@@ -131,7 +131,7 @@ void Engine::step() {
     complete(plan, st);
   } else {
     const Status st = runner_->launch(plan);
-    const bool blocks_next = st.is_ok() && launched(plan);
+    const bool blocks_next = launched(plan) && st.is_ok();  // bookkept even when it failed, as complete undoes it
     if (in_flight_) {
       complete_in_flight();
       if (st.is_ok()) ++stats_.num_overlapped_steps;

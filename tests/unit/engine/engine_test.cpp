@@ -244,6 +244,7 @@ class DeviceSamplingCpuRunner final : public Runner {
   }
 
   Status launch(const StepPlan& plan) override {
+    if (++launches == fail_launch) return internal_error("launch " + std::to_string(launches) + " failed");
     EXPECT_LT(results_.size(), 2u) << "more than two steps launched and not collected";
     if (!results_.empty()) {
       EXPECT_TRUE(std::all_of(results_.back().tokens.begin(), results_.back().tokens.end(),
@@ -323,6 +324,7 @@ class DeviceSamplingCpuRunner final : public Runner {
   bool overlaps() const override { return overlap_; }
 
   int argmax_rows = 0, sampled_rows = 0, host_rows = 0, fed_chunks = 0;
+  int launches = 0, fail_launch = -1;  // launch number fail_launch returns an error
 
  private:
   Ernie45Model& model_;
@@ -507,6 +509,39 @@ TEST(Engine, OverlapNeverSkipsAStepOfAPenalisedSequence) {
   const auto serial = run(false), overlapped = run(true);
   EXPECT_EQ(overlapped.second, serial.second);
   EXPECT_EQ(overlapped.first, serial.first) << "the penalised sequence skipped steps";
+}
+
+// A launch that fails while another step is in flight: that step is still
+// collected (its tokens delivered), the failed step's requests end with the
+// error, the rest go on, and no KV block is lost.
+TEST(Engine, AFailedLaunchWithAStepInFlightEndsOnlyItsRequests) {
+  auto& f = fixture();
+  std::mt19937 rng(36);
+  auto owned = std::make_unique<DeviceSamplingCpuRunner>(*f.model, 64, /*overlap=*/true);
+  owned->fail_launch = 6;
+  Engine engine(std::move(owned), *f.tokenizer, small_config(f, 256));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(std::make_shared<RequestStream>());
+    ASSERT_TRUE(engine.add_request(greedy_request("f" + std::to_string(i), random_prompt(rng, 6), 12),
+                                   streams.back()).is_ok());
+  }
+  run_to_completion(engine);
+  EXPECT_EQ(engine.allocator().num_used(), 0);
+  EXPECT_GT(engine.stats().num_overlapped_steps, 0);
+  for (auto& s : streams) {
+    const Collected c = collect(*s);
+    EXPECT_TRUE(c.finished);
+    EXPECT_FALSE(c.error.is_ok()) << "every request was in the failed step";
+    EXPECT_EQ(c.finish.at(0), FinishReason::kError);
+    EXPECT_GE(c.tokens.at(0).size(), 3u) << "the tokens of the steps before were delivered";
+  }
+  // A new request after the failure runs to the end.
+  auto s = std::make_shared<RequestStream>();
+  ASSERT_TRUE(engine.add_request(greedy_request("after", random_prompt(rng, 6), 5), s).is_ok());
+  run_to_completion(engine);
+  EXPECT_EQ(collect(*s).tokens.at(0).size(), 5u);
+  EXPECT_EQ(engine.allocator().num_used(), 0);
 }
 
 TEST(Engine, NGreaterThanOneForksFromOnePrefill) {
