@@ -31,19 +31,10 @@ class CudaRunner final : public Runner {
     size_t want = 0, host = 0, sampled = 0;
     bool any_fed = false;
     for (const ScheduledChunk& sc : plan.chunks) {
-      const Sequence& seq = *sc.seq;
-      SequenceChunk chunk;
-      if (sc.feedback_row >= 0) {
-        chunk.tokens = std::span<const int32_t>(&kFedPlaceholder, 1);  // the device puts the pick here
-        any_fed = true;
-      } else {
-        chunk.tokens = std::span<const int32_t>(seq.tokens())
-                           .subspan(static_cast<size_t>(seq.num_computed()), static_cast<size_t>(sc.num_tokens));
-      }
+      // A fed chunk's id is a placeholder: the device puts the pick there.
+      chunks_.push_back(sequence_chunk(sc, std::span<const int32_t>(&kFedPlaceholder, 1)));
       feedback_.push_back(sc.feedback_row);
-      chunk.start_pos = seq.num_computed();
-      chunk.block_table = seq.blocks_view();
-      chunk.want_logits = sc.want_logits;
+      any_fed = any_fed || sc.feedback_row >= 0;
       if (sc.want_logits) {
         ++want;
         uint8_t mode = cuda::kPickOnHost;
@@ -66,7 +57,6 @@ class CudaRunner final : public Runner {
         modes_.push_back(mode);
         host += mode == cuda::kPickOnHost ? 1 : 0;
       }
-      chunks_.push_back(chunk);
     }
     TERN_RETURN_IF_ERROR(device_->launch_step(chunks_, modes_, samples_, ops_,
                                               any_fed ? std::span<const int32_t>(feedback_)

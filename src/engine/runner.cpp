@@ -3,6 +3,19 @@
 
 namespace tern {
 
+SequenceChunk sequence_chunk(const ScheduledChunk& sc, std::span<const int32_t> fed) {
+  const Sequence& seq = *sc.seq;
+  SequenceChunk chunk;
+  chunk.tokens = sc.feedback_row >= 0 ? fed
+                                      : std::span<const int32_t>(seq.tokens()).subspan(
+                                            static_cast<size_t>(seq.num_computed()),
+                                            static_cast<size_t>(sc.num_tokens));
+  chunk.start_pos = seq.num_computed();
+  chunk.block_table = seq.blocks_view();
+  chunk.want_logits = sc.want_logits;
+  return chunk;
+}
+
 Status Runner::launch(const StepPlan&) { return unsupported("this runner does not overlap steps"); }
 Status Runner::collect(StepOutput&) { return unsupported("this runner does not overlap steps"); }
 
@@ -27,15 +40,8 @@ Status CpuRunner::execute(const StepPlan& plan, StepOutput& out) {
   chunks_.clear();
   size_t want = 0;
   for (const ScheduledChunk& sc : plan.chunks) {
-    const Sequence& seq = *sc.seq;
-    SequenceChunk chunk;
-    chunk.tokens = std::span<const int32_t>(seq.tokens()).subspan(static_cast<size_t>(seq.num_computed()),
-                                                                   static_cast<size_t>(sc.num_tokens));
-    chunk.start_pos = seq.num_computed();
-    chunk.block_table = seq.blocks_view();
-    chunk.want_logits = sc.want_logits;
     want += sc.want_logits ? 1 : 0;
-    chunks_.push_back(chunk);
+    chunks_.push_back(sequence_chunk(sc));
   }
   // The CPU samples every row on the host (the argmax is no cheaper here).
   out.tokens.assign(want, -1);

@@ -26,6 +26,11 @@ struct StepOutput {
   std::vector<float> logits;
 };
 
+// The chunk of `sc` as a backend reads it: the sequence's next num_tokens
+// tokens from num_computed on, or, for a fed chunk (feedback_row >= 0, whose
+// token is still on the device), `fed`: one id standing in for it.
+SequenceChunk sequence_chunk(const ScheduledChunk& sc, std::span<const int32_t> fed = {});
+
 class Runner {
  public:
   virtual ~Runner() = default;

@@ -177,9 +177,8 @@ def test_async_scheduling_flag_and_its_counter(dedicated_server):
         s = dedicated_server(*flags)
         status, _, _ = s.post_json("/v1/completions", {"prompt": "Overlap", "max_tokens": 4, "ignore_eos": True})
         assert status == 200
-        _, families = scrape(s)
+        samples, families = scrape(s)
         assert families["tern:engine_overlapped_steps"] == "counter"
-        samples, _ = scrape(s)
         overlapped = [v for (name, _), v in samples.items() if name == "tern:engine_overlapped_steps_total"]
         assert overlapped == [0.0], flags
         steps = [v for (name, _), v in samples.items() if name == "tern:engine_steps_total"]

@@ -433,6 +433,15 @@ std::vector<std::vector<int32_t>> run_engine_requests(std::unique_ptr<Runner> ru
   return out;
 }
 
+// A CUDA runner for a tiny model: 256 KV blocks of 16 positions.
+std::unique_ptr<Runner> tiny_cuda_runner(Ernie45Model& cpu, int64_t max_num_batched_tokens) {
+  const ModelConfig& c = cpu.config();
+  const int64_t bs = 16, blocks = 256;
+  auto r = make_cuda_runner(cpu, bs, blocks * c.num_layers * 2 * bs * c.kv_dim() * 2, max_num_batched_tokens);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
 TEST(GpuModel, EngineOnCudaRunnerMatchesCpuRunner) {
   const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
   auto cpu = load_cpu(dir);
@@ -495,13 +504,7 @@ TEST(GpuModel, EngineSamplesOnTheDevice) {
   ASSERT_NE(cpu, nullptr);
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-  const ModelConfig& c = cpu->config();
-  const int64_t bs = 16, blocks = 256;
-  auto gpu = [&] {
-    auto r = make_cuda_runner(*cpu, bs, blocks * c.num_layers * 2 * bs * c.kv_dim() * 2, 64);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return std::move(r).value();
-  };
+  auto gpu = [&] { return tiny_cuda_runner(*cpu, 64); };
   std::mt19937 rng(12);
   std::uniform_int_distribution<int32_t> tok_d(20, 1000);
   auto prompt = [&](size_t n) {
@@ -545,13 +548,7 @@ TEST(GpuModel, OverlapSchedulingGivesTheSerialTokens) {
   ASSERT_NE(cpu, nullptr);
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-  const ModelConfig& c = cpu->config();
-  const int64_t bs = 16, blocks = 256;
-  auto gpu = [&] {
-    auto r = make_cuda_runner(*cpu, bs, blocks * c.num_layers * 2 * bs * c.kv_dim() * 2, 256);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return std::move(r).value();
-  };
+  auto gpu = [&] { return tiny_cuda_runner(*cpu, 256); };
   std::mt19937 rng(44);
   std::uniform_int_distribution<int32_t> tok_d(20, 1000);
   std::vector<Request> requests;

@@ -256,8 +256,6 @@ class DeviceSamplingCpuRunner final : public Runner {
     fed_.assign(plan.chunks.size(), 0);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const ScheduledChunk& sc = plan.chunks[i];
-      const Sequence& seq = *sc.seq;
-      SequenceChunk chunk;
       if (sc.feedback_row >= 0) {
         EXPECT_TRUE(overlap_) << "a fed chunk without overlap";
         EXPECT_EQ(sc.num_tokens, 1);
@@ -265,16 +263,9 @@ class DeviceSamplingCpuRunner final : public Runner {
         if (static_cast<size_t>(sc.feedback_row) >= last_picks_.size() || last_picks_[sc.feedback_row] < 0)
           return internal_error("fed chunk names a row the step before did not pick");
         fed_[i] = last_picks_[static_cast<size_t>(sc.feedback_row)];
-        chunk.tokens = std::span<const int32_t>(&fed_[i], 1);
         ++fed_chunks;
-      } else {
-        chunk.tokens = std::span<const int32_t>(seq.tokens())
-                           .subspan(static_cast<size_t>(seq.num_computed()), static_cast<size_t>(sc.num_tokens));
       }
-      chunk.start_pos = seq.num_computed();
-      chunk.block_table = seq.blocks_view();
-      chunk.want_logits = sc.want_logits;
-      chunks.push_back(chunk);
+      chunks.push_back(sequence_chunk(sc, std::span<const int32_t>(&fed_[i], 1)));
     }
     const auto V = static_cast<size_t>(vocab_size());
     size_t want = 0;
