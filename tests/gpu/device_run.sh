@@ -5,7 +5,8 @@
 #   here:   tests/gpu/device_run.sh --pack     (after cmake --build build-cuda)
 #   there:  tests/gpu/device_run.sh            (from the repo root)
 # Environment there: GTEST_FILTER (default all), BENCH=0 skips the
-# benchmark, PROFILE=1 adds per-kernel GPU times of one decode step per
+# benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
+# configurations instead of the standard set, PROFILE=1 adds per-kernel GPU times of one decode step per
 # batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
 # same for one 2048-token prefill step, SANITIZE=1 adds
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests).
@@ -37,9 +38,13 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 python3 tools/make_random_model.py --out /tmp/m --tokenizer-from tests/data/ernie-tiny >"$OUT/make_model.log" 2>&1 &
 maker=$!
-timeout 60 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
+timeout 150 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|^\[decode kernel|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
-if [ "${BENCH:-1}" = 1 ]; then
+if [ -n "${BENCH_CONFIGS:-}" ]; then
+  timeout 120 "$D/tern_gpu_bench" --model /tmp/m --configs "$BENCH_CONFIGS" --batch "${BENCH_BATCH:-1,4,8,64,256}" \
+    --steps 256 >"$OUT/bench.log" 2>&1
+  grep -E "\] create|turned off|kernel off|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/bench.log"
+elif [ "${BENCH:-1}" = 1 ]; then
   timeout 90 "$D/tern_gpu_bench" --model /tmp/m --configs graphs,eager --batch 1,4,8,64,256 --steps 256 >"$OUT/bench.log" 2>&1
   timeout 40 "$D/tern_gpu_bench" --model /tmp/m --configs pdl,gemv8,cublas --batch 1,4,8 --steps 256 >>"$OUT/bench.log" 2>&1
   grep -E "\] create|pdl turned|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/bench.log"

@@ -866,5 +866,99 @@ TEST(GpuModel, DecodeGraphsMatchEagerBitForBit) {
   check_graphs_match_eager(dir.path(), 5, 8, 42);  // heads past 8 rows run outside the graph, in passes
 }
 
+// ---- The persistent decode kernel (one launch for all layers of a one-token step).
+
+// One sequence: a short prompt, then one-token steps (teacher-forced random
+// tokens) up to `ctx` positions, on a model with the decode kernel (graphs),
+// one with it running eagerly, and one on the GEMV path's kernels, against
+// the CPU reference at every step. The kernel's dot products, norms and RoPE
+// are the GEMV path's; only attention differs (fp32 probabilities, no MMA),
+// so it stays within bf16 noise of both. Contexts past 32 key tiles make
+// splits of several tiles; block sizes that cut tiles anywhere; the table
+// shuffled.
+void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32_t seed, bool expect_kernel) {
+  std::mt19937 rng(seed);
+  auto cpu = load_cpu(dir);
+  ASSERT_NE(cpu, nullptr);
+  const ModelConfig& c = cpu->config();
+  std::uniform_int_distribution<int32_t> tok_d(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(ctx));
+  for (auto& t : tokens) t = tok_d(rng);
+  const int64_t blocks = (ctx + bs - 1) / bs + 2;
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+
+  cuda::DeviceModelOptions graph_o, eager_o, gemv_o;
+  graph_o.max_logit_rows = eager_o.max_logit_rows = gemv_o.max_logit_rows = 8;
+  graph_o.max_num_seqs = eager_o.max_num_seqs = gemv_o.max_num_seqs = 4;
+  eager_o.enforce_eager = true;
+  gemv_o.decode_kernel = false;
+  auto graphs = make_gpu(*cpu, bs, blocks, 64, &graph_o);
+  auto eager = make_gpu(*cpu, bs, blocks, 64, &eager_o);
+  auto gemv = make_gpu(*cpu, bs, blocks, 64, &gemv_o);
+  ASSERT_TRUE(graphs && eager && gemv);
+  EXPECT_EQ(graphs->layers_kernel(), expect_kernel) << graphs->layers_kernel_off_reason();
+  EXPECT_EQ(eager->layers_kernel(), expect_kernel) << eager->layers_kernel_off_reason();
+  EXPECT_FALSE(gemv->layers_kernel());
+  if (!expect_kernel) {
+    EXPECT_FALSE(graphs->layers_kernel_off_reason().empty());
+  }
+  PagedKvPool pool = cpu->make_pool(blocks, bs);
+
+  const int64_t prompt = 5;
+  const auto V = static_cast<size_t>(c.vocab_size);
+  double worst_ref = 0, worst_gemv = 0;
+  int decode_steps = 0;
+  for (int64_t done = 0; done < ctx;) {
+    const int64_t n = done == 0 ? prompt : 1;
+    SequenceChunk ch;
+    ch.tokens = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(n));
+    ch.start_pos = done;
+    ch.block_table = table;
+    ch.want_logits = true;
+    std::vector<float> ref(V);
+    Status s = cpu->forward_batch({&ch, 1}, pool, ref);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    const std::vector<SequenceChunk> batch = {ch};
+    const StepResult g = run_step(*graphs, batch, {cuda::kPickOnHost});
+    const StepResult e = run_step(*eager, batch, {cuda::kPickOnHost});
+    const StepResult m = run_step(*gemv, batch, {cuda::kPickOnHost});
+    decode_steps += graphs->last_step_was_decode() ? 1 : 0;
+    EXPECT_EQ(std::memcmp(g.logits.data(), e.logits.data(), V * sizeof(float)), 0)
+        << dir << " position " << done << ": graph and eager logits differ";
+    const double l2_ref = test::relative_l2(g.logits, ref), l2_gemv = test::relative_l2(g.logits, m.logits);
+    EXPECT_LT(l2_ref, kLogitTolerance) << dir << " block " << bs << " position " << done;
+    EXPECT_LT(l2_gemv, kLogitTolerance) << dir << " block " << bs << " position " << done;
+    worst_ref = std::max(worst_ref, l2_ref);
+    worst_gemv = std::max(worst_gemv, l2_gemv);
+    done += n;
+  }
+  EXPECT_EQ(decode_steps, ctx - prompt);
+  std::printf("[decode kernel %s block %ld ctx %ld kernel %d] worst logits rel L2: %.2e vs CPU, %.2e vs GEMV path\n",
+              dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx), graphs->layers_kernel() ? 1 : 0, worst_ref,
+              worst_gemv);
+}
+
+TEST(GpuModel, DecodeKernelMatchesCpuAndGemvPath) {
+  // ernie-tiny: head_dim 8, 8 q heads per kv head; 1,100 positions: 35 key tiles, so splits of 2 tiles.
+  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 1100, 51, true);
+  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny-untied", 5, 300, 52, true);
+  test::TinySpec spec = head_dim_128_spec(512);  // ERNIE-0.3B's attention shape
+  test::TinyModelDir dir(spec, 14);
+  check_decode_kernel(dir.path(), 7, 420, 53, true);
+  test::TinySpec mqa = head_dim_128_spec(300);  // 16 q heads on one kv head, head_dim 64
+  mqa.kv_heads = 1;
+  mqa.head_dim = 64;
+  test::TinyModelDir mqa_dir(mqa, 15);
+  check_decode_kernel(mqa_dir.path(), 16, 200, 54, true);
+  test::TinySpec wide = head_dim_128_spec(300);  // 32 q heads per kv head: more than the kernel's warps
+  wide.heads = 32;
+  wide.kv_heads = 1;
+  wide.head_dim = 8;
+  test::TinyModelDir wide_dir(wide, 16);
+  check_decode_kernel(wide_dir.path(), 16, 40, 55, false);
+}
+
 }  // namespace
 }  // namespace tern

@@ -9,7 +9,8 @@
 // Configurations: graphs (the default options), eager (enforce_eager),
 // pdl (graphs with programmatic dependent launches), cublas (no GEMV),
 // gemvN (the GEMV up to N tokens), notiles (prefill attention token by
-// token, as before query tiles). With TERN_PROFILE_STEP=k set, decode
+// token, as before query tiles), nokernel (one-token steps on the GEMV
+// path's kernels, not the persistent decode kernel). With TERN_PROFILE_STEP=k set, decode
 // step k of each batch runs between cudaProfilerStart and Stop (for
 // `ncu --profile-from-start off`); with TERN_PROFILE_PREFILL set, the first
 // timed prefill step of each batch does.
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
     if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens
     if (config == "pdl") o.pdl = true;
     if (config == "notiles") o.prefill_tiles = false;
+    if (config == "nokernel") o.decode_kernel = false;  // batch 1 on the GEMV path's kernels
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below
@@ -123,14 +125,17 @@ int main(int argc, char** argv) {
     if (!gpu.value()->pdl_off_reason().empty()) {
       std::printf("[%s] pdl turned off: %s\n", config.c_str(), gpu.value()->pdl_off_reason().c_str());
     }
+    if (!gpu.value()->layers_kernel_off_reason().empty()) {
+      std::printf("[%s] decode kernel off: %s\n", config.c_str(), gpu.value()->layers_kernel_off_reason().c_str());
+    }
     const double create_s = seconds_since(t_create);
     cudaMemGetInfo(&free1, &total);
     const tern::cuda::DeviceMemoryUse mem = gpu.value()->memory_use();
     const double used = static_cast<double>(free0 - free1);
-    std::printf("[%s] create %.2f s (upload, workspace, %zu graphs, pdl %d); GPU memory: weights %.0f MiB, "
+    std::printf("[%s] create %.2f s (upload, workspace, %zu graphs, pdl %d, decode kernel %d); GPU memory: weights %.0f MiB, "
                 "workspace %.0f MiB, graphs %.1f MiB, KV pool %.0f MiB; all but the KV pool (cudaMemGetInfo) %.0f MiB\n",
                 config.c_str(), create_s, gpu.value()->graph_batch_sizes().size(),
-                gpu.value()->programmatic_launches() ? 1 : 0, mem.weight_bytes / 1048576.0,
+                gpu.value()->programmatic_launches() ? 1 : 0, gpu.value()->layers_kernel() ? 1 : 0, mem.weight_bytes / 1048576.0,
                 mem.workspace_bytes / 1048576.0, mem.graph_bytes / 1048576.0, mem.kv_pool_bytes / 1048576.0,
                 (used - static_cast<double>(mem.kv_pool_bytes)) / 1048576.0);
 
@@ -200,6 +205,20 @@ int main(int argc, char** argv) {
           host_s += dt;
           ++host_timed;
         }
+      }
+      if (const std::vector<double> tl = gpu.value()->decode_kernel_timeline(); !tl.empty() && B == 1) {
+        // Per phase boundary, the mean over layers (ns): where a one-token step's time goes.
+        const char* names[tern::cuda::kDecodeLayersMarks] = {
+            "A norm+wait", "A qkv", "bar", "B attn", "bar", "C merge+wait", "C o", "bar",
+            "D norm+wait", "D gate|up", "bar", "E act+wait", "E down", "bar"};
+        const size_t layers = (tl.size() - 1) / tern::cuda::kDecodeLayersMarks;
+        std::printf("[%s] decode kernel phases, mean over %zu layers (us):", config.c_str(), layers);
+        for (size_t k = 0; k < tern::cuda::kDecodeLayersMarks; ++k) {
+          double sum = 0;
+          for (size_t l = 0; l < layers; ++l) sum += tl[l * tern::cuda::kDecodeLayersMarks + k];
+          std::printf(" %s %.2f;", names[k], sum / static_cast<double>(layers) / 1e3);
+        }
+        std::printf(" SM clock %.0f MHz\n", tl.back());
       }
       Row r;
       r.config = config;

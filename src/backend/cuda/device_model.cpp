@@ -4,6 +4,7 @@
 #include "backend/cuda/device_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -215,6 +216,14 @@ Status DeviceModel::Impl::capture_graphs() {
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
   Status s = capture_buckets();
+  if (!s.is_ok() && layers_kernel) {
+    cudaStreamSynchronize(stream);
+    cudaGetLastError();
+    graphs.clear();
+    layers_kernel = false;
+    layers_kernel_off_reason = s.to_string();
+    s = capture_buckets();
+  }
   if (!s.is_ok() && pdl) {
     cudaStreamSynchronize(stream);
     cudaGetLastError();
@@ -227,6 +236,68 @@ Status DeviceModel::Impl::capture_graphs() {
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
   use.graph_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
+  return Status::ok();
+}
+
+// The persistent decode kernel's fixed parameters, per-layer weight table,
+// partials and barrier, when options.decode_kernel and the shapes fit one
+// block per multiprocessor holding a layer's weight slices.
+Status DeviceModel::Impl::plan_layers_kernel() {
+  if (!options.decode_kernel) return Status::ok();
+  const ModelConfig& c = config;
+  DecodeLayersParams& p = layers_params;
+  const int grid = sm_count;
+  p.num_layers = static_cast<int>(c.num_layers);
+  p.hidden = static_cast<int>(c.hidden_size);
+  p.q_dim = static_cast<int>(c.q_dim());
+  p.qkv_dim = static_cast<int>(qkv_dim());
+  p.inter = static_cast<int>(c.intermediate_size);
+  p.num_heads = static_cast<int>(c.num_heads);
+  p.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  p.head_dim = static_cast<int>(c.head_dim);
+  p.block_size = static_cast<int>(options.block_size);
+  p.eps = static_cast<float>(c.rms_norm_eps);
+  p.inv_freq = inv_freq.as<float>();
+  p.kv = kv.as<bf16>();
+  p.plane_elems = plane_elems();
+  p.x = x.as<float>();
+  p.qkv_out = qkv.as<bf16>();
+  p.act = act.as<bf16>();
+  auto cap = [grid](int64_t units) { return static_cast<int>((units + grid - 1) / grid); };
+  p.cap_qkv_pairs = cap(qkv_dim() / 2);
+  p.cap_o_rows = cap(c.hidden_size);
+  p.cap_gu_units = cap(c.intermediate_size);
+  p.cap_down_rows = cap(c.hidden_size);
+  if (const char* why = decode_layers_unsupported(p, grid); why != nullptr) {
+    layers_kernel_off_reason = why;
+    return Status::ok();
+  }
+  std::vector<DecodeLayerWeights> table(static_cast<size_t>(c.num_layers));
+  for (size_t l = 0; l < table.size(); ++l) {
+    const Layer& w = layers[l];
+    table[l] = DecodeLayerWeights{w.qkv.as<bf16>(), w.o.as<bf16>(), w.gate_up.as<bf16>(), w.down.as<bf16>(),
+                                  w.input_norm.as<float>(), w.post_norm.as<float>()};
+  }
+  const size_t table_bytes = table.size() * sizeof(DecodeLayerWeights);
+  const size_t partial_rows = static_cast<size_t>(c.num_heads) * kMaxDecodeLayersSplits;
+  TERN_RETURN_IF_ERROR(layer_table.allocate(table_bytes, "the decode kernel's layer table"));
+  TERN_RETURN_IF_ERROR(layers_partials.allocate(partial_rows * static_cast<size_t>(c.head_dim + 2) * sizeof(float),
+                                                "the decode kernel's attention partials"));
+  TERN_RETURN_IF_ERROR(layers_barrier.allocate(sizeof(unsigned int), "the decode kernel's barrier"));
+  use.workspace_bytes += static_cast<int64_t>(layer_table.bytes() + layers_partials.bytes() + layers_barrier.bytes());
+  TERN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(layer_table.as<void>(), table.data(), table_bytes, cudaMemcpyHostToDevice));
+  p.layers = layer_table.as<DecodeLayerWeights>();
+  p.partial_out = layers_partials.as<float>();
+  p.partial_ml = p.partial_out + partial_rows * static_cast<size_t>(c.head_dim);
+  p.barrier = layers_barrier.as<unsigned int>();
+  if (std::getenv("TERN_DECODE_TIMELINE") != nullptr) {
+    const auto marks = static_cast<size_t>(1 + c.num_layers * kDecodeLayersMarks);
+    TERN_RETURN_IF_ERROR(
+        layers_timeline.allocate(2 * marks * sizeof(unsigned long long), "the decode kernel's timeline"));
+    p.timeline = layers_timeline.as<unsigned long long>();
+  }
+  layers_kernel = true;
   return Status::ok();
 }
 
@@ -328,6 +399,7 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   TERN_RETURN_IF_ERROR(impl->allocate_kv());
   TERN_RETURN_IF_ERROR(impl->ensure_meta(4096));
   TERN_RETURN_IF_ERROR(impl->plan_decode());
+  TERN_RETURN_IF_ERROR(impl->plan_layers_kernel());
   TERN_RETURN_IF_ERROR(impl->capture_graphs());
   return std::unique_ptr<DeviceModel>(new DeviceModel(std::move(impl)));
 }
@@ -402,6 +474,24 @@ std::vector<int64_t> DeviceModel::graph_batch_sizes() const {
 bool DeviceModel::last_step_was_decode() const { return impl_->last_was_decode; }
 bool DeviceModel::programmatic_launches() const { return impl_->pdl; }
 const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_reason; }
+bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
+std::vector<double> DeviceModel::decode_kernel_timeline() const {
+  const Impl& m = *impl_;
+  if (m.layers_timeline.bytes() == 0 || cudaStreamSynchronize(m.stream) != cudaSuccess) return {};
+  std::vector<unsigned long long> t(m.layers_timeline.bytes() / sizeof(unsigned long long));
+  if (cudaMemcpy(t.data(), m.layers_timeline.as<void>(), m.layers_timeline.bytes(), cudaMemcpyDeviceToHost) !=
+      cudaSuccess) {
+    return {};
+  }
+  // The first half holds the clock in ns, the second the SM's cycle counter at the same marks.
+  const size_t marks = t.size() / 2;
+  std::vector<double> out;
+  for (size_t i = 1; i < marks; ++i) out.push_back(static_cast<double>(t[i] - t[i - 1]));
+  const double ns = static_cast<double>(t[marks - 1] - t[0]);
+  out.push_back(ns > 0 ? static_cast<double>(t[2 * marks - 1] - t[marks]) / ns * 1e3 : 0);  // MHz
+  return out;
+}
+const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
 
 Status DeviceModel::read_kv_pool(std::vector<float>& out) const {
   const Impl& m = *impl_;

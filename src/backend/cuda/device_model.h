@@ -76,6 +76,11 @@ struct DeviceModelOptions {
   // (paged_attention_prefill), where the shape allows; off: every token
   // alone, as decode tokens are.
   bool prefill_tiles = true;
+  // One-token steps run all their layers as one persistent kernel
+  // (decode_layers: one block per multiprocessor, grid-wide barriers between
+  // phases, each block's weight slices loaded into shared memory a layer
+  // ahead) where the shapes fit; off: the GEMV path's five kernels per layer.
+  bool decode_kernel = true;
   int device = 0;
 };
 
@@ -157,6 +162,15 @@ class DeviceModel {
   // if they were asked for but refused at creation, the error that turned them off.
   bool programmatic_launches() const;
   const std::string& pdl_off_reason() const;
+  // Whether one-token steps run as one persistent kernel (decode_kernel),
+  // and if it was asked for but not taken, why.
+  bool layers_kernel() const;
+  const std::string& layers_kernel_off_reason() const;
+  // With TERN_DECODE_TIMELINE set at creation: the last one-token step's
+  // phase times in the decode kernel (ns; per layer, kDecodeLayersMarks
+  // intervals as decode_kernel.cu marks them) and then the SM clock over
+  // the kernel (MHz), else empty.
+  std::vector<double> decode_kernel_timeline() const;
 
   // Copies the whole KV pool to the host as fp32 (tests): [layer][k|v]
   // [num_kv_blocks() + 1][block_size][kv_dim], the last block being the one

@@ -78,6 +78,12 @@ struct DeviceModel::Impl {
   int prefill_tile = 0;     // tokens per attention query tile (0: no tiles; options.prefill_tiles or the shape)
   bool pdl = false;         // options.pdl on a GPU that has it
   std::string pdl_off_reason;  // why capture_graphs turned pdl off, if it did
+  // One-token steps' layers in one launch (decode_layers): options.decode_kernel
+  // where the shapes and the GPU allow, else why not.
+  bool layers_kernel = false;
+  std::string layers_kernel_off_reason;
+  DecodeLayersParams layers_params;  // all but the step's metadata
+  DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 
   struct Layer {
     DeviceBuffer input_norm, qkv, o, post_norm, gate_up, down;
@@ -152,6 +158,7 @@ struct DeviceModel::Impl {
   Status plan_workspace();
   Status allocate_kv();
   Status plan_decode();
+  Status plan_layers_kernel();
   Status capture_graphs();
   Status capture_buckets();
 

@@ -5,8 +5,9 @@
 // of the greedy rows folded in (or after it, past GEMV sizes), and the copies of the picks and of the host-sampled logits
 // into pinned memory; then the call waits for the stream.
 //
-// Steps of at most gemv_tokens tokens run their linear layers on the own
-// GEMV kernel with the norms, RoPE + KV write and SiLU*up fused in (5
+// One-token steps run all layers as one persistent kernel (decode_layers)
+// where the shapes fit. Otherwise steps of at most gemv_tokens tokens run
+// their linear layers on the own GEMV kernel with the norms, RoPE + KV write and SiLU*up fused in (5
 // launches per layer); larger ones on cuBLAS with separate norm, RoPE and
 // SiLU kernels (9). Both add the attention and MLP outputs straight into
 // the fp32 residual stream. With options.pdl the GEMV path's kernels go
@@ -137,6 +138,16 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const bool chain = pdl && small;
   TERN_CUDA_RETURN_IF_ERROR(
       embedding_gather(embed.as<bf16>(), v.ids, T, H, x.as<float>(), stream, false, picks.as<uint64_t>(), v.num_rows));
+  if (T == 1 && layers_kernel) {
+    DecodeLayersParams p = layers_params;
+    p.positions = v.positions;
+    p.slots = v.slots;
+    p.token_seq = v.token_seq;
+    p.table_offsets = v.table_offsets;
+    p.block_tables = v.tables;
+    TERN_CUDA_RETURN_IF_ERROR(decode_layers(p, sm_count, stream));
+    return Status::ok();
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[static_cast<size_t>(l)];
     RopeKvParams rp;
@@ -239,7 +250,8 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
   // Chained only to a GEMV before it: the layers' last (right after GEMV
   // layers), or this pass's own head GEMV for the argmax.
   const bool small_head = rows <= gemv_tokens;
-  const bool chain_head = pdl && small_head && after_layers && v.num_tokens <= gemv_tokens;
+  const bool chain_head = pdl && small_head && after_layers && v.num_tokens <= gemv_tokens &&
+                          !(v.num_tokens == 1 && layers_kernel);
   if (small_head) {
     GemvParams g;
     g.input = GemvInput::kRmsNorm;

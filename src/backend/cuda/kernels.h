@@ -198,6 +198,58 @@ struct SampleRow {
 cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int64_t num_rows, const LogitOp* ops,
                         uint64_t* keys, cudaStream_t stream);
 
+// All decoder layers of a one-token step in one cooperative launch of
+// `grid` blocks (one per multiprocessor), decode_kernel.cu says how: from
+// the residual row x (the embedding, fp32 [hidden]) to x after the last
+// layer, writing the token's K/V into its slot of each layer's planes.
+// The same math as the GEMV path's five kernels per layer (bit for bit but
+// for attention). Each block holds its slices of one layer's weights in
+// shared memory: caps are the most q|k|v row pairs, o rows, gate|up units
+// (a gate row and its up row) and down rows a block gets, ceil(units /
+// grid). barrier: one zeroed counter (decode_layers zeroes it first).
+struct DecodeLayerWeights {
+  const bf16* qkv = nullptr;       // [q_dim + 2 kv_dim][hidden]
+  const bf16* o = nullptr;         // [hidden][q_dim]
+  const bf16* gate_up = nullptr;   // [2 inter][hidden]
+  const bf16* down = nullptr;      // [hidden][inter]
+  const float* input_norm = nullptr;
+  const float* post_norm = nullptr;
+};
+struct DecodeLayersParams {
+  const DecodeLayerWeights* layers = nullptr;  // device array of num_layers
+  int num_layers = 0, hidden = 0, q_dim = 0, qkv_dim = 0, inter = 0;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  float eps = 0.0f;
+  const float* inv_freq = nullptr;
+  bf16* kv = nullptr;           // the pool: [layer][k|v][plane_elems]
+  int64_t plane_elems = 0;
+  const int32_t* positions = nullptr;  // the step's metadata (StepView), token 0
+  const int32_t* slots = nullptr;
+  const int32_t* token_seq = nullptr;
+  const int32_t* table_offsets = nullptr;
+  const int32_t* block_tables = nullptr;
+  float* x = nullptr;           // [hidden]
+  bf16* qkv_out = nullptr;      // q, [q_dim]
+  bf16* act = nullptr;          // SiLU products, [inter]
+  float* partial_out = nullptr;  // [num_heads][kMaxDecodeLayersSplits][head_dim]
+  float* partial_ml = nullptr;   // [num_heads][kMaxDecodeLayersSplits][2]
+  unsigned int* barrier = nullptr;
+  // Optional: block 0's clock (ns) at the start and at each of the
+  // kDecodeLayersMarks phase boundaries per layer, for profiling.
+  unsigned long long* timeline = nullptr;
+  int cap_qkv_pairs = 0, cap_o_rows = 0, cap_gu_units = 0, cap_down_rows = 0;
+};
+constexpr int kDecodeLayersThreads = 512;
+constexpr int kDecodeLayersMarks = 14;
+constexpr int kMaxDecodeLayersSplits = 32;
+constexpr int kMaxDecodeLayersHeads = 32;
+// Dynamic shared memory per block for p's shapes and caps.
+int64_t decode_layers_smem(const DecodeLayersParams& p);
+// Null when decode_layers takes p's shapes on this device with `grid`
+// blocks; otherwise why not. Call after cudaSetDevice, before capture.
+const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid);
+cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream);
+
 // A key holds the value's bits in float order above (2^32 - 1 - index).
 constexpr int32_t pick_of(uint64_t key) {
   return key == 0 ? 0 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key & 0xffffffffu));

@@ -1,0 +1,723 @@
+// All decoder layers of a one-token step in one launch (kernels.h,
+// decode_layers). At batch 1 each layer of the GEMV path is 5 kernels that
+// each stream a few MB of weights, and most of their time is the launch,
+// the first loads' round trip and the tail, not the bytes. Here one block
+// per multiprocessor stays resident for the whole step; the layer's phases
+// are separated by grid-wide barriers, and every block owns a fixed slice
+// of each weight matrix, which it copies into shared memory (cp.async)
+// ahead of use, so the weights stream in the background and a phase waits
+// only for the barrier and its activations. gate|up and down have a slot
+// each, refilled with layer l + 1's slice right after layer l's was used
+// (a whole layer ahead); q|k|v and o share one slot (the four do not fit
+// in 227 KiB at ERNIE-0.3B's shapes on 132 multiprocessors): o loads during
+// attention, the next layer's q|k|v during the MLP.
+//
+// Phases of layer l (every block, the rows its slices name):
+//   A  RMSNorm of the residual row (each block, redundantly) -> q|k|v rows,
+//      RoPE, q to qkv_out, k and v to the token's KV slot;
+//   B  attention: block (kv head, split) scores its keys of the context for
+//      the kv head's q heads and writes an unnormalized partial;
+//   C  each block merges the partials of all heads (redundantly) -> its o
+//      rows, added to the residual;
+//   D  RMSNorm -> its gate and up rows (the same i of both), SiLU(g) * u;
+//   E  its down rows of the SiLU products, added to the residual.
+// The dot products, norms, RoPE and roundings are the GEMV path's (gemv.cu)
+// in the same order, so phases A, C (o), D and E give the GEMV path's bits;
+// attention is a CUDA-core online softmax like paged_attention_kernel.
+#include <cfloat>
+#include <algorithm>
+#include <climits>
+
+#include "backend/cuda/device_utils.cuh"
+
+namespace tern::cuda {
+namespace {
+
+constexpr int kThreads = kDecodeLayersThreads;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeyTile = 32;
+
+__device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// 8 weights against 8 inputs, both bf16, in dot8's order.
+__device__ __forceinline__ float dot8_bf16(const uint4 w, const uint4 x, float acc) {
+  acc = fmaf(lo_bf16(w.x), lo_bf16(x.x), acc);
+  acc = fmaf(hi_bf16(w.x), hi_bf16(x.x), acc);
+  acc = fmaf(lo_bf16(w.y), lo_bf16(x.y), acc);
+  acc = fmaf(hi_bf16(w.y), hi_bf16(x.y), acc);
+  acc = fmaf(lo_bf16(w.z), lo_bf16(x.z), acc);
+  acc = fmaf(hi_bf16(w.z), hi_bf16(x.z), acc);
+  acc = fmaf(lo_bf16(w.w), lo_bf16(x.w), acc);
+  acc = fmaf(hi_bf16(w.w), hi_bf16(x.w), acc);
+  return acc;
+}
+
+// One row (K bf16 in shared memory) against the input xs (K bf16 in shared
+// memory: the GEMV path's inputs are bf16-rounded, so the values are the
+// same), summed over the warp; lane covers k = lane * 8 + 256 u, in order,
+// as gemv_kernel's lanes do.
+__device__ __forceinline__ float row_dot(const bf16* w, const bf16* xs, int K, int lane) {
+  float acc = 0.0f;
+  for (int k = lane * 8; k < K; k += 256) {
+    acc = dot8_bf16(*reinterpret_cast<const uint4*>(w + k), *reinterpret_cast<const uint4*>(xs + k), acc);
+  }
+  return warp_sum(acc);
+}
+
+// Weights reach shared memory through the copy engine on sm_90
+// (TERN_BULK_WEIGHTS, fill_slot below), through cp.async before.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TERN_BULK_WEIGHTS 1
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+#ifndef TERN_BULK_WEIGHTS
+__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's copy groups are pending. Groups go
+// out in the order q|k|v(0), gate|up(0), down(0), then per layer l: o(l),
+// q|k|v(l + 1), gate|up(l + 1), down(l + 1) (empty groups past the last
+// layer), so before phase A the slice needed has 2 newer groups, before C
+// none, before D and E 3.
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Copies elems bf16 (a multiple of 8, 16-byte aligned) into shared memory; no commit.
+__device__ __forceinline__ void load_async(bf16* dst, const bf16* src, int64_t elems) {
+  for (int64_t i = threadIdx.x; i < elems / 8; i += kThreads) copy_async16(dst + i * 8, src + i * 8);
+}
+#endif
+
+// Every block arrives, then waits for all: the writes before it, by any
+// block, are visible to the reads after it (reads of data written during
+// the launch go through L2: __ldcg, never L1, which is not coherent).
+__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target) {
+  target += gridDim.x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // The release orders the block's writes (made before the __syncthreads) before the arrival.
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    unsigned int seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < target);
+  }
+  __syncthreads();
+}
+
+// Block b's share [begin, end) of `units` units.
+struct Range {
+  int begin = 0, end = 0;
+};
+__device__ __forceinline__ Range share_of(int units) {  // units * grid < 2^31
+  const int b = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+  return Range{b * units / g, (b + 1) * units / g};
+}
+
+// xs[k] = bf16(x[k] / sqrt(mean(x^2) + eps) * w[k]), as gemv's kRmsNorm
+// input but summed over the block: every thread loads its part of the row
+// at once (one round trip to L2), so the sum's order is not the GEMV's.
+// K <= 4 * kThreads * kNormLoads.
+constexpr int kNormLoads = 2;
+// Loads per thread of the SiLU products (inter <= 2 * kThreads * kActLoads),
+// and the merge's outputs (q_dim <= kThreads * kMergeOutputs) and splits
+// loaded at once.
+constexpr int kActLoads = 4;
+constexpr int kMergeOutputs = 4;
+constexpr int kMergeSplits = 8;
+constexpr int kMaxRopePairs = 32;  // q|k|v row pairs per block
+__device__ __forceinline__ void rmsnorm_input(const float* x, const float* w, int K, float eps, bf16* xs,
+                                              float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float4* xr = reinterpret_cast<const float4*>(x);
+  const float4* wt = reinterpret_cast<const float4*>(w);
+  float4 v[kNormLoads], g[kNormLoads];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kNormLoads; ++u) {  // the row and the norm weights in one round trip
+    const int j = threadIdx.x + u * kThreads;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[u] = j < K / 4 ? __ldcg(xr + j) : zero;
+    g[u] = j < K / 4 ? wt[j] : zero;
+  }
+#pragma unroll
+  for (int u = 0; u < kNormLoads; ++u) {
+    sum_sq += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+  }
+  sum_sq = warp_sum(sum_sq);
+  if (lane == 0) red[warp] = sum_sq;
+  __syncthreads();
+  float total = lane < kWarps ? red[lane] : 0.0f;
+  total = warp_sum(total);
+  const float scale = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
+#pragma unroll
+  for (int u = 0; u < kNormLoads; ++u) {
+    const int j = threadIdx.x + u * kThreads;
+    if (j < K / 4) {
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + 4 * j);
+      out[0] = __floats2bfloat162_rn(v[u].x * scale * g[u].x, v[u].y * scale * g[u].y);
+      out[1] = __floats2bfloat162_rn(v[u].z * scale * g[u].z, v[u].w * scale * g[u].w);
+    }
+  }
+}
+
+struct Smem {
+  bf16 *w_qkv, *w_o, *w_gu, *w_down;  // w_qkv == w_o: one slot
+  bf16* xs;  // the phase's input row; attention's tiles (fp32) share its space
+};
+
+__host__ __device__ __forceinline__ int64_t shared_slot_elems(const DecodeLayersParams& p) {
+  const int64_t qkv = static_cast<int64_t>(p.cap_qkv_pairs) * 2 * p.hidden;
+  const int64_t o = static_cast<int64_t>(p.cap_o_rows) * p.q_dim;
+  return qkv > o ? qkv : o;
+}
+
+__device__ __forceinline__ Smem carve(const DecodeLayersParams& p, unsigned char* base) {
+  Smem s;
+  s.w_qkv = s.w_o = reinterpret_cast<bf16*>(base);
+  s.w_gu = s.w_qkv + shared_slot_elems(p);
+  s.w_down = s.w_gu + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden;
+  s.xs = s.w_down + static_cast<int64_t>(p.cap_down_rows) * p.inter;
+  return s;
+}
+
+// A weight slot is filled by one or two pieces of consecutive rows. On
+// sm_90 one thread hands each piece to the copy engine (cp.async.bulk) and
+// an mbarrier per slot counts its bytes in, so the block's warps issue no
+// loads for weights at all; the slot's n-th fill is waited for with parity
+// n & 1. Before sm_90 every thread issues 16-byte cp.async copies, one
+// commit group per fill (empty past the last layer), waited for by count
+// (wait_async above).
+constexpr int kSlotQkvO = 0, kSlotGu = 1, kSlotDown = 2;
+
+struct Slots {
+  uint64_t* bars;      // [3] mbarriers (sm_90)
+  unsigned waited[3];  // fills waited for, per slot
+};
+
+__device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const bf16* src0, int64_t n0, bf16* dst1,
+                                          const bf16* src1, int64_t n1) {
+#ifdef TERN_BULK_WEIGHTS
+  if (threadIdx.x == 0) {
+    const unsigned bar = smem_addr(sl.bars + slot);
+    const auto bytes0 = static_cast<unsigned>(n0 * 2), bytes1 = static_cast<unsigned>(n1 * 2);
+    // The slot's last reads (generic proxy, ordered before by the caller's __syncthreads) before the copy's writes.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes0 + bytes1) : "memory");
+    if (bytes0 > 0) {
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       smem_addr(dst0)),
+                   "l"(src0), "r"(bytes0), "r"(bar)
+                   : "memory");
+    }
+    if (bytes1 > 0) {
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       smem_addr(dst1)),
+                   "l"(src1), "r"(bytes1), "r"(bar)
+                   : "memory");
+    }
+  }
+#else
+  (void)sl;
+  (void)slot;
+  load_async(dst0, src0, n0);
+  load_async(dst1, src1, n1);
+  commit_async();
+#endif
+}
+
+// Past the last layer: nothing to load (an empty commit group keeps the cp.async counts).
+__device__ __forceinline__ void skip_fill() {
+#ifndef TERN_BULK_WEIGHTS
+  commit_async();
+#endif
+}
+
+// Waits for the slot's next fill; `pending` is the cp.async form's count
+// of newer groups allowed (wait_async). The caller's __syncthreads follows.
+template <int Pending>
+__device__ __forceinline__ void wait_slot(Slots& sl, int slot) {
+#ifdef TERN_BULK_WEIGHTS
+  const unsigned bar = smem_addr(sl.bars + slot), parity = sl.waited[slot] & 1u;
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+  ++sl.waited[slot];
+#else
+  (void)sl;
+  (void)slot;
+  wait_async<Pending>();
+#endif
+}
+
+__device__ __forceinline__ void init_slots(Slots& sl) {
+  sl.waited[0] = sl.waited[1] = sl.waited[2] = 0;
+#ifdef TERN_BULK_WEIGHTS
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 3; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(sl.bars + i)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+#endif
+  __syncthreads();
+}
+
+// Issues the copies of layer l's slices, in phase order.
+__device__ __forceinline__ void load_qkv(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
+  if (l >= p.num_layers) return skip_fill();
+  const Range r = share_of(p.qkv_dim / 2);
+  fill_slot(sl, kSlotQkvO, s.w_qkv, p.layers[l].qkv + static_cast<int64_t>(2 * r.begin) * p.hidden,
+            static_cast<int64_t>(2 * (r.end - r.begin)) * p.hidden, nullptr, nullptr, 0);
+}
+__device__ __forceinline__ void load_o(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
+  const Range r = share_of(p.hidden);
+  fill_slot(sl, kSlotQkvO, s.w_o, p.layers[l].o + static_cast<int64_t>(r.begin) * p.q_dim,
+            static_cast<int64_t>(r.end - r.begin) * p.q_dim, nullptr, nullptr, 0);
+}
+__device__ __forceinline__ void load_gu(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
+  if (l >= p.num_layers) return skip_fill();
+  const Range r = share_of(p.inter);
+  const int64_t n = static_cast<int64_t>(r.end - r.begin) * p.hidden;
+  const bf16* w = p.layers[l].gate_up;
+  fill_slot(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden, n,  // gate rows
+            s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden, n);  // up rows
+}
+__device__ __forceinline__ void load_down(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
+  if (l >= p.num_layers) return skip_fill();
+  const Range r = share_of(p.hidden);
+  fill_slot(sl, kSlotDown, s.w_down, p.layers[l].down + static_cast<int64_t>(r.begin) * p.inter,
+            static_cast<int64_t>(r.end - r.begin) * p.inter, nullptr, nullptr, 0);
+}
+
+// The first kSlotKeys keys of a block's split have their KV slots worked
+// out once per step (the block table does not change within it), so a key
+// tile's K/V loads need no table lookup first.
+constexpr int kSlotKeys = 4 * kKeyTile;
+// Loads per thread: a key tile's K (and V) as bf16 pairs; the q heads of one kv head.
+constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 2 / kThreads;
+constexpr int kQLoads = kWarps * kMaxAttentionHeadDim / 2 / kThreads;
+
+// Phase B for block (kvh, split): keys [begin, end) of the context, the
+// kv head's `group` q heads (warp w: head kvh * group + w). Every load of a
+// tile (and, with the first, of q) is issued before any is used: one round
+// trip per tile.
+__device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
+                             int end, const int32_t* table, const int* key_slots) {
+  const int hd = p.head_dim, group = p.num_heads / p.num_kv_heads, half = hd / 2;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
+  float* q_s = reinterpret_cast<float*>(s.xs);  // [group][hd], scaled by 1/sqrt(hd)
+  float* k_s = q_s + group * hd;         // [kKeyTile][hd + 1]
+  float* v_s = k_s + kKeyTile * (hd + 1);  // [kKeyTile][hd]
+  float* p_s = v_s + kKeyTile * hd;        // [group][kKeyTile]
+  const unsigned int* k_plane = reinterpret_cast<const unsigned int*>(p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems);
+  const unsigned int* v_plane = k_plane + p.plane_elems / 2;
+  const unsigned int* q = reinterpret_cast<const unsigned int*>(p.qkv_out + static_cast<int64_t>(kvh) * group * hd);
+  const float scale = rsqrtf(static_cast<float>(hd));
+
+  float m = -FLT_MAX, sum = 0.0f;
+  float acc[kMaxAttentionHeadDim / 32];
+#pragma unroll
+  for (int i = 0; i < kMaxAttentionHeadDim / 32; ++i) acc[i] = 0.0f;
+
+  for (int tile = begin; tile < end; tile += kKeyTile) {
+    const int n = min(kKeyTile, end - tile);
+    uint32_t qu[kQLoads], ku[kKvLoads], vu[kKvLoads];
+    if (tile == begin) {
+#pragma unroll
+      for (int u = 0; u < kQLoads; ++u) {
+        const int i = threadIdx.x + u * kThreads;
+        qu[u] = i < group * half ? __ldcg(q + i) : 0u;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKvLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      ku[u] = vu[u] = 0u;
+      if (i < n * half) {
+        const int j = i / half, d2 = i - j * half;
+        const int key = tile + j, idx = key - begin;
+        const int64_t slot = idx < kSlotKeys ? key_slots[idx]
+                                             : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
+                                                   key % p.block_size;
+        const int64_t at = (slot * kv_dim + static_cast<int64_t>(kvh) * hd) / 2 + d2;
+        ku[u] = __ldcg(k_plane + at);
+        vu[u] = __ldcg(v_plane + at);
+      }
+    }
+    __syncthreads();  // the previous tile is consumed
+    if (tile == begin) {
+#pragma unroll
+      for (int u = 0; u < kQLoads; ++u) {
+        const int i = threadIdx.x + u * kThreads;
+        if (i < group * half) {
+          q_s[2 * i] = lo_bf16(qu[u]) * scale;
+          q_s[2 * i + 1] = hi_bf16(qu[u]) * scale;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKvLoads; ++u) {
+      const int i = threadIdx.x + u * kThreads;
+      if (i < n * half) {
+        const int j = i / half, d = 2 * (i - j * half);
+        k_s[j * (hd + 1) + d] = lo_bf16(ku[u]);
+        k_s[j * (hd + 1) + d + 1] = hi_bf16(ku[u]);
+        v_s[j * hd + d] = lo_bf16(vu[u]);
+        v_s[j * hd + d + 1] = hi_bf16(vu[u]);
+      }
+    }
+    __syncthreads();
+    if (warp < group) {
+      float score = -FLT_MAX;
+      if (lane < n) {
+        const float* qh = q_s + warp * hd;
+        const float* kr = k_s + lane * (hd + 1);
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int d = 0; d < hd; d += 2) {
+          s0 = fmaf(qh[d], kr[d], s0);
+          s1 = fmaf(qh[d + 1], kr[d + 1], s1);
+        }
+        score = s0 + s1;
+      }
+      const float m_new = fmaxf(m, warp_max(score));
+      const float correction = __expf(m - m_new);
+      const float prob = lane < n ? __expf(score - m_new) : 0.0f;
+      sum = sum * correction + warp_sum(prob);
+      m = m_new;
+      p_s[warp * kKeyTile + lane] = prob;
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < kMaxAttentionHeadDim / 32; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) {
+          float a = acc[i] * correction;
+          for (int j = 0; j < n; ++j) a = fmaf(p_s[warp * kKeyTile + j], v_s[j * hd + d], a);
+          acc[i] = a;
+        }
+      }
+      __syncwarp();
+    }
+  }
+  if (warp < group) {
+    const int h = kvh * group + warp;
+    const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + split;
+#pragma unroll
+    for (int i = 0; i < kMaxAttentionHeadDim / 32; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) p.partial_out[row * hd + d] = acc[i];
+    }
+    if (lane == 0) {
+      p.partial_ml[2 * row] = m;
+      p.partial_ml[2 * row + 1] = sum;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
+  extern __shared__ float4 smem_raw[];
+  const Smem s = carve(p, reinterpret_cast<unsigned char*>(smem_raw));
+  __shared__ float red[kWarps];
+  __shared__ float merge_w[kMaxDecodeLayersHeads * kMaxDecodeLayersSplits];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int H = p.hidden, Q = p.q_dim, I = p.inter, hd = p.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
+  unsigned int target = 0;
+  int mark_at = 0;
+  auto mark = [&]() {  // block 0's clock at each phase boundary (p.timeline)
+    if (p.timeline != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+      unsigned long long now;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      p.timeline[mark_at] = now;
+      p.timeline[1 + p.num_layers * kDecodeLayersMarks + mark_at] = clock64();
+    }
+    ++mark_at;
+  };
+  mark();
+
+  // The step's token: its position, KV slot and block table.
+  const int pos = p.positions[0];
+  const int64_t slot = p.slots[0];
+  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[0]];
+  const int ctx = pos + 1;
+  // Splits of the context per kv head: one key tile each, at most
+  // kMaxDecodeLayersSplits and no more blocks than the grid has.
+  int splits = (ctx + kKeyTile - 1) / kKeyTile;
+  splits = min(splits, min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.num_kv_heads));
+  splits = max(splits, 1);
+  const int per = ((ctx + splits - 1) / splits + kKeyTile - 1) / kKeyTile * kKeyTile;
+  const bool attends = static_cast<int>(blockIdx.x) < p.num_kv_heads * splits;
+  const int kvh = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
+  const int key_begin = split * per, key_end = min(ctx, key_begin + per);
+  __shared__ int key_slots[kSlotKeys];
+  if (attends) {
+    for (int j = threadIdx.x; j < kSlotKeys && key_begin + j < key_end; j += kThreads) {
+      const int key = key_begin + j;
+      key_slots[j] = table[key / p.block_size] * p.block_size + key % p.block_size;
+    }
+  }  // read after the first grid barrier's __syncthreads
+
+  // RoPE's cos and sin of this block's q|k pairs: the position is the step's, for every layer.
+  __shared__ float rope_cos[kMaxRopePairs], rope_sin[kMaxRopePairs];
+  {
+    const Range r = share_of(p.qkv_dim / 2);
+    for (int pair = r.begin + static_cast<int>(threadIdx.x); pair < r.end; pair += kThreads) {
+      const int n = 2 * pair;
+      if (n < Q + kv_dim) sincosf(p.inv_freq[(n % hd) / 2] * static_cast<float>(pos), &rope_sin[pair - r.begin],
+                                  &rope_cos[pair - r.begin]);
+    }
+  }  // read after init_slots' __syncthreads
+  __shared__ alignas(8) uint64_t slot_bars[3];
+  Slots sl;
+  sl.bars = slot_bars;
+  init_slots(sl);
+  load_qkv(p, s, sl, 0);
+  load_gu(p, s, sl, 0);
+  load_down(p, s, sl, 0);
+
+  for (int l = 0; l < p.num_layers; ++l) {
+    const DecodeLayerWeights& w = p.layers[l];
+    bf16* k_cache = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems;
+    bf16* v_cache = k_cache + p.plane_elems;
+
+    // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
+    rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
+    wait_slot<2>(sl, kSlotQkvO);
+    __syncthreads();
+    mark();
+    {
+      const Range r = share_of(p.qkv_dim / 2);
+      for (int pair = r.begin + warp; pair < r.end; pair += kWarps) {
+        const bf16* wr = s.w_qkv + static_cast<int64_t>(pair - r.begin) * 2 * H;
+        const float a = row_dot(wr, s.xs, H, lane);
+        const float b = row_dot(wr + H, s.xs, H, lane);
+        if (lane == 0) {
+          const int n = 2 * pair;
+          if (n >= Q + kv_dim) {  // v
+            bf16* out = v_cache + slot * kv_dim + (n - Q - kv_dim);
+            store_bf16(out, a);
+            store_bf16(out + 1, b);
+          } else {
+            const float sn = rope_sin[pair - r.begin], cs = rope_cos[pair - r.begin];
+            bf16* out = n < Q ? p.qkv_out + n : k_cache + slot * kv_dim + (n - Q);
+            store_bf16(out, a * cs - b * sn);
+            store_bf16(out + 1, b * cs + a * sn);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    load_o(p, s, sl, l);  // into the q|k|v slot, now used
+    mark();
+    grid_barrier(p.barrier, target);
+    mark();
+
+    // B: attention partials.
+    if (attends) attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots);
+    mark();
+    grid_barrier(p.barrier, target);
+    mark();
+
+    // C: merge every head's partials into xs (bf16-rounded), then the o rows.
+    // Partials are loaded kMergeSplits splits at a time, every output's at
+    // once (the first chunk while the split weights are worked out): one
+    // round trip per chunk.
+    {
+      float pv[kMergeOutputs][kMergeSplits];
+      float o[kMergeOutputs];
+      auto load_chunk = [&](int sp0) {
+#pragma unroll
+        for (int k = 0; k < kMergeOutputs; ++k) {
+          const int i = threadIdx.x + k * kThreads, h = i / hd, d = i - h * hd;
+#pragma unroll
+          for (int u = 0; u < kMergeSplits; ++u) {
+            const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + sp0 + u;
+            pv[k][u] = i < Q && sp0 + u < splits ? __ldcg(p.partial_out + row * hd + d) : 0.0f;
+          }
+        }
+      };
+      load_chunk(0);
+      for (int h = warp; h < p.num_heads; h += kWarps) {
+        const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + lane;
+        const float ms = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
+        const float ls = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
+        const float mx = warp_max(ms);
+        const float e = lane < splits ? __expf(ms - mx) : 0.0f;
+        const float total = warp_sum(e * ls);
+        if (lane < splits) merge_w[h * kMaxDecodeLayersSplits + lane] = total > 0.0f ? e / total : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kMergeOutputs; ++k) o[k] = 0.0f;
+      for (int sp0 = 0; sp0 < splits; sp0 += kMergeSplits) {
+        if (sp0 > 0) load_chunk(sp0);
+#pragma unroll
+        for (int k = 0; k < kMergeOutputs; ++k) {
+          const int i = threadIdx.x + k * kThreads, h = i / hd;
+          if (i >= Q) continue;  // past the q heads: no weights
+#pragma unroll
+          for (int u = 0; u < kMergeSplits; ++u) {
+            if (sp0 + u < splits) o[k] = fmaf(merge_w[h * kMaxDecodeLayersSplits + sp0 + u], pv[k][u], o[k]);
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kMergeOutputs; ++k) {
+        const int i = threadIdx.x + k * kThreads;
+        if (i < Q) store_bf16(s.xs + i, o[k]);
+      }
+    }
+    wait_slot<0>(sl, kSlotQkvO);
+    __syncthreads();
+    mark();
+    {
+      const Range r = share_of(H);
+      for (int n = r.begin + warp; n < r.end; n += kWarps) {
+        const float old = __ldcg(p.x + n);
+        const float v = row_dot(s.w_o + static_cast<int64_t>(n - r.begin) * Q, s.xs, Q, lane);
+        if (lane == 0) p.x[n] = old + v;
+      }
+    }
+    __syncthreads();
+    load_qkv(p, s, sl, l + 1);  // into the o slot, now used
+    mark();
+    grid_barrier(p.barrier, target);
+    mark();
+
+    // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
+    rmsnorm_input(p.x, w.post_norm, H, p.eps, s.xs, red);
+    wait_slot<3>(sl, kSlotGu);
+    __syncthreads();
+    mark();
+    {
+      const Range r = share_of(I);
+      const int64_t up_off = static_cast<int64_t>(r.end - r.begin) * H;
+      for (int i = r.begin + warp; i < r.end; i += kWarps) {
+        const bf16* gr = s.w_gu + static_cast<int64_t>(i - r.begin) * H;
+        const float g = round_bf16(row_dot(gr, s.xs, H, lane));
+        const float u = round_bf16(row_dot(gr + up_off, s.xs, H, lane));
+        if (lane == 0) store_bf16(p.act + i, g / (1.0f + expf(-g)) * u);
+      }
+    }
+    __syncthreads();
+    load_gu(p, s, sl, l + 1);
+    mark();
+    grid_barrier(p.barrier, target);
+    mark();
+
+    // E: the down rows, added to the residual.
+    {
+      uint32_t au[kActLoads];
+#pragma unroll
+      for (int u = 0; u < kActLoads; ++u) {
+        const int j = threadIdx.x + u * kThreads;
+        au[u] = j < I / 2 ? __ldcg(reinterpret_cast<const unsigned int*>(p.act) + j) : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < kActLoads; ++u) {
+        const int j = threadIdx.x + u * kThreads;
+        if (j < I / 2) reinterpret_cast<uint32_t*>(s.xs)[j] = au[u];
+      }
+    }
+    wait_slot<3>(sl, kSlotDown);
+    __syncthreads();
+    mark();
+    {
+      const Range r = share_of(H);
+      for (int n = r.begin + warp; n < r.end; n += kWarps) {
+        const float old = __ldcg(p.x + n);
+        const float v = row_dot(s.w_down + static_cast<int64_t>(n - r.begin) * I, s.xs, I, lane);
+        if (lane == 0) p.x[n] = old + v;
+      }
+    }
+    __syncthreads();
+    load_down(p, s, sl, l + 1);
+    mark();
+    if (l + 1 < p.num_layers) grid_barrier(p.barrier, target);
+    mark();
+  }
+}
+
+}  // namespace
+
+int64_t decode_layers_smem(const DecodeLayersParams& p) {
+  const int64_t weights = (shared_slot_elems(p) + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden +
+                           static_cast<int64_t>(p.cap_down_rows) * p.inter) *
+                          static_cast<int64_t>(sizeof(bf16));
+  const int64_t group = p.num_kv_heads > 0 ? p.num_heads / p.num_kv_heads : 0;
+  const int64_t attention = group * p.head_dim + kKeyTile * (p.head_dim + 1) + kKeyTile * p.head_dim + group * kKeyTile;
+  const int64_t input = std::max<int64_t>(std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16),
+                                          attention * static_cast<int64_t>(sizeof(float)));
+  return weights + (input + 15) / 16 * 16;
+}
+
+const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
+  if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) return "q heads not a multiple of kv heads";
+  if (p.num_heads / p.num_kv_heads > kWarps) return "more q heads per kv head than warps per block";
+  if (p.num_heads > kMaxDecodeLayersHeads) return "more q heads than the kernel merges";
+  if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > kMaxAttentionHeadDim) return "head_dim not even or too large";
+  if (p.hidden % 8 != 0 || p.q_dim % 8 != 0 || p.inter % 8 != 0) return "widths not multiples of 8";
+  if (p.hidden > 4 * kThreads * kNormLoads) return "hidden size larger than the kernel's norm takes";
+  if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
+  if (p.q_dim > kThreads * kMergeOutputs) return "q width larger than the kernel's merge takes";
+  if (p.cap_qkv_pairs > kMaxRopePairs) return "more q|k|v rows per block than the kernel takes";
+  if (p.q_dim != p.num_heads * p.head_dim) return "q width is not heads x head_dim";
+  if (grid < p.num_kv_heads) return "fewer multiprocessors than kv heads";
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "device attributes unavailable";
+  }
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return "kernel attributes unavailable";
+  }
+  if (decode_layers_smem(p) + static_cast<int64_t>(attributes.sharedSizeBytes) > optin) {
+    return "a layer's weight slices do not fit in one block's shared memory";
+  }
+  if (allow_large_smem<decode_layers_kernel>() != cudaSuccess) {
+    cudaGetLastError();
+    return "the kernel's shared memory cannot be raised";
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel, kThreads,
+                                                    static_cast<size_t>(decode_layers_smem(p))) != cudaSuccess ||
+      per_sm < 1) {
+    cudaGetLastError();
+    return "one block per multiprocessor does not fit";
+  }
+  return nullptr;
+}
+
+cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
+  const cudaError_t e = cudaMemsetAsync(p.barrier, 0, sizeof(unsigned int), stream);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned int>(grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(decode_layers_smem(p));
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, decode_layers_kernel, p);
+}
+
+}  // namespace tern::cuda
