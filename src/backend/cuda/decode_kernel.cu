@@ -21,9 +21,10 @@
 //      rows, added to the residual;
 //   D  RMSNorm -> its gate and up rows (the same i of both), SiLU(g) * u;
 //   E  its down rows of the SiLU products, added to the residual.
-// The dot products, norms, RoPE and roundings are the GEMV path's (gemv.cu)
-// in the same order, so phases A, C (o), D and E give the GEMV path's bits;
-// attention is a CUDA-core online softmax like paged_attention_kernel.
+// The dot products (in the same order), RoPE and roundings are the GEMV
+// path's (gemv.cu); the RMSNorm's sum of squares is taken over the block,
+// and attention is a CUDA-core online softmax like paged_attention_kernel,
+// so results agree with the GEMV path within bf16 noise, not bit for bit.
 #include <cfloat>
 #include <algorithm>
 #include <climits>

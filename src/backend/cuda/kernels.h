@@ -202,8 +202,8 @@ cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int
 // `grid` blocks (one per multiprocessor), decode_kernel.cu says how: from
 // the residual row x (the embedding, fp32 [hidden]) to x after the last
 // layer, writing the token's K/V into its slot of each layer's planes.
-// The same math as the GEMV path's five kernels per layer (bit for bit but
-// for attention). Each block holds its slices of one layer's weights in
+// The same math as the GEMV path's five kernels per layer (the order of the
+// norm's sum and of attention differ). Each block holds its slices of one layer's weights in
 // shared memory: caps are the most q|k|v row pairs, o rows, gate|up units
 // (a gate row and its up row) and down rows a block gets, ceil(units /
 // grid). barrier: one zeroed counter (decode_layers zeroes it first).
