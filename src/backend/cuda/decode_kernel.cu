@@ -311,12 +311,22 @@ constexpr int kSlotKeys = 4 * kKeyTile;
 constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 2 / kThreads;
 constexpr int kQLoads = kWarps * kMaxAttentionHeadDim / 2 / kThreads;
 
+// Block 0's clocks at mark `at` (p.timeline: ns, then SM cycles).
+__device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int at) {
+  if (p.timeline != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    p.timeline[at] = now;
+    p.timeline[1 + p.num_layers * kDecodeLayersMarks + at] = clock64();
+  }
+}
+
 // Phase B for block (kvh, split): keys [begin, end) of the context, the
 // kv head's `group` q heads (warp w: head kvh * group + w). Every load of a
 // tile (and, with the first, of q) is issued before any is used: one round
 // trip per tile.
 __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
-                             int end, const int32_t* table, const int* key_slots) {
+                             int end, const int32_t* table, const int* key_slots, int mark_at) {
   const int hd = p.head_dim, group = p.num_heads / p.num_kv_heads, half = hd / 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
@@ -382,6 +392,7 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
       }
     }
     __syncthreads();
+    if (tile == begin) timeline_mark(p, mark_at);  // the first tile is in
     if (warp < group) {
       float score = -FLT_MAX;
       if (lane < n) {
@@ -428,6 +439,29 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
   }
 }
 
+// x[n] += row n of the slot (rows r, K bf16 each) . xs. With at most half
+// as many rows as warps (o and down at ERNIE-0.3B's shapes: 8 rows), two
+// warps share a row, one half of K each, summed through red (kWarps floats).
+__device__ __forceinline__ void rows_add(const bf16* slot, Range r, int K, const bf16* xs, float* x, float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rows = r.end - r.begin;
+  if (2 * rows <= kWarps && K % 16 == 0) {
+    const int row = warp >> 1, half = warp & 1, hk = K / 2;
+    const bool mine = row < rows;
+    const float old = mine && half == 0 ? __ldcg(x + r.begin + row) : 0.0f;
+    const float v = mine ? row_dot(slot + static_cast<int64_t>(row) * K + half * hk, xs + half * hk, hk, lane) : 0.0f;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (mine && half == 0 && lane == 0) x[r.begin + row] = old + red[warp] + red[warp + 1];
+    return;
+  }
+  for (int n = r.begin + warp; n < r.end; n += kWarps) {
+    const float old = __ldcg(x + n);
+    const float v = row_dot(slot + static_cast<int64_t>(n - r.begin) * K, xs, K, lane);
+    if (lane == 0) x[n] = old + v;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
   const Smem s = carve(p, reinterpret_cast<unsigned char*>(smem_raw));
@@ -439,12 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   unsigned int target = 0;
   int mark_at = 0;
   auto mark = [&]() {  // block 0's clock at each phase boundary (p.timeline)
-    if (p.timeline != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-      unsigned long long now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      p.timeline[mark_at] = now;
-      p.timeline[1 + p.num_layers * kDecodeLayersMarks + mark_at] = clock64();
-    }
+    timeline_mark(p, mark_at);
     ++mark_at;
   };
   mark();
@@ -496,6 +525,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
     rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
+    mark();
     wait_slot<2>(sl, kSlotQkvO);
     __syncthreads();
     mark();
@@ -527,7 +557,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
 
     // B: attention partials.
-    if (attends) attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots);
+    if (attends) attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+    ++mark_at;
     mark();
     grid_barrier(p.barrier, target);
     mark();
@@ -581,17 +612,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         if (i < Q) store_bf16(s.xs + i, o[k]);
       }
     }
+    mark();
     wait_slot<0>(sl, kSlotQkvO);
     __syncthreads();
     mark();
-    {
-      const Range r = share_of(H);
-      for (int n = r.begin + warp; n < r.end; n += kWarps) {
-        const float old = __ldcg(p.x + n);
-        const float v = row_dot(s.w_o + static_cast<int64_t>(n - r.begin) * Q, s.xs, Q, lane);
-        if (lane == 0) p.x[n] = old + v;
-      }
-    }
+    rows_add(s.w_o, share_of(H), Q, s.xs, p.x, merge_w);
     __syncthreads();
     load_qkv(p, s, sl, l + 1);  // into the o slot, now used
     mark();
@@ -600,17 +625,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
     rmsnorm_input(p.x, w.post_norm, H, p.eps, s.xs, red);
+    mark();
     wait_slot<3>(sl, kSlotGu);
     __syncthreads();
     mark();
     {
+      // The block's gate rows then its up rows, one row per warp in turn
+      // (2 units' rows over the warps evenly), bf16-rounded into merge_w's
+      // space, then SiLU(g) * u per unit.
       const Range r = share_of(I);
-      const int64_t up_off = static_cast<int64_t>(r.end - r.begin) * H;
-      for (int i = r.begin + warp; i < r.end; i += kWarps) {
-        const bf16* gr = s.w_gu + static_cast<int64_t>(i - r.begin) * H;
-        const float g = round_bf16(row_dot(gr, s.xs, H, lane));
-        const float u = round_bf16(row_dot(gr + up_off, s.xs, H, lane));
-        if (lane == 0) store_bf16(p.act + i, g / (1.0f + expf(-g)) * u);
+      const int units = r.end - r.begin;
+      float* gu_s = merge_w;  // [2][units]
+      for (int t = warp; t < 2 * units; t += kWarps) {
+        const float v = row_dot(s.w_gu + static_cast<int64_t>(t) * H, s.xs, H, lane);
+        if (lane == 0) gu_s[t] = round_bf16(v);
+      }
+      __syncthreads();
+      for (int u = threadIdx.x; u < units; u += kThreads) {
+        const float g = gu_s[u], up = gu_s[units + u];
+        store_bf16(p.act + r.begin + u, g / (1.0f + expf(-g)) * up);
       }
     }
     __syncthreads();
@@ -633,17 +666,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         if (j < I / 2) reinterpret_cast<uint32_t*>(s.xs)[j] = au[u];
       }
     }
+    mark();
     wait_slot<3>(sl, kSlotDown);
     __syncthreads();
     mark();
-    {
-      const Range r = share_of(H);
-      for (int n = r.begin + warp; n < r.end; n += kWarps) {
-        const float old = __ldcg(p.x + n);
-        const float v = row_dot(s.w_down + static_cast<int64_t>(n - r.begin) * I, s.xs, I, lane);
-        if (lane == 0) p.x[n] = old + v;
-      }
-    }
+    rows_add(s.w_down, share_of(H), I, s.xs, p.x, merge_w);
     __syncthreads();
     load_down(p, s, sl, l + 1);
     mark();
@@ -675,6 +702,7 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
   if (p.q_dim > kThreads * kMergeOutputs) return "q width larger than the kernel's merge takes";
   if (p.cap_qkv_pairs > kMaxRopePairs) return "more q|k|v rows per block than the kernel takes";
+  if (2 * p.cap_gu_units > kMaxDecodeLayersHeads * kMaxDecodeLayersSplits) return "more gate|up rows per block than the kernel takes";
   if (p.q_dim != p.num_heads * p.head_dim) return "q width is not heads x head_dim";
   if (grid < p.num_kv_heads) return "fewer multiprocessors than kv heads";
   int device = 0, optin = 0;

@@ -78,9 +78,11 @@ struct DeviceModelOptions {
   bool prefill_tiles = true;
   // One-token steps run all their layers as one persistent kernel
   // (decode_layers: one block per multiprocessor, grid-wide barriers between
-  // phases, each block's weight slices loaded into shared memory a layer
-  // ahead) where the shapes fit; off: the GEMV path's five kernels per layer.
-  bool decode_kernel = true;
+  // phases, each block's weight slices copied into shared memory ahead of
+  // use) where the shapes fit; off: the GEMV path's five kernels per layer.
+  // Off by default: on an H200 it measured even with the GEMV path at
+  // batch 1 (0.636-0.646 vs 0.642 ms/step; tests/gpu/NOTES.md, phase 6).
+  bool decode_kernel = false;
   int device = 0;
 };
 

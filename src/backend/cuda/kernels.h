@@ -240,7 +240,7 @@ struct DecodeLayersParams {
   int cap_qkv_pairs = 0, cap_o_rows = 0, cap_gu_units = 0, cap_down_rows = 0;
 };
 constexpr int kDecodeLayersThreads = 512;
-constexpr int kDecodeLayersMarks = 14;
+constexpr int kDecodeLayersMarks = 19;
 constexpr int kMaxDecodeLayersSplits = 32;
 constexpr int kMaxDecodeLayersHeads = 32;
 // Dynamic shared memory per block for p's shapes and caps.
