@@ -4,9 +4,10 @@
 // the first loads' round trip and the tail, not the bytes. Here one block
 // per multiprocessor stays resident for the whole step; the layer's phases
 // are separated by grid-wide barriers, and every block owns a fixed slice
-// of each weight matrix, which it copies into shared memory (cp.async)
-// ahead of use, so the weights stream in the background and a phase waits
-// only for the barrier and its activations. gate|up and down have a slot
+// of each weight matrix, which the copy engine brings into shared memory
+// (cp.async.bulk on sm_90, cp.async before) ahead of use, so the weights
+// stream in the background and a phase waits only for the barrier and its
+// activations. gate|up and down have a slot
 // each, refilled with layer l + 1's slice right after layer l's was used
 // (a whole layer ahead); q|k|v and o share one slot (the four do not fit
 // in 227 KiB at ERNIE-0.3B's shapes on 132 multiprocessors): o loads during

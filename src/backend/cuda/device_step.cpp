@@ -5,8 +5,8 @@
 // of the greedy rows folded in (or after it, past GEMV sizes), and the copies of the picks and of the host-sampled logits
 // into pinned memory; then the call waits for the stream.
 //
-// One-token steps run all layers as one persistent kernel (decode_layers)
-// where the shapes fit. Otherwise steps of at most gemv_tokens tokens run
+// With options.decode_kernel, one-token steps run all layers as one
+// persistent kernel (decode_layers) where the shapes fit. Otherwise steps of at most gemv_tokens tokens run
 // their linear layers on the own GEMV kernel with the norms, RoPE + KV write and SiLU*up fused in (5
 // launches per layer); larger ones on cuBLAS with separate norm, RoPE and
 // SiLU kernels (9). Both add the attention and MLP outputs straight into
