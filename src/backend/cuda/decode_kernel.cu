@@ -308,9 +308,9 @@ __device__ __forceinline__ void load_down(const DecodeLayersParams& p, const Sme
 // out once per step (the block table does not change within it), so a key
 // tile's K/V loads need no table lookup first.
 constexpr int kSlotKeys = 4 * kKeyTile;
-// Loads per thread: a key tile's K (and V) as bf16 pairs; the q heads of one kv head.
-constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 2 / kThreads;
-constexpr int kQLoads = kWarps * kMaxAttentionHeadDim / 2 / kThreads;
+// 16-byte loads per thread: a key tile's K (and V); the q heads of one kv head.
+constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 8 / kThreads;
+constexpr int kQLoads = (kWarps * kMaxAttentionHeadDim / 8 + kThreads - 1) / kThreads;
 
 // Block 0's clocks at mark `at` (p.timeline: ns, then SM cycles).
 __device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int at) {
@@ -328,17 +328,22 @@ __device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int a
 // trip per tile.
 __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
                              int end, const int32_t* table, const int* key_slots, int mark_at) {
-  const int hd = p.head_dim, group = p.num_heads / p.num_kv_heads, half = hd / 2;
+  const int hd = p.head_dim, group = p.num_heads / p.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
   float* q_s = reinterpret_cast<float*>(s.xs);  // [group][hd], scaled by 1/sqrt(hd)
   float* k_s = q_s + group * hd;         // [kKeyTile][hd + 1]
   float* v_s = k_s + kKeyTile * (hd + 1);  // [kKeyTile][hd]
   float* p_s = v_s + kKeyTile * hd;        // [group][kKeyTile]
-  const unsigned int* k_plane = reinterpret_cast<const unsigned int*>(p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems);
-  const unsigned int* v_plane = k_plane + p.plane_elems / 2;
-  const unsigned int* q = reinterpret_cast<const unsigned int*>(p.qkv_out + static_cast<int64_t>(kvh) * group * hd);
+  // K, V and q in 16-byte pieces of 8 dims (head_dim % 8 == 0).
+  const uint4* k_plane = reinterpret_cast<const uint4*>(p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems);
+  const uint4* v_plane = k_plane + p.plane_elems / 8;
+  const uint4* q = reinterpret_cast<const uint4*>(p.qkv_out + static_cast<int64_t>(kvh) * group * hd);
   const float scale = rsqrtf(static_cast<float>(hd));
+  const int pieces = hd / 8;                        // per key row
+  const bool pow2 = (pieces & (pieces - 1)) == 0;  // then / pieces is a shift
+  const int shift = __ffs(pieces) - 1, head_off = kvh * pieces;
+  const int64_t row_pieces = kv_dim / 8;
 
   float m = -FLT_MAX, sum = 0.0f;
   float acc[kMaxAttentionHeadDim / 32];
@@ -347,25 +352,26 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
 
   for (int tile = begin; tile < end; tile += kKeyTile) {
     const int n = min(kKeyTile, end - tile);
-    uint32_t qu[kQLoads], ku[kKvLoads], vu[kKvLoads];
+    uint4 qu[kQLoads], ku[kKvLoads], vu[kKvLoads];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     if (tile == begin) {
 #pragma unroll
       for (int u = 0; u < kQLoads; ++u) {
         const int i = threadIdx.x + u * kThreads;
-        qu[u] = i < group * half ? __ldcg(q + i) : 0u;
+        qu[u] = i < group * pieces ? __ldcg(q + i) : zero;
       }
     }
 #pragma unroll
     for (int u = 0; u < kKvLoads; ++u) {
       const int i = threadIdx.x + u * kThreads;
-      ku[u] = vu[u] = 0u;
-      if (i < n * half) {
-        const int j = i / half, d2 = i - j * half;
+      ku[u] = vu[u] = zero;
+      if (i < n * pieces) {
+        const int j = pow2 ? i >> shift : i / pieces, c = i - j * pieces;
         const int key = tile + j, idx = key - begin;
         const int64_t slot = idx < kSlotKeys ? key_slots[idx]
                                              : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
                                                    key % p.block_size;
-        const int64_t at = (slot * kv_dim + static_cast<int64_t>(kvh) * hd) / 2 + d2;
+        const int64_t at = slot * row_pieces + head_off + c;
         ku[u] = __ldcg(k_plane + at);
         vu[u] = __ldcg(v_plane + at);
       }
@@ -375,21 +381,31 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
 #pragma unroll
       for (int u = 0; u < kQLoads; ++u) {
         const int i = threadIdx.x + u * kThreads;
-        if (i < group * half) {
-          q_s[2 * i] = lo_bf16(qu[u]) * scale;
-          q_s[2 * i + 1] = hi_bf16(qu[u]) * scale;
+        if (i < group * pieces) {
+          const uint32_t w[4] = {qu[u].x, qu[u].y, qu[u].z, qu[u].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            q_s[8 * i + 2 * e] = lo_bf16(w[e]) * scale;
+            q_s[8 * i + 2 * e + 1] = hi_bf16(w[e]) * scale;
+          }
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < kKvLoads; ++u) {
       const int i = threadIdx.x + u * kThreads;
-      if (i < n * half) {
-        const int j = i / half, d = 2 * (i - j * half);
-        k_s[j * (hd + 1) + d] = lo_bf16(ku[u]);
-        k_s[j * (hd + 1) + d + 1] = hi_bf16(ku[u]);
-        v_s[j * hd + d] = lo_bf16(vu[u]);
-        v_s[j * hd + d + 1] = hi_bf16(vu[u]);
+      if (i < n * pieces) {
+        const int j = pow2 ? i >> shift : i / pieces, d = 8 * (i - j * pieces);
+        const uint32_t kw[4] = {ku[u].x, ku[u].y, ku[u].z, ku[u].w}, vw[4] = {vu[u].x, vu[u].y, vu[u].z, vu[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          k_s[j * (hd + 1) + d + 2 * e] = lo_bf16(kw[e]);
+          k_s[j * (hd + 1) + d + 2 * e + 1] = hi_bf16(kw[e]);
+        }
+        reinterpret_cast<float4*>(v_s + j * hd + d)[0] =
+            make_float4(lo_bf16(vw[0]), hi_bf16(vw[0]), lo_bf16(vw[1]), hi_bf16(vw[1]));
+        reinterpret_cast<float4*>(v_s + j * hd + d)[1] =
+            make_float4(lo_bf16(vw[2]), hi_bf16(vw[2]), lo_bf16(vw[3]), hi_bf16(vw[3]));
       }
     }
     __syncthreads();
@@ -450,7 +466,8 @@ __device__ __forceinline__ void rows_add(const bf16* slot, Range r, int K, const
     const int row = warp >> 1, half = warp & 1, hk = K / 2;
     const bool mine = row < rows;
     const float old = mine && half == 0 ? __ldcg(x + r.begin + row) : 0.0f;
-    const float v = mine ? row_dot(slot + static_cast<int64_t>(row) * K + half * hk, xs + half * hk, hk, lane) : 0.0f;
+    // Every warp takes part in its dot's shuffles (rows beyond the block's read slot row 0 and are dropped).
+    const float v = row_dot(slot + static_cast<int64_t>(mine ? row : 0) * K + half * hk, xs + half * hk, hk, lane);
     if (lane == 0) red[warp] = v;
     __syncthreads();
     if (mine && half == 0 && lane == 0) x[r.begin + row] = old + red[warp] + red[warp + 1];
@@ -569,17 +586,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     // once (the first chunk while the split weights are worked out): one
     // round trip per chunk.
     {
-      float pv[kMergeOutputs][kMergeSplits];
-      float o[kMergeOutputs];
+      // Thread t merges outputs 4t .. 4t + 3 (dims of one head: head_dim %
+      // 8 == 0), one 16-byte load per split.
+      const int i0 = 4 * static_cast<int>(threadIdx.x);
+      const bool has = i0 < Q;
+      const int mh = i0 / hd;
+      const float4* src =
+          reinterpret_cast<const float4*>(p.partial_out + mh * kMaxDecodeLayersSplits * hd + (i0 - mh * hd));
+      const int step4 = hd / 4;  // float4s from one split to the next
+      float4 pv[kMergeSplits];
       auto load_chunk = [&](int sp0) {
 #pragma unroll
-        for (int k = 0; k < kMergeOutputs; ++k) {
-          const int i = threadIdx.x + k * kThreads, h = i / hd, d = i - h * hd;
-#pragma unroll
-          for (int u = 0; u < kMergeSplits; ++u) {
-            const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + sp0 + u;
-            pv[k][u] = i < Q && sp0 + u < splits ? __ldcg(p.partial_out + row * hd + d) : 0.0f;
-          }
+        for (int u = 0; u < kMergeSplits; ++u) {
+          pv[u] = has && sp0 + u < splits ? __ldcg(src + (sp0 + u) * step4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
       };
       load_chunk(0);
@@ -593,24 +612,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         if (lane < splits) merge_w[h * kMaxDecodeLayersSplits + lane] = total > 0.0f ? e / total : 0.0f;
       }
       __syncthreads();
-#pragma unroll
-      for (int k = 0; k < kMergeOutputs; ++k) o[k] = 0.0f;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       for (int sp0 = 0; sp0 < splits; sp0 += kMergeSplits) {
         if (sp0 > 0) load_chunk(sp0);
-#pragma unroll
-        for (int k = 0; k < kMergeOutputs; ++k) {
-          const int i = threadIdx.x + k * kThreads, h = i / hd;
-          if (i >= Q) continue;  // past the q heads: no weights
+        if (has) {
 #pragma unroll
           for (int u = 0; u < kMergeSplits; ++u) {
-            if (sp0 + u < splits) o[k] = fmaf(merge_w[h * kMaxDecodeLayersSplits + sp0 + u], pv[k][u], o[k]);
+            if (sp0 + u < splits) {
+              const float wt = merge_w[mh * kMaxDecodeLayersSplits + sp0 + u];
+              o.x = fmaf(wt, pv[u].x, o.x);
+              o.y = fmaf(wt, pv[u].y, o.y);
+              o.z = fmaf(wt, pv[u].z, o.z);
+              o.w = fmaf(wt, pv[u].w, o.w);
+            }
           }
         }
       }
-#pragma unroll
-      for (int k = 0; k < kMergeOutputs; ++k) {
-        const int i = threadIdx.x + k * kThreads;
-        if (i < Q) store_bf16(s.xs + i, o[k]);
+      if (has) {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(s.xs + i0);
+        out[0] = __floats2bfloat162_rn(o.x, o.y);
+        out[1] = __floats2bfloat162_rn(o.z, o.w);
       }
     }
     mark();
@@ -697,7 +718,9 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) return "q heads not a multiple of kv heads";
   if (p.num_heads / p.num_kv_heads > kWarps) return "more q heads per kv head than warps per block";
   if (p.num_heads > kMaxDecodeLayersHeads) return "more q heads than the kernel merges";
-  if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > kMaxAttentionHeadDim) return "head_dim not even or too large";
+  if (p.head_dim <= 0 || p.head_dim % 8 != 0 || p.head_dim > kMaxAttentionHeadDim) {
+    return "head_dim not a multiple of 8 or too large";
+  }
   if (p.hidden % 8 != 0 || p.q_dim % 8 != 0 || p.inter % 8 != 0) return "widths not multiples of 8";
   if (p.hidden > 4 * kThreads * kNormLoads) return "hidden size larger than the kernel's norm takes";
   if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
