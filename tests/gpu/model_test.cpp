@@ -892,8 +892,8 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
   cuda::DeviceModelOptions graph_o, eager_o, gemv_o;
   graph_o.max_logit_rows = eager_o.max_logit_rows = gemv_o.max_logit_rows = 8;
   graph_o.max_num_seqs = eager_o.max_num_seqs = gemv_o.max_num_seqs = 4;
-  graph_o.decode_kernel = eager_o.decode_kernel = true;
   eager_o.enforce_eager = true;
+  gemv_o.decode_kernel = false;
   auto graphs = make_gpu(*cpu, bs, blocks, 64, &graph_o);
   auto eager = make_gpu(*cpu, bs, blocks, 64, &eager_o);
   auto gemv = make_gpu(*cpu, bs, blocks, 64, &gemv_o);

@@ -80,9 +80,9 @@ struct DeviceModelOptions {
   // (decode_layers: one block per multiprocessor, grid-wide barriers between
   // phases, each block's weight slices copied into shared memory ahead of
   // use) where the shapes fit; off: the GEMV path's five kernels per layer.
-  // Off by default: on an H200 it measured even with the GEMV path at
-  // batch 1 (0.636-0.646 vs 0.642 ms/step; tests/gpu/NOTES.md, phase 6).
-  bool decode_kernel = false;
+  // Measured on an H200 at batch 1: 0.565 against 0.643 ms/step
+  // (tests/gpu/NOTES.md, phase 6).
+  bool decode_kernel = true;
   int device = 0;
 };
 
