@@ -42,6 +42,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
                "CUDA: schedule and launch step n + 1 while step n runs, its new tokens fed to it on the GPU "
                "(default on)")
       ->envname("TERN_ASYNC_SCHEDULING");
+  cmd.add_flag("--decode-kernel,!--no-decode-kernel", o.decode_kernel,
+               "CUDA: run all layers of a one-token step (a single stream's decode) as one persistent kernel "
+               "where the GPU and model shapes allow (default on); off: a few kernels per layer")
+      ->envname("TERN_DECODE_KERNEL");
   cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }
@@ -125,6 +129,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     co.max_num_seqs = o.max_num_seqs;
     co.max_model_len = o.max_model_len;
     co.enforce_eager = o.enforce_eager;
+    co.decode_kernel = o.decode_kernel;
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, co));
   } else {
     TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, o.block_size, kv_bytes));

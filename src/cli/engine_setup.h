@@ -30,6 +30,7 @@ struct EngineOptions {
   std::string device = "auto";
   bool enforce_eager = false;
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
+  bool decode_kernel = true;     // CUDA: one-token steps as one persistent kernel
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);

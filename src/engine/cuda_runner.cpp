@@ -121,6 +121,7 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Cuda
   options.max_num_seqs = o.max_num_seqs;
   options.max_model_len = o.max_model_len;
   options.enforce_eager = o.enforce_eager;
+  options.decode_kernel = o.decode_kernel;
   TERN_ASSIGN_OR_RETURN(auto device, cuda::DeviceModel::create(model.config(), cuda_host_weights(model), options));
   return std::unique_ptr<Runner>(new CudaRunner(std::move(device)));
 }

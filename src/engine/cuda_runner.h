@@ -25,6 +25,7 @@ struct CudaRunnerOptions {
   int64_t max_num_seqs = 256;             // the scheduler's sequence limit: decode graphs go up to it (<= 256)
   int64_t max_model_len = 0;              // longest sequence (0: the model's max positions)
   bool enforce_eager = false;             // --enforce-eager: no CUDA graphs
+  bool decode_kernel = true;              // --no-decode-kernel: one-token steps on the GEMV kernels
 };
 
 // Uploads `model`'s weights to GPU 0, sizes the GPU KV pool and captures

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from server_fixture import tern_binary
 
 pytest_plugins = ["server_fixture"]
 
@@ -190,6 +191,16 @@ def test_async_scheduling_flag_and_its_counter(dedicated_server):
         assert families["tern:engine_overlapped_steps"] == "counter"
         overlapped = [v for (name, _), v in samples.items() if name == "tern:engine_overlapped_steps_total"]
         assert overlapped == [0.0], flags
+
+
+def test_decode_kernel_flag(dedicated_server):
+    """--no-decode-kernel (and TERN_DECODE_KERNEL) are options `tern serve`
+    takes and lists in --help; on the CPU they change nothing."""
+    help_text = subprocess.run([tern_binary(), "serve", "--help"], capture_output=True, text=True).stdout
+    assert "--no-decode-kernel" in help_text and "TERN_DECODE_KERNEL" in help_text
+    s = dedicated_server("--no-decode-kernel")
+    status, _, body = s.post_json("/v1/completions", {"prompt": "Kernel", "max_tokens": 3, "ignore_eos": True})
+    assert status == 200 and body["usage"]["completion_tokens"] == 3
 
 
 def test_disconnects_cancel_requests(server):
