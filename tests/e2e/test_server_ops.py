@@ -10,7 +10,6 @@ import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from server_fixture import tern_binary
 
 pytest_plugins = ["server_fixture"]
 
@@ -196,6 +195,8 @@ def test_async_scheduling_flag_and_its_counter(dedicated_server):
 def test_decode_kernel_flag(dedicated_server):
     """--no-decode-kernel (and TERN_DECODE_KERNEL) are options `tern serve`
     takes and lists in --help; on the CPU they change nothing."""
+    from server_fixture import tern_binary  # the plugin's own module, loaded by pytest_plugins
+
     help_text = subprocess.run([tern_binary(), "serve", "--help"], capture_output=True, text=True).stdout
     assert "--no-decode-kernel" in help_text and "TERN_DECODE_KERNEL" in help_text
     s = dedicated_server("--no-decode-kernel")
