@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
@@ -209,27 +210,23 @@ Status DeviceModel::Impl::plan_decode() {
 
 // Per bucket: one eager step of padding rows first (kernels loaded, cuBLAS
 // warmed up, nothing left to set up inside a capture), then the capture.
-// Should a driver refuse programmatic dependent launches (eager or in a
-// graph), everything is done again without them.
+// Should a driver refuse the persistent decode kernel or programmatic
+// dependent launches (eager or in a graph), everything is done again
+// without the one, then without the other, and the error kept as the reason.
 Status DeviceModel::Impl::capture_graphs() {
   size_t free_before = 0, free_after = 0, total = 0;
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
   Status s = capture_buckets();
-  if (!s.is_ok() && layers_kernel) {
+  const std::pair<bool*, std::string*> fallbacks[] = {{&layers_kernel, &layers_kernel_off_reason},
+                                                      {&pdl, &pdl_off_reason}};
+  for (const auto& [on, reason] : fallbacks) {
+    if (s.is_ok() || !*on) continue;
     cudaStreamSynchronize(stream);
     cudaGetLastError();
     graphs.clear();
-    layers_kernel = false;
-    layers_kernel_off_reason = s.to_string();
-    s = capture_buckets();
-  }
-  if (!s.is_ok() && pdl) {
-    cudaStreamSynchronize(stream);
-    cudaGetLastError();
-    graphs.clear();
-    pdl = false;
-    pdl_off_reason = s.to_string();
+    *on = false;
+    *reason = s.to_string();
     s = capture_buckets();
   }
   TERN_RETURN_IF_ERROR(s);
