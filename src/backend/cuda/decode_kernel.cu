@@ -39,10 +39,6 @@ constexpr int kThreads = kDecodeLayersThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kKeyTile = 32;
 
-__device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 // 8 weights against 8 inputs, both bf16, in dot8's order.
 __device__ __forceinline__ float dot8_bf16(const uint4 w, const uint4 x, float acc) {
   acc = fmaf(lo_bf16(w.x), lo_bf16(x.x), acc);

@@ -26,10 +26,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kLoads = 8;       // 16-byte loads of W in flight per lane
 constexpr int kChunk = 32 * 8;  // elements of K one warp-wide load covers
 
-__device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float4 b, float acc) {
   acc = fmaf(lo_bf16(w.x), a.x, acc);
   acc = fmaf(hi_bf16(w.x), a.y, acc);

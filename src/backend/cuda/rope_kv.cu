@@ -12,9 +12,6 @@ namespace {
 constexpr int kRopeThreads = 256;
 constexpr int kRopeUnroll = 4;  // pairs in flight per thread
 
-__device__ __forceinline__ float lo_bf16(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
 __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParams p) {
   allow_dependent_launch();
   grid_dependency_wait();
