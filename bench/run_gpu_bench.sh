@@ -12,7 +12,8 @@
 # reaches every one inside its budget), TERN_BUDGET (120 s), HF_BUDGET (170 s), HF_STATIC=1 adds a static-cache + torch.compile HF run
 # (HF_STATIC_BUDGET, 90 s; compiles count in its cold start); TERN_DEVICE
 # (cuda), TERN_ARGS and HF_ARGS (extra server flags; HF_ARGS="--backend fake"
-# and TERN_DEVICE=cpu make a CPU dry run of this script).
+# and TERN_DEVICE=cpu make a CPU dry run of this script), HF=0 (tern alone:
+# a quick look, not a comparison).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,12 +85,14 @@ timeout -k 10 $((TERN_BUDGET + 90)) $PY bench/serve_bench.py --label tern --out-
   --scenarios "$SCENARIOS" --time-budget "$TERN_BUDGET" || note "serve_bench tern: rc $?"
 cleanup
 
-note "HF transformers: $HF_SCENARIOS (budget ${HF_BUDGET}s)"
-timeout -k 10 $((HF_BUDGET + 150)) $PY bench/serve_bench.py --label hf --out-dir "$OUT" --model-dir "$MODEL" \
-  --launch "$PY bench/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 $HF_ARGS" \
-  --launch-timeout 120 \
-  --scenarios "$HF_SCENARIOS" --time-budget "$HF_BUDGET" || note "serve_bench hf: rc $?"
-cleanup
+if [ "${HF:-1}" != 0 ]; then
+  note "HF transformers: $HF_SCENARIOS (budget ${HF_BUDGET}s)"
+  timeout -k 10 $((HF_BUDGET + 150)) $PY bench/serve_bench.py --label hf --out-dir "$OUT" --model-dir "$MODEL" \
+    --launch "$PY bench/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 $HF_ARGS" \
+    --launch-timeout 120 \
+    --scenarios "$HF_SCENARIOS" --time-budget "$HF_BUDGET" || note "serve_bench hf: rc $?"
+  cleanup
+fi
 
 RUNS=("$OUT/tern.json" "$OUT/hf.json")
 if [ "${HF_STATIC:-0}" = 1 ]; then

@@ -8,7 +8,10 @@
 # benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
 # configurations instead of the standard set, PROFILE=1 adds per-kernel GPU times of one decode step per
 # batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
-# same for one 2048-token prefill step, SANITIZE=1 adds
+# same for one 2048-token prefill step, PROFILE_SASS=1 ncu's SASS-level
+# stall samples of one decode step's decode_layers kernel (or the kernel
+# SASS_KERNEL names), summed per stretch between barriers by
+# sass_regions.py (sass_regions.txt), SANITIZE=1 adds
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests).
 set -u
 D=build-cuda/device
@@ -63,6 +66,15 @@ if [ "${PROFILE_PREFILL:-0}" = 1 ] && [ -n "$NCU" ]; then  # one 2048-token pref
     --batch 8 --steps 8 >"$OUT/ncu_prefill.csv" 2>"$OUT/ncu_prefill.err"
   echo "ncu prefill rc=$?"; tail -3 "$OUT/ncu_prefill.err"
   python3 tests/gpu/ncu_summary.py "$OUT/ncu_prefill.csv" | tee "$OUT/ncu_prefill_summary.txt" | head -30
+fi
+if [ "${PROFILE_SASS:-0}" = 1 ] && [ -n "$NCU" ]; then  # batch 1: the persistent decode kernel
+  rm -f /tmp/tern_sass.ncu-rep
+  TERN_PROFILE_STEP=8 timeout 120 "$NCU" --profile-from-start off --clock-control none \
+    -k "regex:${SASS_KERNEL:-decode_layers}" --section SourceCounters --section WarpStateStats -o /tmp/tern_sass \
+    "$D/tern_gpu_bench" --model /tmp/m --configs graphs --batch 1 --steps 16 >"$OUT/ncu_sass.log" 2>&1
+  echo "ncu sass rc=$?"
+  "$NCU" --import /tmp/tern_sass.ncu-rep --page source --csv --print-source sass >"$OUT/source_sass.csv" 2>&1
+  python3 tests/gpu/sass_regions.py "$OUT/source_sass.csv" | tee "$OUT/sass_regions.txt" | head -20
 fi
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1
