@@ -7,11 +7,11 @@
 // of each weight matrix, which the copy engine brings into shared memory
 // (cp.async.bulk on sm_90, cp.async before) ahead of use, so the weights
 // stream in the background and a phase waits only for the barrier and its
-// activations. gate|up and down have a slot
-// each, refilled with layer l + 1's slice right after layer l's was used
-// (a whole layer ahead); q|k|v and o share one slot (the four do not fit
-// in 227 KiB at ERNIE-0.3B's shapes on 132 multiprocessors): o loads during
-// attention, the next layer's q|k|v during the MLP.
+// activations. gate|up and down have a slot each, refilled with layer
+// l + 1's slice right after layer l's was used (a whole layer ahead); q|k|v
+// and o share one slot (the four do not fit in 227 KiB at ERNIE-0.3B's
+// shapes on 132 multiprocessors): o loads during attention, the next
+// layer's q|k|v during the MLP.
 //
 // Phases of layer l (every block, the rows its slices name):
 //   A  RMSNorm of the residual row (each block, redundantly) -> q|k|v rows,
@@ -19,15 +19,18 @@
 //   B  attention: block (kv head, split) scores its keys of the context for
 //      the kv head's q heads and writes an unnormalized partial;
 //   C  each block merges the partials of all heads (redundantly) -> its o
-//      rows, added to the residual;
-//   D  RMSNorm -> its gate and up rows (the same i of both), SiLU(g) * u;
+//      rows (two warps a row when they are few), added to the residual;
+//   D  RMSNorm -> its gate and up rows (the same units i of both), SiLU(g) * u;
 //   E  its down rows of the SiLU products, added to the residual.
+// Loads of data written during the launch are issued all at once, with
+// offsets worked out once, as 16-byte loads where the layout allows: the
+// kernel is latency- and issue-bound, not bandwidth-bound (tests/gpu/NOTES.md).
 // The dot products (in the same order), RoPE and roundings are the GEMV
 // path's (gemv.cu); the RMSNorm's sum of squares is taken over the block,
 // and attention is a CUDA-core online softmax like paged_attention_kernel,
 // so results agree with the GEMV path within bf16 noise, not bit for bit.
-#include <cfloat>
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 
 #include "backend/cuda/device_utils.cuh"
@@ -127,8 +130,8 @@ __device__ __forceinline__ Range share_of(int units) {  // units * grid < 2^31
 // K <= 4 * kThreads * kNormLoads.
 constexpr int kNormLoads = 2;
 // Loads per thread of the SiLU products (inter <= 2 * kThreads * kActLoads),
-// and the merge's outputs (q_dim <= kThreads * kMergeOutputs) and splits
-// loaded at once.
+// the merge's outputs per thread (q_dim <= kThreads * kMergeOutputs, 4
+// consecutive dims in one 16-byte load) and splits loaded at once.
 constexpr int kActLoads = 4;
 constexpr int kMergeOutputs = 4;
 constexpr int kMergeSplits = 8;
