@@ -6,8 +6,8 @@
 #   there:  tests/gpu/device_run.sh            (from the repo root)
 # Environment there: GTEST_FILTER (default all), BENCH=0 skips the
 # benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
-# configurations instead of the standard set, PROFILE=1 adds per-kernel GPU times of one decode step per
-# batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
+# configurations instead of the standard set, PROFILE=1 adds per-kernel GPU
+# times of one decode step per batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
 # same for one 2048-token prefill step, PROFILE_SASS=1 ncu's SASS-level
 # stall samples of one decode step's decode_layers kernel (or the kernel
 # SASS_KERNEL names), summed per stretch between barriers by

@@ -10,10 +10,10 @@
 // pdl (graphs with programmatic dependent launches), cublas (no GEMV),
 // gemvN (the GEMV up to N tokens), notiles (prefill attention token by
 // token, as before query tiles), nokernel (one-token steps on the GEMV
-// path's kernels instead of the persistent decode kernel). With TERN_PROFILE_STEP=k set, decode
-// step k of each batch runs between cudaProfilerStart and Stop (for
-// `ncu --profile-from-start off`); with TERN_PROFILE_PREFILL set, the first
-// timed prefill step of each batch does.
+// path's kernels instead of the persistent decode kernel). With
+// TERN_PROFILE_STEP=k set, decode step k of each batch runs between
+// cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
+// TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
 // Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256]
 //                       [--configs graphs,eager,pdl,cublas,gemv8]
 #include <cuda_profiler_api.h>
@@ -132,10 +132,11 @@ int main(int argc, char** argv) {
     cudaMemGetInfo(&free1, &total);
     const tern::cuda::DeviceMemoryUse mem = gpu.value()->memory_use();
     const double used = static_cast<double>(free0 - free1);
-    std::printf("[%s] create %.2f s (upload, workspace, %zu graphs, pdl %d, decode kernel %d); GPU memory: weights %.0f MiB, "
-                "workspace %.0f MiB, graphs %.1f MiB, KV pool %.0f MiB; all but the KV pool (cudaMemGetInfo) %.0f MiB\n",
+    std::printf("[%s] create %.2f s (upload, workspace, %zu graphs, pdl %d, decode kernel %d); GPU memory: "
+                "weights %.0f MiB, workspace %.0f MiB, graphs %.1f MiB, KV pool %.0f MiB; all but the KV pool (cudaMemGetInfo) %.0f MiB\n",
                 config.c_str(), create_s, gpu.value()->graph_batch_sizes().size(),
-                gpu.value()->programmatic_launches() ? 1 : 0, gpu.value()->layers_kernel() ? 1 : 0, mem.weight_bytes / 1048576.0,
+                gpu.value()->programmatic_launches() ? 1 : 0, gpu.value()->layers_kernel() ? 1 : 0,
+                mem.weight_bytes / 1048576.0,
                 mem.workspace_bytes / 1048576.0, mem.graph_bytes / 1048576.0, mem.kv_pool_bytes / 1048576.0,
                 (used - static_cast<double>(mem.kv_pool_bytes)) / 1048576.0);
 

@@ -269,7 +269,9 @@ __device__ __forceinline__ void init_slots(Slots& sl) {
   sl.waited[0] = sl.waited[1] = sl.waited[2] = 0;
 #ifdef TERN_BULK_WEIGHTS
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 3; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(sl.bars + i)) : "memory");
+    for (int i = 0; i < 3; ++i) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(sl.bars + i)) : "memory");
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
 #endif
@@ -725,7 +727,9 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
   if (p.q_dim > kThreads * kMergeOutputs) return "q width larger than the kernel's merge takes";
   if (p.cap_qkv_pairs > kMaxRopePairs) return "more q|k|v rows per block than the kernel takes";
-  if (2 * p.cap_gu_units > kMaxDecodeLayersHeads * kMaxDecodeLayersSplits) return "more gate|up rows per block than the kernel takes";
+  if (2 * p.cap_gu_units > kMaxDecodeLayersHeads * kMaxDecodeLayersSplits) {
+    return "more gate|up rows per block than the kernel takes";
+  }
   if (p.q_dim != p.num_heads * p.head_dim) return "q width is not heads x head_dim";
   if (grid < p.num_kv_heads) return "fewer multiprocessors than kv heads";
   int device = 0, optin = 0;

@@ -472,6 +472,7 @@ bool DeviceModel::last_step_was_decode() const { return impl_->last_was_decode; 
 bool DeviceModel::programmatic_launches() const { return impl_->pdl; }
 const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_reason; }
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
+const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
 std::vector<double> DeviceModel::decode_kernel_timeline() const {
   const Impl& m = *impl_;
   if (m.layers_timeline.bytes() == 0 || cudaStreamSynchronize(m.stream) != cudaSuccess) return {};
@@ -488,7 +489,6 @@ std::vector<double> DeviceModel::decode_kernel_timeline() const {
   out.push_back(ns > 0 ? static_cast<double>(t[2 * marks - 1] - t[marks]) / ns * 1e3 : 0);  // MHz
   return out;
 }
-const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
 
 Status DeviceModel::read_kv_pool(std::vector<float>& out) const {
   const Impl& m = *impl_;

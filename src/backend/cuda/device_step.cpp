@@ -6,9 +6,10 @@
 // into pinned memory; then the call waits for the stream.
 //
 // With options.decode_kernel, one-token steps run all layers as one
-// persistent kernel (decode_layers) where the shapes fit. Otherwise steps of at most gemv_tokens tokens run
-// their linear layers on the own GEMV kernel with the norms, RoPE + KV write and SiLU*up fused in (5
-// launches per layer); larger ones on cuBLAS with separate norm, RoPE and
+// persistent kernel (decode_layers) where the shapes fit. Otherwise steps
+// of at most gemv_tokens tokens run their linear layers on the own GEMV
+// kernel with the norms, RoPE + KV write and SiLU*up fused in (5 launches
+// per layer); larger ones on cuBLAS with separate norm, RoPE and
 // SiLU kernels (9). Both add the attention and MLP outputs straight into
 // the fp32 residual stream. With options.pdl the GEMV path's kernels go
 // out as programmatic dependent launches (sm_90), so each starts (and
