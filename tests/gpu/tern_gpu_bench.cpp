@@ -54,6 +54,79 @@ int fail(const tern::Status& s) {
   return 1;
 }
 
+// The decode kernel's timeline (TERN_DECODE_TIMELINE): block 0's phase
+// times, mean over layers; then per grid barrier (over layers): how far the
+// blocks' arrivals spread (last minus median), how long after the last
+// arrival the first block leaves (the barrier's own latency), block 0's
+// wait, and which block arrives last most often; then per phase the work
+// time (from leaving the previous barrier to arriving at the next) of the
+// mean block and of the slowest.
+void print_timeline(const std::string& config, const tern::cuda::DecodeKernelTimeline& tl) {
+  constexpr int kMarks = tern::cuda::kDecodeLayersMarks;
+  const char* names[kMarks] = {"A norm", "A wait", "A qkv",   "bar",   "B chunks", "B merge", "bar",
+                               "C merge", "C wait", "C o",   "bar",   "D norm",  "D wait", "D gate|up",
+                               "bar",    "E act",  "E wait", "E down", "bar"};
+  const int layers = (tl.marks - 1) / kMarks;
+  std::printf("[%s] decode kernel phases, block 0, mean over %d layers (us):", config.c_str(), layers);
+  for (int k = 0; k < kMarks; ++k) {
+    double sum = 0;
+    for (int l = 0; l < layers; ++l) sum += tl.at(0, l * kMarks + k + 1) - tl.at(0, l * kMarks + k);
+    std::printf(" %s %.2f;", names[k], sum / layers / 1e3);
+  }
+  double tick = 1e30;  // the clock's step: the smallest nonzero interval seen
+  for (int b = 0; b < tl.blocks; ++b) {
+    for (int m = 1; m < tl.marks; ++m) {
+      const double d = tl.at(b, m) - tl.at(b, m - 1);
+      if (d > 0) tick = std::min(tick, d);
+    }
+  }
+  std::printf(" SM clock %.0f MHz; %d blocks; clock step %.0f ns\n", tl.sm_mhz, tl.blocks, tick);
+  const int bars[] = {3, 6, 10, 14, 18};
+  const char* after[] = {"A (q|k|v)", "B (attention)", "C (merge, o)", "D (gate|up)", "E (down)"};
+  int previous_leave = 0;  // mark at which the phase before each barrier starts (k + 1 of the last barrier)
+  for (int i = 0; i < 5; ++i) {
+    const int k = bars[i];
+    const int n = k == 18 ? layers - 1 : layers;  // the last layer has no barrier after E
+    double spread = 0, release = 0, wait0 = 0, work_mean = 0, work_max = 0;
+    std::vector<int> last_count(static_cast<size_t>(tl.blocks), 0), slow_count(static_cast<size_t>(tl.blocks), 0);
+    for (int l = 0; l < n; ++l) {
+      std::vector<double> arrive(static_cast<size_t>(tl.blocks));
+      double leave_first = 1e30, worst = -1;
+      int last = 0, slow = 0;
+      for (int b = 0; b < tl.blocks; ++b) {
+        arrive[static_cast<size_t>(b)] = tl.at(b, l * kMarks + k);
+        if (arrive[static_cast<size_t>(b)] > arrive[static_cast<size_t>(last)]) last = b;
+        leave_first = std::min(leave_first, tl.at(b, l * kMarks + k + 1));
+        const double work = tl.at(b, l * kMarks + k) - tl.at(b, l * kMarks + previous_leave);
+        work_mean += work / tl.blocks;
+        if (work > worst) {
+          worst = work;
+          slow = b;
+        }
+      }
+      work_max += worst;
+      std::vector<double> sorted = arrive;
+      std::sort(sorted.begin(), sorted.end());
+      spread += sorted.back() - sorted[sorted.size() / 2];
+      release += leave_first - sorted.back();
+      wait0 += tl.at(0, l * kMarks + k + 1) - tl.at(0, l * kMarks + k);
+      ++last_count[static_cast<size_t>(last)];
+      ++slow_count[static_cast<size_t>(slow)];
+    }
+    const auto most = [](const std::vector<int>& c) {
+      return static_cast<int>(std::max_element(c.begin(), c.end()) - c.begin());
+    };
+    const int last_b = most(last_count), slow_b = most(slow_count);
+    std::printf("[%s]   barrier after %-13s (us, mean over %d layers): arrivals' spread %.2f, release %.2f, "
+                "block 0 waits %.2f; last to arrive most often block %d (%d times); phase work mean block %.2f, "
+                "slowest %.2f (most often block %d, %d times)\n",
+                config.c_str(), after[i], n, spread / n / 1e3, release / n / 1e3, wait0 / n / 1e3, last_b,
+                last_count[static_cast<size_t>(last_b)], work_mean / n / 1e3, work_max / n / 1e3, slow_b,
+                slow_count[static_cast<size_t>(slow_b)]);
+    previous_leave = k + 1;
+  }
+}
+
 struct Row {
   std::string config;
   int64_t batch = 0;
@@ -207,19 +280,8 @@ int main(int argc, char** argv) {
           ++host_timed;
         }
       }
-      if (const std::vector<double> tl = gpu.value()->decode_kernel_timeline(); !tl.empty() && B == 1) {
-        // Per phase boundary, the mean over layers (ns): where a one-token step's time goes.
-        const char* names[tern::cuda::kDecodeLayersMarks] = {
-            "A norm", "A wait", "A qkv", "bar", "B loads", "B attn", "bar", "C merge", "C wait", "C o", "bar",
-            "D norm", "D wait", "D gate|up", "bar", "E act", "E wait", "E down", "bar"};
-        const size_t layers = (tl.size() - 1) / tern::cuda::kDecodeLayersMarks;
-        std::printf("[%s] decode kernel phases, mean over %zu layers (us):", config.c_str(), layers);
-        for (size_t k = 0; k < tern::cuda::kDecodeLayersMarks; ++k) {
-          double sum = 0;
-          for (size_t l = 0; l < layers; ++l) sum += tl[l * tern::cuda::kDecodeLayersMarks + k];
-          std::printf(" %s %.2f;", names[k], sum / static_cast<double>(layers) / 1e3);
-        }
-        std::printf(" SM clock %.0f MHz\n", tl.back());
+      if (const tern::cuda::DecodeKernelTimeline tl = gpu.value()->decode_kernel_timeline(); tl.blocks > 0 && B == 1) {
+        print_timeline(config, tl);
       }
       Row r;
       r.config = config;

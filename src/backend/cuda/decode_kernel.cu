@@ -27,8 +27,10 @@
 // kernel is latency- and issue-bound, not bandwidth-bound (tests/gpu/NOTES.md).
 // The dot products (in the same order), RoPE and roundings are the GEMV
 // path's (gemv.cu); the RMSNorm's sum of squares is taken over the block,
-// and attention is a CUDA-core online softmax like paged_attention_kernel,
-// so results agree with the GEMV path within bf16 noise, not bit for bit.
+// and attention is an online softmax on the tensor cores for head_dim 64
+// and 128 (attend_mma; a CUDA-core one like paged_attention_kernel for
+// other shapes) with its own split of the keys, so results agree with the
+// GEMV path within bf16 noise, not bit for bit.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -101,12 +103,24 @@ __device__ __forceinline__ void load_async(bf16* dst, const bf16* src, int64_t e
 // Every block arrives, then waits for all: the writes before it, by any
 // block, are visible to the reads after it (reads of data written during
 // the launch go through L2: __ldcg, never L1, which is not coherent).
-__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target) {
+// `between` runs once the block has arrived: on sm_90 thread 0 issues the
+// next weight copies there, since the release waits for every memory
+// operation the block has in flight and a copy issued before it held the
+// barrier back by the whole transfer; before sm_90 every thread issues its
+// cp.async copies before arriving (the release then waits for them too).
+template <typename F>
+__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target, F&& between) {
   target += gridDim.x;
   __syncthreads();
+#ifndef TERN_BULK_WEIGHTS
+  between();
+#endif
   if (threadIdx.x == 0) {
     // The release orders the block's writes (made before the __syncthreads) before the arrival.
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+#ifdef TERN_BULK_WEIGHTS
+    between();
+#endif
     unsigned int seen = 0;
     do {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
@@ -199,7 +213,6 @@ __device__ __forceinline__ Smem carve(const DecodeLayersParams& p, unsigned char
 // commit group per fill (empty past the last layer), waited for by count
 // (wait_async above).
 constexpr int kSlotQkvO = 0, kSlotGu = 1, kSlotDown = 2;
-
 struct Slots {
   uint64_t* bars;      // [3] mbarriers (sm_90)
   unsigned waited[3];  // fills waited for, per slot
@@ -208,7 +221,7 @@ struct Slots {
 __device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const bf16* src0, int64_t n0, bf16* dst1,
                                           const bf16* src1, int64_t n1) {
 #ifdef TERN_BULK_WEIGHTS
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  // just after it arrives at a grid barrier (grid_barrier)
     const unsigned bar = smem_addr(sl.bars + slot);
     const auto bytes0 = static_cast<unsigned>(n0 * 2), bytes1 = static_cast<unsigned>(n1 * 2);
     // The slot's last reads (generic proxy, ordered before by the caller's __syncthreads) before the copy's writes.
@@ -313,13 +326,16 @@ constexpr int kSlotKeys = 4 * kKeyTile;
 constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 8 / kThreads;
 constexpr int kQLoads = (kWarps * kMaxAttentionHeadDim / 8 + kThreads - 1) / kThreads;
 
-// Block 0's clocks at mark `at` (p.timeline: ns, then SM cycles).
+// Every block's clocks at mark `at` (p.timeline: [grid][marks] ns, then
+// [grid][marks] SM cycles).
 __device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int at) {
-  if (p.timeline != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+  if (p.timeline != nullptr && threadIdx.x == 0) {
     unsigned long long now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    p.timeline[at] = now;
-    p.timeline[1 + p.num_layers * kDecodeLayersMarks + at] = clock64();
+    const int64_t marks = 1 + static_cast<int64_t>(p.num_layers) * kDecodeLayersMarks;
+    const int64_t at_block = static_cast<int64_t>(blockIdx.x) * marks + at;
+    p.timeline[at_block] = now;
+    p.timeline[static_cast<int64_t>(gridDim.x) * marks + at_block] = clock64();
   }
 }
 
@@ -457,6 +473,220 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
   }
 }
 
+// Phase B on the tensor cores, for head_dim HD of 64 or 128 and at most 8
+// q heads per kv head. Each warp takes 8-key chunks (warp w: chunks w,
+// w + kWarps, ...). S = q K^T is an m16n8k16 MMA with the q heads as rows
+// (g, g + 8) and the 8 keys as columns: each lane loads 16 contiguous bytes
+// of its key's K straight into the B fragment, and q's A fragment takes the
+// same permutation of dims (as mma_attention_kernel, attention.cu). Then
+// O^T = V^T P^T with dims as rows and heads as columns: P's accumulator is
+// already the B fragment (keys 2c, 2c + 1 of head g; keys 8-15 are zero),
+// and V^T's A fragment pairs two keys of one dim with a byte permute, so 8
+// heads need 4 MMAs per 64 dims and 32 accumulators per lane. The warps
+// merge in two steps through shared memory (8 into 8, then 8 into one) and
+// the split's partial is written in natural-log units as attend_split's.
+constexpr int kChunkKeys = 8;
+constexpr int kMmaSplitKeys = kWarps * kChunkKeys;  // a split's keys in one pass of the warps
+constexpr int kMmaMaxGroup = 8;
+static_assert(kMmaSplitKeys <= kSlotKeys, "the first pass's KV slots are worked out once");
+static_assert(kWarps == 16, "the merge takes 16 warps in two steps");
+
+// float4s per lane of one warp's state: o's, then the columns' (m, m, l, l).
+__host__ __device__ constexpr int attend_mma_frags(int hd) { return hd / 64 * 4 + 1; }
+
+template <int HD>
+__device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
+                           int end, const int32_t* table, const int* key_slots, int mark_at) {
+  constexpr int kPairs = HD / 32;   // 32-dim steps of S (two MMAs each)
+  constexpr int kHalves = HD / 64;  // 64-dim steps of O^T (four MMAs each)
+  constexpr int kFrags = attend_mma_frags(HD);
+  const int group = p.num_heads / p.num_kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
+  const bf16* k_base = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems + static_cast<int64_t>(kvh) * HD;
+  const bf16* v_base = k_base + p.plane_elems;
+  auto row_of = [&](int key) {  // the key's offset in the K/V planes
+    const int idx = key - begin;
+    const int64_t slot = idx < kSlotKeys ? key_slots[idx]
+                                         : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
+                                               key % p.block_size;
+    return slot * kv_dim;
+  };
+
+  // q rows g and g + 8 (heads kvh * group + row), dims 32 j + 8 c .. + 7;
+  // written this launch, so read through L2. Rows past the group are zero.
+  uint4 qa[kPairs];
+  {
+    const bf16* q = p.qkv_out + static_cast<int64_t>(kvh) * group * HD;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      qa[j] = g < group ? __ldcg(reinterpret_cast<const uint4*>(q + g * HD + 32 * j + 8 * c))
+                        : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;  // log2(e) / sqrt(hd)
+  float m = -FLT_MAX, sum = 0.0f;  // head g's (log2 units)
+  // o[h][jj]: rows g and g + 8 are dims 64 h + 8 g + 2 jj and + 1; columns 2c and 2c + 1 heads.
+  float o[kHalves][4][4];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) o[h][jj][0] = o[h][jj][1] = o[h][jj][2] = o[h][jj][3] = 0.0f;
+  }
+  for (int base = begin + warp * kChunkKeys; base < end; base += kWarps * kChunkKeys) {
+    const int last = end - 1;  // keys past the end read the last key and are masked below
+    uint4 kr[kPairs];          // key base + g, dims 32 j + 8 c .. + 7
+    {
+      const int64_t off = row_of(min(base + g, last));
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) kr[j] = __ldcg(reinterpret_cast<const uint4*>(k_base + off + 32 * j + 8 * c));
+    }
+    uint4 vr[2][kHalves];  // keys base + 2c, + 1; dims 64 h + 8 g .. + 7
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t off = row_of(min(base + 2 * c + i, last));
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) vr[i][h] = __ldcg(reinterpret_cast<const uint4*>(v_base + off + 64 * h + 8 * g));
+    }
+    // sc: keys base + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3; unused).
+    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      mma_bf16(sc, qa[j].x, 0u, qa[j].y, 0u, kr[j].x, kr[j].y);
+      mma_bf16(sc, qa[j].z, 0u, qa[j].w, 0u, kr[j].z, kr[j].w);
+    }
+    float row_max = -FLT_MAX;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sc[i] = base + 2 * c + i < end ? sc[i] * scale : -INFINITY;
+      row_max = fmaxf(row_max, sc[i]);
+    }
+    row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+    row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+    const float m_new = fmaxf(m, row_max);
+    const float corr = exp2f(m - m_new);
+    m = m_new;
+    const float p0 = exp2f(sc[0] - m), p1 = exp2f(sc[1] - m);
+    sum = sum * corr + p0 + p1;
+    const __nv_bfloat162 pp = __floats2bfloat162_rn(p0, p1);
+    const uint32_t pb = *reinterpret_cast<const uint32_t*>(&pp);  // B: keys 2c, 2c + 1 of head g
+    // The columns' corrections: heads 2c and 2c + 1 are rows of lanes 8c and 8c + 4.
+    const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        o[h][jj][0] *= c0;
+        o[h][jj][1] *= c1;
+        o[h][jj][2] *= c0;
+        o[h][jj][3] *= c1;
+        const uint32_t a0 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x5410u);  // dim 2jj
+        const uint32_t a1 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x7632u);  // dim 2jj + 1
+        mma_bf16(o[h][jj], a0, a1, 0u, 0u, pb, 0u);
+      }
+    }
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  // The columns' state: heads 2c and 2c + 1.
+  float4 ml = make_float4(__shfl_sync(0xffffffffu, m, 8 * c), __shfl_sync(0xffffffffu, m, 8 * c + 4),
+                          __shfl_sync(0xffffffffu, sum, 8 * c), __shfl_sync(0xffffffffu, sum, 8 * c + 4));
+  timeline_mark(p, mark_at);  // warp 0's chunks are done
+
+  // Warps 8-15 into 0-7, lane for lane (the same dims and heads), then 0-7 into one.
+  float4* frag = reinterpret_cast<float4*>(s.xs);  // [8 warps][kFrags][32 lanes]
+  if (warp >= 8) {
+    float4* mine = frag + (warp - 8) * kFrags * 32 + lane;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        mine[(h * 4 + jj) * 32] = make_float4(o[h][jj][0], o[h][jj][1], o[h][jj][2], o[h][jj][3]);
+      }
+    }
+    mine[(kFrags - 1) * 32] = ml;
+  }
+  __syncthreads();
+  if (warp < 8) {
+    const float4* other = frag + warp * kFrags * 32 + lane;
+    const float4 mo = other[(kFrags - 1) * 32];
+    const float mx0 = fmaxf(ml.x, mo.x), mx1 = fmaxf(ml.y, mo.y);
+    const float a0 = exp2f(ml.x - mx0), b0 = exp2f(mo.x - mx0), a1 = exp2f(ml.y - mx1), b1 = exp2f(mo.y - mx1);
+    ml = make_float4(mx0, mx1, ml.z * a0 + mo.z * b0, ml.w * a1 + mo.w * b1);
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float4 v = other[(h * 4 + jj) * 32];
+        o[h][jj][0] = o[h][jj][0] * a0 + v.x * b0;
+        o[h][jj][1] = o[h][jj][1] * a1 + v.y * b1;
+        o[h][jj][2] = o[h][jj][2] * a0 + v.z * b0;
+        o[h][jj][3] = o[h][jj][3] * a1 + v.w * b1;
+      }
+    }
+  }
+  __syncthreads();
+  if (warp < 8) {
+    float4* mine = frag + warp * kFrags * 32 + lane;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        mine[(h * 4 + jj) * 32] = make_float4(o[h][jj][0], o[h][jj][1], o[h][jj][2], o[h][jj][3]);
+      }
+    }
+    mine[(kFrags - 1) * 32] = ml;
+  }
+  __syncthreads();
+  constexpr float kLn2 = 0.69314718055994530942f;
+  for (int t = threadIdx.x; t < (kFrags - 1) * 32; t += kThreads) {
+    const int ln = t & 31, f = t >> 5;  // the lane and o float4 merged here
+    const int lg = ln >> 2, lc = ln & 3;
+    float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const float4 mw = frag[(w * kFrags + kFrags - 1) * 32 + ln];
+      mx0 = fmaxf(mx0, mw.x);
+      mx1 = fmaxf(mx1, mw.y);
+    }
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const float4 mw = frag[(w * kFrags + kFrags - 1) * 32 + ln];
+      const float4 v = frag[(w * kFrags + f) * 32 + ln];
+      const float w0 = exp2f(mw.x - mx0), w1 = exp2f(mw.y - mx1);
+      l0 += mw.z * w0;
+      l1 += mw.w * w1;
+      acc.x += v.x * w0;
+      acc.y += v.y * w1;
+      acc.z += v.z * w0;
+      acc.w += v.w * w1;
+    }
+    const int d = 64 * (f >> 2) + 8 * lg + 2 * (f & 3);  // rows lg and lg + 8: dims d and d + 1
+    const int h0 = 2 * lc, h1 = 2 * lc + 1;
+    const int64_t r0 = static_cast<int64_t>(kvh * group + h0) * kMaxDecodeLayersSplits + split;
+    const int64_t r1 = static_cast<int64_t>(kvh * group + h1) * kMaxDecodeLayersSplits + split;
+    if (h0 < group) {
+      p.partial_out[r0 * HD + d] = acc.x;
+      p.partial_out[r0 * HD + d + 1] = acc.z;
+      if (f == 0 && lg == 0) {
+        p.partial_ml[2 * r0] = mx0 * kLn2;  // natural-log units, as the merge reads them
+        p.partial_ml[2 * r0 + 1] = l0;
+      }
+    }
+    if (h1 < group) {
+      p.partial_out[r1 * HD + d] = acc.y;
+      p.partial_out[r1 * HD + d + 1] = acc.w;
+      if (f == 0 && lg == 0) {
+        p.partial_ml[2 * r1] = mx1 * kLn2;
+        p.partial_ml[2 * r1 + 1] = l1;
+      }
+    }
+  }
+}
+
 // x[n] += row n of the slot (rows r, K bf16 each) . xs. With at most half
 // as many rows as warps (o and down at ERNIE-0.3B's shapes: 8 rows), two
 // warps share a row, one half of K each, summed through red (kWarps floats).
@@ -491,7 +721,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
   unsigned int target = 0;
   int mark_at = 0;
-  auto mark = [&]() {  // block 0's clock at each phase boundary (p.timeline)
+  auto mark = [&]() {  // the block's clock at each phase boundary (p.timeline)
     timeline_mark(p, mark_at);
     ++mark_at;
   };
@@ -502,12 +732,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   const int64_t slot = p.slots[0];
   const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[0]];
   const int ctx = pos + 1;
-  // Splits of the context per kv head: one key tile each, at most
+  // Splits of the context per kv head: one pass of the attention each (a
+  // key tile, or kMmaSplitKeys on the tensor cores), at most
   // kMaxDecodeLayersSplits and no more blocks than the grid has.
-  int splits = (ctx + kKeyTile - 1) / kKeyTile;
+  const bool mma = (hd == 64 || hd == 128) && p.num_heads / p.num_kv_heads <= kMmaMaxGroup;
+  const int pass = mma ? kMmaSplitKeys : kKeyTile, unit = mma ? kChunkKeys : kKeyTile;
+  int splits = (ctx + pass - 1) / pass;
   splits = min(splits, min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.num_kv_heads));
   splits = max(splits, 1);
-  const int per = ((ctx + splits - 1) / splits + kKeyTile - 1) / kKeyTile * kKeyTile;
+  const int per = ((ctx + splits - 1) / splits + unit - 1) / unit * unit;
   const bool attends = static_cast<int>(blockIdx.x) < p.num_kv_heads * splits;
   const int kvh = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
   const int key_begin = split * per, key_end = min(ctx, key_begin + per);
@@ -570,16 +803,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       }
     }
     __syncthreads();
-    load_o(p, s, sl, l);  // into the q|k|v slot, now used
     mark();
-    grid_barrier(p.barrier, target);
+    grid_barrier(p.barrier, target, [&] { load_o(p, s, sl, l); });  // into the q|k|v slot, now used
     mark();
 
     // B: attention partials.
-    if (attends) attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+    if (attends) {
+      if (mma && hd == 128) {
+        attend_mma<128>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+      } else if (mma) {
+        attend_mma<64>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+      } else {
+        attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+      }
+    }
     ++mark_at;
     mark();
-    grid_barrier(p.barrier, target);
+    grid_barrier(p.barrier, target, [] {});
     mark();
 
     // C: merge every head's partials into xs (bf16-rounded), then the o rows.
@@ -641,9 +881,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
     rows_add(s.w_o, share_of(H), Q, s.xs, p.x, merge_w);
     __syncthreads();
-    load_qkv(p, s, sl, l + 1);  // into the o slot, now used
     mark();
-    grid_barrier(p.barrier, target);
+    grid_barrier(p.barrier, target, [&] { load_qkv(p, s, sl, l + 1); });  // into the o slot, now used
     mark();
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
@@ -670,9 +909,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       }
     }
     __syncthreads();
-    load_gu(p, s, sl, l + 1);
     mark();
-    grid_barrier(p.barrier, target);
+    grid_barrier(p.barrier, target, [&] { load_gu(p, s, sl, l + 1); });
     mark();
 
     // E: the down rows, added to the residual.
@@ -695,9 +933,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
     rows_add(s.w_down, share_of(H), I, s.xs, p.x, merge_w);
     __syncthreads();
-    load_down(p, s, sl, l + 1);
     mark();
-    if (l + 1 < p.num_layers) grid_barrier(p.barrier, target);
+    if (l + 1 < p.num_layers) {
+      grid_barrier(p.barrier, target, [&] { load_down(p, s, sl, l + 1); });
+    } else {
+      load_down(p, s, sl, l + 1);  // nothing left to load (the cp.async form's empty group)
+    }
     mark();
   }
 }
@@ -709,7 +950,10 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
                            static_cast<int64_t>(p.cap_down_rows) * p.inter) *
                           static_cast<int64_t>(sizeof(bf16));
   const int64_t group = p.num_kv_heads > 0 ? p.num_heads / p.num_kv_heads : 0;
-  const int64_t attention = group * p.head_dim + kKeyTile * (p.head_dim + 1) + kKeyTile * p.head_dim + group * kKeyTile;
+  const int64_t attention =
+      (p.head_dim == 64 || p.head_dim == 128) && group <= kMmaMaxGroup
+          ? 8 * static_cast<int64_t>(attend_mma_frags(p.head_dim)) * 32 * 4
+          : group * p.head_dim + kKeyTile * (p.head_dim + 1) + kKeyTile * p.head_dim + group * kKeyTile;
   const int64_t input = std::max<int64_t>(std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16),
                                           attention * static_cast<int64_t>(sizeof(float)));
   return weights + (input + 15) / 16 * 16;

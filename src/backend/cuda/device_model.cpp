@@ -291,7 +291,8 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   if (std::getenv("TERN_DECODE_TIMELINE") != nullptr) {
     const auto marks = static_cast<size_t>(1 + c.num_layers * kDecodeLayersMarks);
     TERN_RETURN_IF_ERROR(
-        layers_timeline.allocate(2 * marks * sizeof(unsigned long long), "the decode kernel's timeline"));
+        layers_timeline.allocate(2 * static_cast<size_t>(grid) * marks * sizeof(unsigned long long),
+                                 "the decode kernel's timeline"));
     p.timeline = layers_timeline.as<unsigned long long>();
   }
   layers_kernel = true;
@@ -473,20 +474,23 @@ bool DeviceModel::programmatic_launches() const { return impl_->pdl; }
 const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_reason; }
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
-std::vector<double> DeviceModel::decode_kernel_timeline() const {
+DecodeKernelTimeline DeviceModel::decode_kernel_timeline() const {
   const Impl& m = *impl_;
-  if (m.layers_timeline.bytes() == 0 || cudaStreamSynchronize(m.stream) != cudaSuccess) return {};
+  DecodeKernelTimeline out;
+  if (m.layers_timeline.bytes() == 0 || cudaStreamSynchronize(m.stream) != cudaSuccess) return out;
   std::vector<unsigned long long> t(m.layers_timeline.bytes() / sizeof(unsigned long long));
   if (cudaMemcpy(t.data(), m.layers_timeline.as<void>(), m.layers_timeline.bytes(), cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
-    return {};
+    return out;
   }
-  // The first half holds the clock in ns, the second the SM's cycle counter at the same marks.
-  const size_t marks = t.size() / 2;
-  std::vector<double> out;
-  for (size_t i = 1; i < marks; ++i) out.push_back(static_cast<double>(t[i] - t[i - 1]));
+  // [grid][marks] in ns, then [grid][marks] in the SM's cycles at the same marks.
+  out.marks = 1 + static_cast<int>(m.config.num_layers) * kDecodeLayersMarks;
+  out.blocks = static_cast<int>(t.size() / 2 / static_cast<size_t>(out.marks));
+  const size_t half = t.size() / 2, marks = static_cast<size_t>(out.marks);
+  out.ns.resize(half);
+  for (size_t i = 0; i < half; ++i) out.ns[i] = static_cast<double>(static_cast<long long>(t[i] - t[0]));
   const double ns = static_cast<double>(t[marks - 1] - t[0]);
-  out.push_back(ns > 0 ? static_cast<double>(t[2 * marks - 1] - t[marks]) / ns * 1e3 : 0);  // MHz
+  out.sm_mhz = ns > 0 ? static_cast<double>(t[half + marks - 1] - t[half]) / ns * 1e3 : 0;
   return out;
 }
 

@@ -28,6 +28,16 @@
 
 namespace tern::cuda {
 
+// Every block's clock at each of the decode kernel's marks: the start,
+// then kDecodeLayersMarks per layer as decode_kernel.cu places them (mark
+// l * kDecodeLayersMarks + k + 1 ends phase k of layer l).
+struct DecodeKernelTimeline {
+  int blocks = 0, marks = 0;
+  std::vector<double> ns;  // [blocks][marks], from block 0's first mark
+  double sm_mhz = 0;       // block 0's SM clock over the kernel
+  double at(int block, int mark) const { return ns[static_cast<size_t>(block) * marks + mark]; }
+};
+
 // Host views of the weights to upload (any dtype the CPU kernels read), in
 // PyTorch [out, in] layout. Borrowed for the duration of create() only.
 struct HostLayerWeights {
@@ -169,10 +179,8 @@ class DeviceModel {
   bool layers_kernel() const;
   const std::string& layers_kernel_off_reason() const;
   // With TERN_DECODE_TIMELINE set at creation: the last one-token step's
-  // phase times in the decode kernel (ns; per layer, kDecodeLayersMarks
-  // intervals as decode_kernel.cu marks them) and then the SM clock over
-  // the kernel (MHz), else empty.
-  std::vector<double> decode_kernel_timeline() const;
+  // clocks in the decode kernel, else empty.
+  DecodeKernelTimeline decode_kernel_timeline() const;
 
   // Copies the whole KV pool to the host as fp32 (tests): [layer][k|v]
   // [num_kv_blocks() + 1][block_size][kv_dim], the last block being the one

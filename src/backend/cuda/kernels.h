@@ -234,8 +234,9 @@ struct DecodeLayersParams {
   float* partial_out = nullptr;  // [num_heads][kMaxDecodeLayersSplits][head_dim]
   float* partial_ml = nullptr;   // [num_heads][kMaxDecodeLayersSplits][2]
   unsigned int* barrier = nullptr;
-  // Optional: block 0's clock (ns) at the start and at each of the
-  // kDecodeLayersMarks phase boundaries per layer, for profiling.
+  // Optional, for profiling: every block's clock at the start and at each
+  // of the kDecodeLayersMarks phase boundaries per layer, [grid][marks] in
+  // ns (globaltimer), then [grid][marks] in SM cycles.
   unsigned long long* timeline = nullptr;
   int cap_qkv_pairs = 0, cap_o_rows = 0, cap_gu_units = 0, cap_down_rows = 0;
 };
