@@ -13,7 +13,12 @@
 # (HF_STATIC_BUDGET, 90 s; compiles count in its cold start); TERN_DEVICE
 # (cuda), TERN_ARGS and HF_ARGS (extra server flags; HF_ARGS="--backend fake"
 # and TERN_DEVICE=cpu make a CPU dry run of this script), HF=0 (tern alone:
-# a quick look, not a comparison).
+# a quick look, not a comparison). LLAMA_CPP_BIN (a folder with llama.cpp's
+# CUDA llama-server and llama-bench, built from the llama-cpp-python source
+# package) and LLAMA_CPP_CONVERT (its convert_hf_to_gguf.py) add llama.cpp
+# on the same weights converted to a bf16 GGUF: llama-bench (pp256, tg128)
+# and llama-server through the same client (LLAMA_SCENARIOS, LLAMA_BUDGET
+# 120 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,7 +99,30 @@ if [ "${HF:-1}" != 0 ]; then
   cleanup
 fi
 
+if [ -n "${LLAMA_CPP_BIN:-}" ]; then
+  GGUF="$MODEL/model-bf16.gguf"
+  if [ ! -s "$GGUF" ] && [ -n "${LLAMA_CPP_CONVERT:-}" ]; then
+    note "converting $MODEL to $GGUF"
+    PYTHONPATH="$(dirname "$LLAMA_CPP_CONVERT")/gguf-py:${PYTHONPATH:-}" $PY "$LLAMA_CPP_CONVERT" "$MODEL" \
+      --outtype bf16 --outfile "$GGUF" > "$OUT/llama-convert.log" 2>&1 || { note "conversion failed"; tail -5 "$OUT/llama-convert.log"; }
+  fi
+  if [ -s "$GGUF" ]; then
+    note "llama-bench: pp256, tg128 on $GGUF"
+    timeout -k 5 120 "$LLAMA_CPP_BIN/llama-bench" -m "$GGUF" -ngl 99 -fa on -p 256 -n 128 -r 5 -o md \
+      > "$OUT/llama-bench.md" 2> "$OUT/llama-bench.log" || note "llama-bench: rc $?"
+    cat "$OUT/llama-bench.md"
+    note "llama.cpp server: ${LLAMA_SCENARIOS:-$SCENARIOS} (budget ${LLAMA_BUDGET:-120}s)"
+    # 256 slots of 2,048 tokens: every scenario's requests fit their slot.
+    timeout -k 10 $((${LLAMA_BUDGET:-120} + 120)) $PY bench/serve_bench.py --label llama.cpp --out-dir "$OUT" \
+      --model-dir "$MODEL" --launch "$LLAMA_CPP_BIN/llama-server -m $GGUF -ngl 99 -fa on -np 256 -c 524288 \
+      --host 127.0.0.1 --port 0 --no-webui" --launch-timeout 120 \
+      --scenarios "${LLAMA_SCENARIOS:-$SCENARIOS}" --time-budget "${LLAMA_BUDGET:-120}" || note "serve_bench llama.cpp: rc $?"
+    cleanup
+  fi
+fi
+
 RUNS=("$OUT/tern.json" "$OUT/hf.json")
+[ -f "$OUT/llama.cpp.json" ] && RUNS+=("$OUT/llama.cpp.json")
 if [ "${HF_STATIC:-0}" = 1 ]; then
   note "HF static cache + torch.compile"
   timeout -k 10 $((${HF_STATIC_BUDGET:-90} + 300)) $PY bench/serve_bench.py --label hf-static --out-dir "$OUT" \
