@@ -218,13 +218,6 @@ struct Slots {
   unsigned waited[3];  // fills waited for, per slot
 };
 
-// A fill of one or two pieces; on sm_90 the pieces may go out at different
-// times: kFirst arrives with the whole fill's byte count and copies piece
-// 0, kSecond then copies piece 1 (the slot's wait ends when both are in).
-// Before sm_90 kFirst issues both pieces and kSecond nothing.
-enum class Pieces { kBoth, kFirst, kSecond };
-
-template <Pieces kWhich = Pieces::kBoth>
 __device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const bf16* src0, int64_t n0, bf16* dst1,
                                           const bf16* src1, int64_t n1) {
 #ifdef TERN_BULK_WEIGHTS
@@ -233,17 +226,14 @@ __device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const
     const auto bytes0 = static_cast<unsigned>(n0 * 2), bytes1 = static_cast<unsigned>(n1 * 2);
     // The slot's last reads (generic proxy, ordered before by the caller's __syncthreads) before the copy's writes.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    if (kWhich != Pieces::kSecond) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes0 + bytes1)
-                   : "memory");
-    }
-    if (bytes0 > 0 && kWhich != Pieces::kSecond) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes0 + bytes1) : "memory");
+    if (bytes0 > 0) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                        smem_addr(dst0)),
                    "l"(src0), "r"(bytes0), "r"(bar)
                    : "memory");
     }
-    if (bytes1 > 0 && kWhich != Pieces::kFirst) {
+    if (bytes1 > 0) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                        smem_addr(dst1)),
                    "l"(src1), "r"(bytes1), "r"(bar)
@@ -253,7 +243,6 @@ __device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const
 #else
   (void)sl;
   (void)slot;
-  if (kWhich == Pieces::kSecond) return;
   load_async(dst0, src0, n0);
   load_async(dst1, src1, n1);
   commit_async();
@@ -314,19 +303,13 @@ __device__ __forceinline__ void load_o(const DecodeLayersParams& p, const Smem& 
   fill_slot(sl, kSlotQkvO, s.w_o, p.layers[l].o + static_cast<int64_t>(r.begin) * p.q_dim,
             static_cast<int64_t>(r.end - r.begin) * p.q_dim, nullptr, nullptr, 0);
 }
-// gate|up's fill goes out in two halves (gate rows, then up rows; kWhich)
-// at two barriers, so fewer bytes queue ahead of the loads after each.
-template <Pieces kWhich = Pieces::kBoth>
 __device__ __forceinline__ void load_gu(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
-  if (l >= p.num_layers) {
-    if (kWhich != Pieces::kSecond) skip_fill();
-    return;
-  }
+  if (l >= p.num_layers) return skip_fill();
   const Range r = share_of(p.inter);
   const int64_t n = static_cast<int64_t>(r.end - r.begin) * p.hidden;
   const bf16* w = p.layers[l].gate_up;
-  fill_slot<kWhich>(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden, n,  // gate rows
-                    s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden, n);  // up rows
+  fill_slot(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden, n,  // gate rows
+            s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden, n);  // up rows
 }
 __device__ __forceinline__ void load_down(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) return skip_fill();
@@ -927,7 +910,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
     __syncthreads();
     mark();
-    grid_barrier(p.barrier, target, [&] { load_gu<Pieces::kFirst>(p, s, sl, l + 1); });
+    grid_barrier(p.barrier, target, [&] { load_gu(p, s, sl, l + 1); });
     mark();
 
     // E: the down rows, added to the residual.
@@ -952,10 +935,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     __syncthreads();
     mark();
     if (l + 1 < p.num_layers) {
-      grid_barrier(p.barrier, target, [&] {
-        load_down(p, s, sl, l + 1);
-        load_gu<Pieces::kSecond>(p, s, sl, l + 1);
-      });
+      grid_barrier(p.barrier, target, [&] { load_down(p, s, sl, l + 1); });
     } else {
       load_down(p, s, sl, l + 1);  // nothing left to load (the cp.async form's empty group)
     }
