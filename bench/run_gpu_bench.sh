@@ -18,7 +18,8 @@
 # package) and LLAMA_CPP_CONVERT (its convert_hf_to_gguf.py) add llama.cpp
 # on the same weights converted to a bf16 GGUF: llama-bench (pp256, tg128)
 # and llama-server through the same client (LLAMA_SCENARIOS, LLAMA_BUDGET
-# 120 s).
+# 120 s). REPORT_SECTION and REPORT_TITLE name the benchmarks.md section
+# written (gpu, "GPU: one NVIDIA H200").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -140,7 +141,8 @@ EXISTING=()
 for f in "${RUNS[@]}"; do [ -f "$f" ] && EXISTING+=("$f"); done
 ENGINE_ARGS=()
 [ -f "$OUT/tern-engine-offline.json" ] && ENGINE_ARGS=(--engine "$OUT/tern-engine-offline.json" --engine-command "$ENGINE_CMD")
-$PY bench/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section gpu --title "GPU: one NVIDIA H200" \
+$PY bench/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section "${REPORT_SECTION:-gpu}" \
+  --title "${REPORT_TITLE:-GPU: one NVIDIA H200}" \
   --md "$OUT/benchmarks.md" --plots-dir "$OUT" || note "report failed"
 note "done; files in $OUT"
 ls -la "$OUT"
