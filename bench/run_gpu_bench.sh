@@ -16,8 +16,8 @@
 # a quick look, not a comparison). LLAMA_CPP_BIN (a folder with llama.cpp's
 # CUDA llama-server and llama-bench, built from the llama-cpp-python source
 # package) and LLAMA_CPP_CONVERT (its convert_hf_to_gguf.py) add llama.cpp
-# on the same weights converted to a bf16 GGUF: llama-bench (pp256, tg128)
-# and llama-server through the same client (LLAMA_SCENARIOS, LLAMA_BUDGET
+# on the same weights converted to a bf16 GGUF: llama-bench (pp256, tg128;
+# when the folder has it) and llama-server through the same client (LLAMA_SCENARIOS, LLAMA_BUDGET
 # 120 s). REPORT_SECTION and REPORT_TITLE name the benchmarks.md section
 # written (gpu, "GPU: one NVIDIA H200").
 set -uo pipefail
@@ -108,10 +108,12 @@ if [ -n "${LLAMA_CPP_BIN:-}" ]; then
       --outtype bf16 --outfile "$GGUF" > "$OUT/llama-convert.log" 2>&1 || { note "conversion failed"; tail -5 "$OUT/llama-convert.log"; }
   fi
   if [ -s "$GGUF" ]; then
-    note "llama-bench: pp256, tg128 on $GGUF"
-    timeout -k 5 120 "$LLAMA_CPP_BIN/llama-bench" -m "$GGUF" -ngl 99 -fa on -p 256 -n 128 -r 5 -o md \
-      > "$OUT/llama-bench.md" 2> "$OUT/llama-bench.log" || note "llama-bench: rc $?"
-    cat "$OUT/llama-bench.md"
+    if [ -x "$LLAMA_CPP_BIN/llama-bench" ]; then
+      note "llama-bench: pp256, tg128 on $GGUF"
+      timeout -k 5 120 "$LLAMA_CPP_BIN/llama-bench" -m "$GGUF" -ngl 99 -fa on -p 256 -n 128 -r 5 -o md \
+        > "$OUT/llama-bench.md" 2> "$OUT/llama-bench.log" || note "llama-bench: rc $?"
+      cat "$OUT/llama-bench.md"
+    fi
     note "llama.cpp server: ${LLAMA_SCENARIOS:-$SCENARIOS} (budget ${LLAMA_BUDGET:-120}s)"
     # 256 slots of 2,048 tokens: every scenario's requests fit their slot.
     timeout -k 10 $((${LLAMA_BUDGET:-120} + 120)) $PY bench/serve_bench.py --label llama.cpp --out-dir "$OUT" \

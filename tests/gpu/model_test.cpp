@@ -947,7 +947,18 @@ TEST(GpuModel, DecodeKernelMatchesCpuAndGemvPath) {
   test::TinySpec spec = head_dim_128_spec(512);  // ERNIE-0.3B's attention shape
   test::TinyModelDir dir(spec, 14);
   check_decode_kernel(dir.path(), 7, 420, 53, true);
-  test::TinySpec mqa = head_dim_128_spec(300);  // 16 q heads on one kv head, head_dim 64
+  test::TinySpec quad = head_dim_128_spec(300);  // 4 q heads per kv head: half of the MMA's head columns
+  quad.heads = 8;
+  test::TinyModelDir quad_dir(quad, 17);
+  check_decode_kernel(quad_dir.path(), 16, 300, 56, true);
+  // 16 kv heads of one q head each, head_dim 64: at most 132 / 16 = 8 splits on an H200, so 1,100 keys are
+  // splits of 144 and each block's warps take two passes (keys past the first 128 look up the block table).
+  test::TinySpec mha = head_dim_128_spec(300);
+  mha.kv_heads = 16;
+  mha.head_dim = 64;
+  test::TinyModelDir mha_dir(mha, 18);
+  check_decode_kernel(mha_dir.path(), 16, 1100, 57, true);
+  test::TinySpec mqa = head_dim_128_spec(300);  // 16 q heads on one kv head, head_dim 64 (CUDA-core attention)
   mqa.kv_heads = 1;
   mqa.head_dim = 64;
   test::TinyModelDir mqa_dir(mqa, 15);

@@ -103,24 +103,20 @@ __device__ __forceinline__ void load_async(bf16* dst, const bf16* src, int64_t e
 // Every block arrives, then waits for all: the writes before it, by any
 // block, are visible to the reads after it (reads of data written during
 // the launch go through L2: __ldcg, never L1, which is not coherent).
-// `between` runs once the block has arrived: on sm_90 thread 0 issues the
-// next weight copies there, since the release waits for every memory
-// operation the block has in flight and a copy issued before it held the
-// barrier back by the whole transfer; before sm_90 every thread issues its
-// cp.async copies before arriving (the release then waits for them too).
+// Before sm_90 `between` runs just before the block arrives (every thread
+// issues its cp.async copies there; the release then waits for them).
 template <typename F>
 __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target, F&& between) {
   target += gridDim.x;
   __syncthreads();
 #ifndef TERN_BULK_WEIGHTS
   between();
+#else
+  (void)between;
 #endif
   if (threadIdx.x == 0) {
     // The release orders the block's writes (made before the __syncthreads) before the arrival.
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-#ifdef TERN_BULK_WEIGHTS
-    between();
-#endif
     unsigned int seen = 0;
     do {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
@@ -213,27 +209,53 @@ __device__ __forceinline__ Smem carve(const DecodeLayersParams& p, unsigned char
 // commit group per fill (empty past the last layer), waited for by count
 // (wait_async above).
 constexpr int kSlotQkvO = 0, kSlotGu = 1, kSlotDown = 2;
+// When the copies go out. A grid barrier's release waits for every memory
+// operation its block has in flight, bulk copies included, and a phase's
+// first loads wait behind whatever bytes were issued just before them. So
+// on sm_90 each copy is issued inside a phase, just after that phase's own
+// first loads, sized to land before the phase ends: layer l's down slice in
+// A(l) after the norm's loads, its o slice and the up half of its gate|up
+// slice in B(l) after the attention's loads, layer l + 1's q|k|v in D(l)
+// after the norm's loads and the gate half of its gate|up in E(l) after the
+// activations' loads. Before sm_90 (cp.async, waited for by count) every
+// fill goes out whole just before a barrier: o(l) before A's, q|k|v(l + 1)
+// before C's, gate|up(l + 1) before D's, down(l + 1) before E's.
+#ifdef TERN_BULK_WEIGHTS
+constexpr bool kCopiesInPhases = true;
+#else
+constexpr bool kCopiesInPhases = false;
+#endif
 struct Slots {
   uint64_t* bars;      // [3] mbarriers (sm_90)
   unsigned waited[3];  // fills waited for, per slot
 };
 
+// A fill of one or two pieces; on sm_90 the pieces may go out at different
+// times: kFirst arrives with the whole fill's byte count and copies piece
+// 0, kSecond then copies piece 1 (the slot's wait ends when both are in).
+// Before sm_90 kFirst issues both pieces and kSecond nothing.
+enum class Pieces { kBoth, kFirst, kSecond };
+
+template <Pieces kWhich = Pieces::kBoth>
 __device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const bf16* src0, int64_t n0, bf16* dst1,
                                           const bf16* src1, int64_t n1) {
 #ifdef TERN_BULK_WEIGHTS
-  if (threadIdx.x == 0) {  // just after it arrives at a grid barrier (grid_barrier)
+  if (threadIdx.x == 0) {
     const unsigned bar = smem_addr(sl.bars + slot);
     const auto bytes0 = static_cast<unsigned>(n0 * 2), bytes1 = static_cast<unsigned>(n1 * 2);
-    // The slot's last reads (generic proxy, ordered before by the caller's __syncthreads) before the copy's writes.
+    // The slot's last reads (generic proxy, ordered before by a __syncthreads) before the copy's writes.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes0 + bytes1) : "memory");
-    if (bytes0 > 0) {
+    if (kWhich != Pieces::kSecond) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes0 + bytes1)
+                   : "memory");
+    }
+    if (bytes0 > 0 && kWhich != Pieces::kSecond) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                        smem_addr(dst0)),
                    "l"(src0), "r"(bytes0), "r"(bar)
                    : "memory");
     }
-    if (bytes1 > 0) {
+    if (bytes1 > 0 && kWhich != Pieces::kFirst) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                        smem_addr(dst1)),
                    "l"(src1), "r"(bytes1), "r"(bar)
@@ -243,6 +265,7 @@ __device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const
 #else
   (void)sl;
   (void)slot;
+  if (kWhich == Pieces::kSecond) return;
   load_async(dst0, src0, n0);
   load_async(dst1, src1, n1);
   commit_async();
@@ -303,13 +326,17 @@ __device__ __forceinline__ void load_o(const DecodeLayersParams& p, const Smem& 
   fill_slot(sl, kSlotQkvO, s.w_o, p.layers[l].o + static_cast<int64_t>(r.begin) * p.q_dim,
             static_cast<int64_t>(r.end - r.begin) * p.q_dim, nullptr, nullptr, 0);
 }
+template <Pieces kWhich = Pieces::kBoth>  // gate rows, then up rows
 __device__ __forceinline__ void load_gu(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
-  if (l >= p.num_layers) return skip_fill();
+  if (l >= p.num_layers) {
+    if (kWhich != Pieces::kSecond) skip_fill();
+    return;
+  }
   const Range r = share_of(p.inter);
   const int64_t n = static_cast<int64_t>(r.end - r.begin) * p.hidden;
   const bf16* w = p.layers[l].gate_up;
-  fill_slot(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden, n,  // gate rows
-            s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden, n);  // up rows
+  fill_slot<kWhich>(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden, n,  // gate rows
+                    s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden, n);  // up rows
 }
 __device__ __forceinline__ void load_down(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) return skip_fill();
@@ -343,8 +370,9 @@ __device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int a
 // kv head's `group` q heads (warp w: head kvh * group + w). Every load of a
 // tile (and, with the first, of q) is issued before any is used: one round
 // trip per tile.
+template <typename F>
 __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
-                             int end, const int32_t* table, const int* key_slots, int mark_at) {
+                             int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
   const int hd = p.head_dim, group = p.num_heads / p.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
@@ -393,6 +421,7 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
         vu[u] = __ldcg(v_plane + at);
       }
     }
+    if (tile == begin) after_loads();
     __syncthreads();  // the previous tile is consumed
     if (tile == begin) {
 #pragma unroll
@@ -494,9 +523,9 @@ static_assert(kWarps == 16, "the merge takes 16 warps in two steps");
 // float4s per lane of one warp's state: o's, then the columns' (m, m, l, l).
 __host__ __device__ constexpr int attend_mma_frags(int hd) { return hd / 64 * 4 + 1; }
 
-template <int HD>
+template <int HD, typename F>
 __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
-                           int end, const int32_t* table, const int* key_slots, int mark_at) {
+                           int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
   constexpr int kPairs = HD / 32;   // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64;  // 64-dim steps of O^T (four MMAs each)
   constexpr int kFrags = attend_mma_frags(HD);
@@ -549,6 +578,7 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) vr[i][h] = __ldcg(reinterpret_cast<const uint4*>(v_base + off + 64 * h + 8 * g));
     }
+    if (base == begin) after_loads();  // warp 0's first chunk is on its way
     // sc: keys base + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3; unused).
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -777,6 +807,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
     rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
+    if (kCopiesInPhases && l > 0) load_down(p, s, sl, l);  // layer 0's went out before the loop
     mark();
     wait_slot<2>(sl, kSlotQkvO);
     __syncthreads();
@@ -804,18 +835,28 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
     __syncthreads();
     mark();
-    grid_barrier(p.barrier, target, [&] { load_o(p, s, sl, l); });  // into the q|k|v slot, now used
+    grid_barrier(p.barrier, target, [&] {
+      if (!kCopiesInPhases) load_o(p, s, sl, l);  // into the q|k|v slot, now used
+    });
     mark();
 
     // B: attention partials.
+    const auto b_copies = [&] {
+      if (kCopiesInPhases) {
+        load_o(p, s, sl, l);  // into the q|k|v slot, now used
+        if (l > 0) load_gu<Pieces::kSecond>(p, s, sl, l);  // layer 0's went out whole before the loop
+      }
+    };
     if (attends) {
       if (mma && hd == 128) {
-        attend_mma<128>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+        attend_mma<128>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       } else if (mma) {
-        attend_mma<64>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+        attend_mma<64>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       } else {
-        attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at);
+        attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       }
+    } else {
+      b_copies();
     }
     ++mark_at;
     mark();
@@ -882,11 +923,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     rows_add(s.w_o, share_of(H), Q, s.xs, p.x, merge_w);
     __syncthreads();
     mark();
-    grid_barrier(p.barrier, target, [&] { load_qkv(p, s, sl, l + 1); });  // into the o slot, now used
+    grid_barrier(p.barrier, target, [&] {
+      if (!kCopiesInPhases) load_qkv(p, s, sl, l + 1);  // into the o slot, now used
+    });
     mark();
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
     rmsnorm_input(p.x, w.post_norm, H, p.eps, s.xs, red);
+    if (kCopiesInPhases) load_qkv(p, s, sl, l + 1);  // into the o slot, now used
     mark();
     wait_slot<3>(sl, kSlotGu);
     __syncthreads();
@@ -910,7 +954,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
     __syncthreads();
     mark();
-    grid_barrier(p.barrier, target, [&] { load_gu(p, s, sl, l + 1); });
+    grid_barrier(p.barrier, target, [&] {
+      if (!kCopiesInPhases) load_gu(p, s, sl, l + 1);
+    });
     mark();
 
     // E: the down rows, added to the residual.
@@ -921,6 +967,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         const int j = threadIdx.x + u * kThreads;
         au[u] = j < I / 2 ? __ldcg(reinterpret_cast<const unsigned int*>(p.act) + j) : 0u;
       }
+      if (kCopiesInPhases) load_gu<Pieces::kFirst>(p, s, sl, l + 1);  // the gate half; up goes out in B(l + 1)
 #pragma unroll
       for (int u = 0; u < kActLoads; ++u) {
         const int j = threadIdx.x + u * kThreads;
@@ -935,8 +982,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     __syncthreads();
     mark();
     if (l + 1 < p.num_layers) {
-      grid_barrier(p.barrier, target, [&] { load_down(p, s, sl, l + 1); });
-    } else {
+      grid_barrier(p.barrier, target, [&] {
+        if (!kCopiesInPhases) load_down(p, s, sl, l + 1);
+      });
+    } else if (!kCopiesInPhases) {
       load_down(p, s, sl, l + 1);  // nothing left to load (the cp.async form's empty group)
     }
     mark();
