@@ -764,13 +764,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   const int ctx = pos + 1;
   // Splits of the context per kv head: one pass of the attention each (a
   // key tile, or kMmaSplitKeys on the tensor cores), at most
-  // kMaxDecodeLayersSplits and no more blocks than the grid has.
+  // kMaxDecodeLayersSplits and no more blocks than the grid has. Rounding
+  // the keys per split up can leave the last splits empty; they are dropped,
+  // so every split has keys (phase B's copies go out after its first loads).
   const bool mma = (hd == 64 || hd == 128) && p.num_heads / p.num_kv_heads <= kMmaMaxGroup;
   const int pass = mma ? kMmaSplitKeys : kKeyTile, unit = mma ? kChunkKeys : kKeyTile;
   int splits = (ctx + pass - 1) / pass;
   splits = min(splits, min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.num_kv_heads));
   splits = max(splits, 1);
   const int per = ((ctx + splits - 1) / splits + unit - 1) / unit * unit;
+  splits = (ctx + per - 1) / per;
   const bool attends = static_cast<int>(blockIdx.x) < p.num_kv_heads * splits;
   const int kvh = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
   const int key_begin = split * per, key_end = min(ctx, key_begin + per);
