@@ -42,19 +42,23 @@ from server_proc import (ROOT, LaunchedServer, ResourceSampler, commit_id, http_
                          read_proc_status)
 
 CHOICE = re.compile(rb'"choices"\s*:\s*\[\s*\{')
+STALE_RETRIES = 8  # tries again of a request whose connection was found closed before any reply
 PERCENTILES = (50, 90, 95, 99)
 
 try:
     import aiohttp
     HTTP_CLIENT = f"aiohttp {aiohttp.__version__}"
+    STALE_CONNECTION = (aiohttp.ClientConnectionError,)  # the server disconnected, or closed while we wrote
 except ImportError:  # the GPU machine and .venv have aiohttp; httpx is the fallback
     aiohttp = None
     try:
         import httpx
         HTTP_CLIENT = f"httpx {httpx.__version__}"
+        STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.WriteError)
     except ImportError:
         httpx = None
         HTTP_CLIENT = None
+        STALE_CONNECTION = ()
 
 
 # ----------------------------------------------------------------------------- workload
@@ -217,7 +221,19 @@ async def run_closed_loop(job):
             res = results[i] = new_result(len(ids), n_out)
             try:
                 left = None if deadline == float("inf") else max(0.001, deadline - time.perf_counter())
-                await asyncio.wait_for(send(client, url, payload(ids, n_out), res), left)
+                for attempt in range(STALE_RETRIES + 1):
+                    try:
+                        await asyncio.wait_for(send(client, url, payload(ids, n_out), res), left)
+                        break
+                    except STALE_CONNECTION as e:
+                        # A kept-alive connection the server had closed (llama-server's HTTP library
+                        # closes them unannounced): nothing came back, so the request goes again, timed
+                        # afresh; each try drops one stale connection from the pool.
+                        if res["chunks"] or res["ttft"] is not None or attempt == STALE_RETRIES:
+                            raise
+                        res = results[i] = new_result(len(ids), n_out)
+                        res["retried"] = f"{type(e).__name__}"
+                        left = None if deadline == float("inf") else max(0.001, deadline - time.perf_counter())
                 res["finished"] = True
             except asyncio.TimeoutError:
                 res["finished"] = False  # cut by the time budget: neither success nor failure
@@ -292,6 +308,7 @@ def scenario_metrics(scenario, results, t_start, t_end, cpu_s, workers):
         "success_rate": round(len(ok) / len(done), 4) if done else None,
         "short_outputs": sum(1 for r in ok if r["output_tokens"] != r["max_tokens"]),
         "errors": sorted({r["error"] for r in failed})[:5],
+        "retried_on_closed_connection": sum(1 for r in results if r.get("retried")),
         "duration_s": round(duration, 4),
         "total_input_tokens": sum(r["prompt_len"] for r in ok),
         "total_output_tokens": out_tokens,

@@ -1,0 +1,70 @@
+"""bench/serve_bench.py against a server that closes kept-alive connections
+without saying so (as llama-server's HTTP library does): a request whose
+connection turns out closed before any byte came back goes again once, is
+counted in retried_on_closed_connection, and no request fails."""
+
+import json
+import pathlib
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+SERVER = textwrap.dedent('''
+    import asyncio, sys
+    from aiohttp import web
+    served = {}
+    async def completions(request):
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(body["max_tokens"]):
+            await resp.write(b'data: {"choices": [{"text": "x"}]}\\n\\n')
+        await resp.write(b'data: {"choices": [], "usage": {"completion_tokens": %d}}\\n\\n' % body["max_tokens"])
+        await resp.write(b"data: [DONE]\\n\\n")
+        await resp.write_eof()
+        transport = request.transport
+        served[id(transport)] = served.get(id(transport), 0) + 1
+        if served[id(transport)] >= 2:  # the second response on a connection is its last, unannounced
+            asyncio.get_running_loop().call_later(0.01, transport.close)
+        return resp
+    async def models(request):
+        return web.json_response({"data": [{"id": "fake"}]})
+    app = web.Application()
+    app.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models)])
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+''')
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_requests_on_closed_keepalive_connections_go_again(tmp_path):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port)])
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        out = subprocess.run([sys.executable, str(ROOT / "bench/serve_bench.py"), "--base-url",
+                              f"http://127.0.0.1:{port}", "--label", "closer", "--out-dir", str(tmp_path),
+                              "--scenarios", "single:8,conc-4:24", "--time-budget", "60"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        report = json.loads((tmp_path / "closer.json").read_text())
+        scenarios = report["scenarios"]
+        assert [s["completed"] for s in scenarios] == [8, 24]
+        assert all(s["failed"] == 0 for s in scenarios)
+        assert sum(s["retried_on_closed_connection"] for s in scenarios) > 0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
