@@ -626,8 +626,8 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
 
   // Warps 8-15 into 0-7, lane for lane (the same dims and heads), then 0-7 into one.
   float4* frag = reinterpret_cast<float4*>(s.xs);  // [8 warps][kFrags][32 lanes]
-  if (warp >= 8) {
-    float4* mine = frag + (warp - 8) * kFrags * 32 + lane;
+  auto store_state = [&](int slot) {  // this lane's o and (m, m, l, l) into the slot's lane
+    float4* mine = frag + slot * kFrags * 32 + lane;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
@@ -636,7 +636,8 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
       }
     }
     mine[(kFrags - 1) * 32] = ml;
-  }
+  };
+  if (warp >= 8) store_state(warp - 8);
   __syncthreads();
   if (warp < 8) {
     const float4* other = frag + warp * kFrags * 32 + lane;
@@ -657,17 +658,7 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
     }
   }
   __syncthreads();
-  if (warp < 8) {
-    float4* mine = frag + warp * kFrags * 32 + lane;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        mine[(h * 4 + jj) * 32] = make_float4(o[h][jj][0], o[h][jj][1], o[h][jj][2], o[h][jj][3]);
-      }
-    }
-    mine[(kFrags - 1) * 32] = ml;
-  }
+  if (warp < 8) store_state(warp);
   __syncthreads();
   constexpr float kLn2 = 0.69314718055994530942f;
   for (int t = threadIdx.x; t < (kFrags - 1) * 32; t += kThreads) {
