@@ -29,7 +29,8 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 if ldd "$D/gpu_tests" | grep -q "libcublas.*not found"; then
   cublas=$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
-  export LD_LIBRARY_PATH="$(dirname "$cublas"):$LD_LIBRARY_PATH"
+  # After the carried libraries: a folder of the image's other CUDA libraries must not shadow them.
+  export LD_LIBRARY_PATH="$PWD/$D/lib:$(dirname "$cublas"):$LD_LIBRARY_PATH"
 fi
 ldd "$D/gpu_tests" | grep "not found"
 # The test binaries were built with the data folder at /work/main/tests/data.
