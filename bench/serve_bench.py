@@ -220,8 +220,8 @@ async def run_closed_loop(job):
             i, (ids, n_out) = pending.pop()
             res = results[i] = new_result(len(ids), n_out)
             try:
-                left = None if deadline == float("inf") else max(0.001, deadline - time.perf_counter())
                 for attempt in range(STALE_RETRIES + 1):
+                    left = None if deadline == float("inf") else max(0.001, deadline - time.perf_counter())
                     try:
                         await asyncio.wait_for(send(client, url, payload(ids, n_out), res), left)
                         break
@@ -232,8 +232,7 @@ async def run_closed_loop(job):
                         if res["chunks"] or res["ttft"] is not None or attempt == STALE_RETRIES:
                             raise
                         res = results[i] = new_result(len(ids), n_out)
-                        res["retried"] = f"{type(e).__name__}"
-                        left = None if deadline == float("inf") else max(0.001, deadline - time.perf_counter())
+                        res["retried"] = type(e).__name__
                 res["finished"] = True
             except asyncio.TimeoutError:
                 res["finished"] = False  # cut by the time budget: neither success nor failure

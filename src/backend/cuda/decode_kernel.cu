@@ -76,17 +76,14 @@ __device__ __forceinline__ float row_dot(const bf16* w, const bf16* xs, int K, i
 // Every block arrives, then waits for all: the writes before it, by any
 // block, are visible to the reads after it (reads of data written during
 // the launch go through L2: __ldcg, never L1, which is not coherent).
-// Before sm_90 `between` runs just before the block arrives (every thread
-// issues its cp.async copies there; the release then waits for them).
+// `before_arrival` runs once the block's threads are all here, before it
+// arrives (before sm_90 the weight copies go out there, kCopiesInPhases;
+// the release then waits for them).
 template <typename F>
-__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target, F&& between) {
+__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target, F&& before_arrival) {
   target += gridDim.x;
   __syncthreads();
-#ifndef TERN_BULK_WEIGHTS
-  between();
-#else
-  (void)between;
-#endif
+  before_arrival();
   if (threadIdx.x == 0) {
     // The release orders the block's writes (made before the __syncthreads) before the arrival.
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
