@@ -1,7 +1,7 @@
-"""bench/serve_bench.py against a server that closes kept-alive connections
-without saying so (as llama-server's HTTP library does): a request whose
-connection turns out closed before any byte came back goes again once, is
-counted in retried_on_closed_connection, and no request fails."""
+"""bench/serve_bench.py against a server that drops kept-alive connections
+without answering (as llama-server's HTTP library closes them unannounced):
+a request whose connection turns out closed before any byte came back goes
+again, is counted in retried_on_closed_connection, and no request fails."""
 
 import json
 import pathlib
@@ -18,6 +18,11 @@ SERVER = textwrap.dedent('''
     from aiohttp import web
     served = {}
     async def completions(request):
+        transport = request.transport
+        served[id(transport)] = served.get(id(transport), 0) + 1
+        if served[id(transport)] % 3 == 0:  # every third request on a connection: dropped unanswered
+            transport.abort()
+            raise ConnectionResetError("closed")
         body = await request.json()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -26,10 +31,6 @@ SERVER = textwrap.dedent('''
         await resp.write(b'data: {"choices": [], "usage": {"completion_tokens": %d}}\\n\\n' % body["max_tokens"])
         await resp.write(b"data: [DONE]\\n\\n")
         await resp.write_eof()
-        transport = request.transport
-        served[id(transport)] = served.get(id(transport), 0) + 1
-        if served[id(transport)] >= 2:  # the second response on a connection is its last, unannounced
-            asyncio.get_running_loop().call_later(0.01, transport.close)
         return resp
     async def models(request):
         return web.json_response({"data": [{"id": "fake"}]})
