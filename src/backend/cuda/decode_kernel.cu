@@ -44,6 +44,7 @@
 #include "backend/cuda/decode_kernel_common.cuh"
 #include "backend/cuda/decode_kernel_weights.cuh"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/key_splits.h"
 
 namespace tern::cuda {
 namespace {
@@ -187,18 +188,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   const int64_t slot = p.slots[0];
   const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[0]];
   const int ctx = pos + 1;
-  // Splits of the context per kv head: one pass of the attention each (a
-  // key tile, or kMmaSplitKeys on the tensor cores), at most
-  // kMaxDecodeLayersSplits and no more blocks than the grid has. Rounding
-  // the keys per split up can leave the last splits empty; they are dropped,
-  // so every split has keys (phase B's copies go out after its first loads).
+  // Splits of the context per kv head (key_splits.h): one pass of the
+  // attention each (a key tile, or kMmaSplitKeys on the tensor cores), at
+  // most kMaxDecodeLayersSplits and no more blocks than the grid has; every
+  // split has keys (phase B's copies go out after its first loads).
   const bool mma = (hd == 64 || hd == 128) && p.num_heads / p.num_kv_heads <= kMmaMaxGroup;
-  const int pass = mma ? kMmaSplitKeys : kKeyTile, unit = mma ? kChunkKeys : kKeyTile;
-  int splits = (ctx + pass - 1) / pass;
-  splits = min(splits, min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.num_kv_heads));
-  splits = max(splits, 1);
-  const int per = ((ctx + splits - 1) / splits + unit - 1) / unit * unit;
-  splits = (ctx + per - 1) / per;
+  const KeySplits ks = key_splits(ctx, mma ? kMmaSplitKeys : kKeyTile, mma ? kChunkKeys : kKeyTile,
+                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.num_kv_heads));
+  const int splits = ks.splits, per = ks.per;
   const bool attends = static_cast<int>(blockIdx.x) < p.num_kv_heads * splits;
   const int kvh = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
   const int key_begin = split * per, key_end = min(ctx, key_begin + per);
@@ -228,6 +225,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   load_gu(p, s, sl, 0);
   load_down(p, s, sl, 0);
 
+  // The block's keys' K and V rows of layer `layer` into L2 (attending
+  // blocks, in phase A): phase B's loads then wait for L2, not HBM.
+  const auto prefetch_kv = [&](int layer) {
+    if (!attends) return;
+    const bf16* k_plane = p.kv + (static_cast<int64_t>(layer) * 2) * p.plane_elems;
+    const int lines = (hd * 2 + 127) / 128;
+    const int n = (key_end - key_begin) * 2 * lines;
+    for (int t = threadIdx.x; t < n; t += kThreads) {
+      const int j = t / (2 * lines), rem = t % (2 * lines);
+      const int key = key_begin + j;
+      const int64_t kslot = j < kSlotKeys ? key_slots[j]
+                                          : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
+                                                key % p.block_size;
+      const bf16* row =
+          k_plane + (rem < lines ? 0 : p.plane_elems) + kslot * kv_dim + static_cast<int64_t>(kvh) * hd;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + (rem % lines) * 128));
+    }
+  };
+
   for (int l = 0; l < p.num_layers; ++l) {
     const DecodeLayerWeights& w = p.layers[l];
     bf16* k_cache = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems;
@@ -236,6 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
     rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
     if (kCopiesInPhases && l > 0) load_down(p, s, sl, l);  // layer 0's went out before the loop
+    prefetch_kv(l);  // the attention's rows, after the norm's loads
     mark();
     wait_slot<2>(sl, kSlotQkvO);
     __syncthreads();
@@ -283,8 +300,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       } else {
         attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       }
-    } else {
-      b_copies();
+    } else if (kCopiesInPhases) {
+      spin_cycles(p.b_o_delay_cycles);
+      load_o(p, s, sl, l);
+      spin_cycles(p.b_up_delay_cycles);
+      if (l > 0) load_gu<Pieces::kSecond>(p, s, sl, l);
     }
     ++mark_at;
     mark();

@@ -55,5 +55,13 @@ __device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int a
   }
 }
 
+// Thread 0 waits this many SM cycles (the others go on).
+__device__ __forceinline__ void spin_cycles(int cycles) {
+  if (cycles <= 0 || threadIdx.x != 0) return;
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 }  // namespace
 }  // namespace tern::cuda

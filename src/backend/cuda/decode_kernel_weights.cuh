@@ -53,7 +53,10 @@ constexpr int kSlotQkvO = 0, kSlotGu = 1, kSlotDown = 2;
 // on sm_90 each copy is issued inside a phase, just after that phase's own
 // first loads, sized to land before the phase ends: layer l's down slice in
 // A(l) after the norm's loads, its o slice and the up half of its gate|up
-// slice in B(l) after the attention's loads, layer l + 1's q|k|v in D(l)
+// slice in B(l) after the attention's loads (the blocks that do not attend
+// wait kDecodeLayersODelayNs before o and kDecodeLayersUpDelayNs more before
+// up, so the attention's K/V loads are not queued behind them), layer
+// l + 1's q|k|v in D(l)
 // after the norm's loads and the gate half of its gate|up in E(l) after the
 // activations' loads. Before sm_90 (cp.async, waited for by count) every
 // fill goes out whole just before a barrier: o(l) before A's, q|k|v(l + 1)

@@ -295,6 +295,14 @@ Status DeviceModel::Impl::plan_layers_kernel() {
                                  "the decode kernel's timeline"));
     p.timeline = layers_timeline.as<unsigned long long>();
   }
+  int device = 0, clock_khz = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device) != cudaSuccess) {
+    cudaGetLastError();
+  }
+  const auto cycles_of = [clock_khz](int ns) { return static_cast<int>(static_cast<int64_t>(ns) * clock_khz / 1000000); };
+  p.b_o_delay_cycles = cycles_of(kDecodeLayersODelayNs);
+  p.b_up_delay_cycles = cycles_of(kDecodeLayersUpDelayNs);
   layers_kernel = true;
   return Status::ok();
 }

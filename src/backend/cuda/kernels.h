@@ -239,8 +239,14 @@ struct DecodeLayersParams {
   // ns (globaltimer), then [grid][marks] in SM cycles.
   unsigned long long* timeline = nullptr;
   int cap_qkv_pairs = 0, cap_o_rows = 0, cap_gu_units = 0, cap_down_rows = 0;
+  // SM cycles the blocks that do not attend wait in phase B before issuing
+  // their o copy, and then before their up copy (sm_90; decode_kernel.cu).
+  int b_o_delay_cycles = 0, b_up_delay_cycles = 0;
 };
 constexpr int kDecodeLayersThreads = 512;
+// The delays above in ns: the attending blocks' K/V loads go out ahead of the o copy, and those
+// and the o copy ahead of the up copy (tests/gpu/NOTES.md, phase 8).
+constexpr int kDecodeLayersODelayNs = 600, kDecodeLayersUpDelayNs = 1500;
 constexpr int kDecodeLayersMarks = 19;
 constexpr int kMaxDecodeLayersSplits = 32;
 constexpr int kMaxDecodeLayersHeads = 32;
