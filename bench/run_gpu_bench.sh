@@ -18,7 +18,7 @@
 # package) and LLAMA_CPP_CONVERT (its convert_hf_to_gguf.py) add llama.cpp
 # on the same weights converted to a bf16 GGUF: llama-bench (pp256, tg128;
 # when the folder has it) and llama-server through the same client (LLAMA_SCENARIOS, LLAMA_BUDGET
-# 120 s). REPORT_SECTION and REPORT_TITLE name the benchmarks.md section
+# 120 s, LLAMA_SERVER_ARGS: its flags, "-ngl 99 -fa on -np 256 -c 524288"). REPORT_SECTION and REPORT_TITLE name the benchmarks.md section
 # written (gpu, "GPU: one NVIDIA H200").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -115,9 +115,9 @@ if [ -n "${LLAMA_CPP_BIN:-}" ]; then
       cat "$OUT/llama-bench.md"
     fi
     note "llama.cpp server: ${LLAMA_SCENARIOS:-$SCENARIOS} (budget ${LLAMA_BUDGET:-120}s)"
-    # 256 slots of 2,048 tokens: every scenario's requests fit their slot.
+    # By default 256 slots of 2,048 tokens: every scenario's requests fit their slot.
     timeout -k 10 $((${LLAMA_BUDGET:-120} + 120)) $PY bench/serve_bench.py --label llama.cpp --out-dir "$OUT" \
-      --model-dir "$MODEL" --launch "$LLAMA_CPP_BIN/llama-server -m $GGUF -ngl 99 -fa on -np 256 -c 524288 \
+      --model-dir "$MODEL" --launch "$LLAMA_CPP_BIN/llama-server -m $GGUF ${LLAMA_SERVER_ARGS:--ngl 99 -fa on -np 256 -c 524288} \
       --host 127.0.0.1 --port 0 --no-webui" --launch-timeout 120 \
       --scenarios "${LLAMA_SCENARIOS:-$SCENARIOS}" --time-budget "${LLAMA_BUDGET:-120}" || note "serve_bench llama.cpp: rc $?"
     cleanup
