@@ -234,10 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     const int n = (key_end - key_begin) * 2 * lines;
     for (int t = threadIdx.x; t < n; t += kThreads) {
       const int j = t / (2 * lines), rem = t % (2 * lines);
-      const int key = key_begin + j;
-      const int64_t kslot = j < kSlotKeys ? key_slots[j]
-                                          : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
-                                                key % p.block_size;
+      const int64_t kslot = key_slot(p, table, key_slots, key_begin, key_begin + j);
       const bf16* row =
           k_plane + (rem < lines ? 0 : p.plane_elems) + kslot * kv_dim + static_cast<int64_t>(kvh) * hd;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + (rem % lines) * 128));

@@ -14,6 +14,13 @@ namespace {
 // out once per step (the block table does not change within it), so a key
 // tile's K/V loads need no table lookup first.
 constexpr int kSlotKeys = 4 * kKeyTile;
+// The KV slot of `key` of a split starting at `begin`.
+__device__ __forceinline__ int64_t key_slot(const DecodeLayersParams& p, const int32_t* table, const int* key_slots,
+                                            int begin, int key) {
+  const int idx = key - begin;
+  return idx < kSlotKeys ? key_slots[idx]
+                         : static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+}
 // 16-byte loads per thread: a key tile's K (and V); the q heads of one kv head.
 constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 8 / kThreads;
 constexpr int kQLoads = (kWarps * kMaxAttentionHeadDim / 8 + kThreads - 1) / kThreads;
@@ -64,11 +71,7 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
       ku[u] = vu[u] = zero;
       if (i < n * pieces) {
         const int j = pow2 ? i >> shift : i / pieces, c = i - j * pieces;
-        const int key = tile + j, idx = key - begin;
-        const int64_t slot = idx < kSlotKeys ? key_slots[idx]
-                                             : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
-                                                   key % p.block_size;
-        const int64_t at = slot * row_pieces + head_off + c;
+        const int64_t at = key_slot(p, table, key_slots, begin, tile + j) * row_pieces + head_off + c;
         ku[u] = __ldcg(k_plane + at);
         vu[u] = __ldcg(v_plane + at);
       }
@@ -187,13 +190,7 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
   const bf16* k_base = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems + static_cast<int64_t>(kvh) * HD;
   const bf16* v_base = k_base + p.plane_elems;
-  auto row_of = [&](int key) {  // the key's offset in the K/V planes
-    const int idx = key - begin;
-    const int64_t slot = idx < kSlotKeys ? key_slots[idx]
-                                         : static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
-                                               key % p.block_size;
-    return slot * kv_dim;
-  };
+  auto row_of = [&](int key) { return key_slot(p, table, key_slots, begin, key) * kv_dim; };  // in the K/V planes
 
   // q rows g and g + 8 (heads kvh * group + row), dims 32 j + 8 c .. + 7;
   // written this launch, so read through L2. Rows past the group are zero.
