@@ -224,7 +224,7 @@ struct AttnSeq {
 void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
-  std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 65};
+  std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 700, 65};
   std::uniform_int_distribution<int64_t> len_d(1, 300);
   for (int i = 0; i < 6; ++i) lengths.push_back(len_d(rng));
   std::vector<AttnSeq> seqs;

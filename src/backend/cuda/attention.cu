@@ -498,31 +498,43 @@ cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t
 // and one kv head. Warp w takes 16 / group of the tile's tokens, their
 // group q heads being its 16 MMA rows (row r: token r / group, head
 // r % group), so every row does work. The block walks the keys up to its
-// last token's position in 64-key chunks, each loaded once into shared
-// memory by all threads (rows padded so the fragment loads below hit
-// distinct banks), then each warp runs the chunk's four 16-key steps as the
-// decode kernel does, skipping steps past all of its rows' positions and
-// masking keys past each row's own position (causal). No splits and no
-// merge: each warp owns its rows from start to end.
-constexpr int kPrefillKeys = 64;                 // keys per shared-memory chunk
+// last token's position in 64-key chunks, copied into shared memory with
+// cp.async one chunk ahead of the one being computed (two stages), so the
+// loads of chunk n + 1 run under chunk n's math. Each warp takes a chunk in
+// 32-key rounds (S for 32 keys, one softmax rescale, then P V), skipping
+// rounds past all of its rows' positions and masking keys past each row's
+// own position (causal). No splits and no merge: each warp owns its rows
+// from start to end. Blocks take the tiles last first, so a sequence's
+// longest tiles start first.
+constexpr int kPrefillKeys = 64;       // keys per shared-memory chunk (one stage)
+constexpr int kPrefillRoundKeys = 32;  // keys per online-softmax round
 constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillThreads = 32 * kMmaWarps;
-template <int HD>
-struct PrefillSmem {
-  static constexpr int kKStride = HD + 32;  // bf16; (HD + 32) / 2 words = 16 mod 32: K loads by row g, col c
-  static constexpr int kVStride = HD + 8;   // bf16; (HD + 8) / 2 words = 4 mod 32: V loads by row 2c, col g
-  static constexpr size_t kBytes = sizeof(bf16) * kPrefillKeys * (kKStride + kVStride);
-};
+
+// Chunk rows are HD bf16 with no padding; their 16-byte units are XOR-swizzled
+// so the fragment loads hit distinct banks: K is read by rows g, g + 8 at unit
+// 4 j + c, V by rows 2c, 2c + 1, 2c + 8, 2c + 9 at unit 8 h + g.
+__device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
+__device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
 
 template <int HD>
-__global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles) {
+constexpr size_t prefill_smem_bytes() {
+  return sizeof(bf16) * 2 * 2 * kPrefillKeys * HD;  // K and V, two stages
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kPrefillThreads, 3)
+    mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {
   constexpr int kPairs = HD / 32;
   constexpr int kHalves = HD / 64;
-  constexpr int KS = PrefillSmem<HD>::kKStride, VS = PrefillSmem<HD>::kVStride;
+  constexpr int kUnits = HD / 8;               // 16-byte units per K or V row
+  constexpr int kStage = kPrefillKeys * HD;    // bf16 of one stage's K (or V)
+  constexpr int kRounds = kPrefillKeys / kPrefillRoundKeys;
   extern __shared__ uint4 prefill_smem[];
-  bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);
-  bf16* v_s = k_s + kPrefillKeys * KS;
-  const int first = tiles[2 * blockIdx.x], count = tiles[2 * blockIdx.x + 1];
+  bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);  // [stage][key][HD]
+  bf16* v_s = k_s + 2 * kStage;
+  const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
+  const int first = tiles[2 * tile], count = tiles[2 * tile + 1];
   const int kvh = blockIdx.y;
   const int group = p.num_heads / p.num_kv_heads;
   const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
@@ -531,6 +543,30 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
   const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[first]];
   const int end = p.positions[first + count - 1] + 1;  // keys the tile's last token sees
+  const bf16* k_head = p.k_cache + static_cast<int64_t>(kvh) * HD;
+  const bf16* v_head = p.v_cache + static_cast<int64_t>(kvh) * HD;
+
+  // Keys base .. base + 63 into a stage (past the end: the last key, masked below), as one cp.async group.
+  // Thread i copies unit i % kUnits of rows i / kUnits + kRowsPerPass * n; the swizzles repeat every 8 rows,
+  // so its shared-memory offsets are the same in every pass.
+  constexpr int kRowsPerPass = kPrefillThreads / kUnits;
+  static_assert(kRowsPerPass % 8 == 0, "a pass must keep each thread's swizzled units");
+  const int lrow = static_cast<int>(threadIdx.x) / kUnits, lunit = static_cast<int>(threadIdx.x) % kUnits;
+  const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * v_unit(lrow, lunit);
+  auto load_chunk = [&](int base, int stage) {
+    bf16* ks = k_s + stage * kStage + k_dst;
+    bf16* vs = v_s + stage * kStage + v_dst;
+#pragma unroll
+    for (int n = 0; n < kPrefillKeys / kRowsPerPass; ++n) {
+      const int key = min(base + lrow + n * kRowsPerPass, end - 1);
+      const int64_t off =
+          (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_dim + 8 * lunit;
+      copy_async16(ks + n * kRowsPerPass * HD, k_head + off);
+      copy_async16(vs + n * kRowsPerPass * HD, v_head + off);
+    }
+    commit_async();
+  };
+  load_chunk(0, 0);
 
   // Rows g and g + 8 of this warp: their token (or -1 past the tile) and position.
   int tok[2], pos[2];
@@ -540,8 +576,7 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
     tok[h] = local < count ? first + local : -1;
     pos[h] = tok[h] >= 0 ? p.positions[tok[h]] : -1;
   }
-  const int warp_last = max(pos[0], pos[1]);
-  int warp_max = warp_last;
+  int warp_max = max(pos[0], pos[1]);
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
 
@@ -565,39 +600,39 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
     for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
 
-  for (int base = 0; base < end; base += kPrefillKeys) {
-    __syncthreads();  // the previous chunk is consumed
-    // K and V rows of keys base .. base + 63 (past the end: the last key, masked below).
-    constexpr int kPieces = HD / 8;  // 16-byte pieces per row
-    for (int i = threadIdx.x; i < kPrefillKeys * kPieces; i += kPrefillThreads) {
-      const int j = i / kPieces, d = (i - j * kPieces) * 8;
-      const int key = min(base + j, end - 1);
-      const int64_t off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) *
-                              kv_dim + static_cast<int64_t>(kvh) * HD + d;
-      *reinterpret_cast<uint4*>(k_s + j * KS + d) = *reinterpret_cast<const uint4*>(p.k_cache + off);
-      *reinterpret_cast<uint4*>(v_s + j * VS + d) = *reinterpret_cast<const uint4*>(p.v_cache + off);
+  int stage = 0;
+  for (int base = 0; base < end; base += kPrefillKeys, stage ^= 1) {
+    if (base + kPrefillKeys < end) {
+      load_chunk(base + kPrefillKeys, stage ^ 1);  // its stage was freed by the barrier ending the last pass
+      wait_async<1>();
+    } else {
+      wait_async<0>();
     }
-    __syncthreads();
+    __syncthreads();  // every thread's copies of this chunk have landed
+    const bf16* ks = k_s + stage * kStage;
+    const bf16* vs = v_s + stage * kStage;
 #pragma unroll 1
-    for (int step = 0; step < kPrefillKeys / kChunkKeys; ++step) {
-      const int k0 = base + step * kChunkKeys;
+    for (int round = 0; round < kRounds; ++round) {
+      const int r0 = round * kPrefillRoundKeys, k0 = base + r0;
       if (k0 > warp_max) break;  // every row of this warp is before these keys
-      const bf16* ks = k_s + step * kChunkKeys * KS;
-      const bf16* vs = v_s + step * kChunkKeys * VS;
-      float s[2][4];
+      // s[e]: keys k0 + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3); the four 8-key groups' MMA chains interleaved.
+      constexpr int kGroups = kPrefillRoundKeys / 8;
+      float s[kGroups][4];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
+      for (int e = 0; e < kGroups; ++e) s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) {
-          const uint4 kr = *reinterpret_cast<const uint4*>(ks + (8 * e + g) * KS + 32 * j + 8 * c);
+      for (int j = 0; j < kPairs; ++j) {
+#pragma unroll
+        for (int e = 0; e < kGroups; ++e) {
+          const int row = r0 + 8 * e + g;
+          const uint4 kr = *reinterpret_cast<const uint4*>(ks + row * HD + 8 * k_unit(row, 4 * j + c));
           mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr.x, kr.y);
           mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
         }
       }
       float row_max[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < kGroups; ++e) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = k0 + 8 * e + 2 * c + (i & 1);
@@ -615,9 +650,9 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
         m[r] = m_new;
         l[r] *= corr[r];
       }
-      uint32_t pa[4];
+      uint32_t pa[kGroups / 2][4];  // P of each 16 keys as the A fragment: rows g / g + 8, keys 2c (+1), 8 + 2c (+1)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < kGroups; ++e) {
         float pr[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -626,16 +661,8 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
         }
         const __nv_bfloat162 lo = __floats2bfloat162_rn(pr[0], pr[1]);
         const __nv_bfloat162 hi = __floats2bfloat162_rn(pr[2], pr[3]);
-        pa[2 * e] = *reinterpret_cast<const uint32_t*>(&lo);
-        pa[2 * e + 1] = *reinterpret_cast<const uint32_t*>(&hi);
-      }
-      uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int h = 0; h < kHalves; ++h) {
-          vr[i][h] = *reinterpret_cast<const uint4*>(vs + (2 * c + (i & 1) + 8 * (i >> 1)) * VS + 64 * h + 8 * g);
-        }
+        pa[e >> 1][2 * (e & 1)] = *reinterpret_cast<const uint32_t*>(&lo);
+        pa[e >> 1][2 * (e & 1) + 1] = *reinterpret_cast<const uint32_t*>(&hi);
       }
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
@@ -645,13 +672,29 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
           o[h][j][1] *= corr[0];
           o[h][j][2] *= corr[1];
           o[h][j][3] *= corr[1];
-          const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-          const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
-          const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
-          mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < kGroups / 2; ++half) {
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          uint4 vr[4];  // keys 2c, 2c + 1, 2c + 8, 2c + 9 of the half; dims 64 h + 8 g .. + 7
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int row = r0 + 16 * half + 2 * c + (i & 1) + 8 * (i >> 1);
+            vr[i] = *reinterpret_cast<const uint4*>(vs + row * HD + 8 * v_unit(row, 8 * h + g));
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+            const uint32_t b0 = __byte_perm(word(vr[0], j >> 1), word(vr[1], j >> 1), sel);
+            const uint32_t b1 = __byte_perm(word(vr[2], j >> 1), word(vr[3], j >> 1), sel);
+            mma_bf16(o[h][j], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b0, b1);
+          }
         }
       }
     }
+    __syncthreads();  // every warp is done with this stage before the next pass refills it
   }
 
   // Row sums over the 4 lanes of a row, then each row's dims out (as the decode kernel's layout).
@@ -681,13 +724,13 @@ __global__ void __launch_bounds__(kPrefillThreads) mma_prefill_kernel(PagedAtten
 template <int HD>
 cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                            cudaStream_t stream) {
-  constexpr size_t smem = PrefillSmem<HD>::kBytes;
+  constexpr size_t smem = prefill_smem_bytes<HD>();
   if (smem + 1024 > 48 * 1024) {
     const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD>>();
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.num_kv_heads));
-  mma_prefill_kernel<HD><<<grid, kPrefillThreads, smem, stream>>>(p, tiles);
+  mma_prefill_kernel<HD><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
   return cudaGetLastError();
 }
 

@@ -14,25 +14,11 @@ namespace {
 #define TERN_BULK_WEIGHTS 1
 #endif
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 #ifndef TERN_BULK_WEIGHTS
-__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N of this thread's copy groups are pending. Groups go
-// out in the order q|k|v(0), gate|up(0), down(0), then per layer l: o(l),
-// q|k|v(l + 1), gate|up(l + 1), down(l + 1) (empty groups past the last
-// layer), so before phase A the slice needed has 2 newer groups, before C
-// none, before D and E 3.
-template <int N>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
+// cp.async groups go out in the order q|k|v(0), gate|up(0), down(0), then per
+// layer l: o(l), q|k|v(l + 1), gate|up(l + 1), down(l + 1) (empty groups past
+// the last layer), so before phase A the slice needed has 2 newer groups
+// (wait_async<2>), before C none, before D and E 3.
 // Copies elems bf16 (a multiple of 8, 16-byte aligned) into shared memory; no commit.
 __device__ __forceinline__ void load_async(bf16* dst, const bf16* src, int64_t elems) {
   for (int64_t i = threadIdx.x; i < elems / 8; i += kThreads) copy_async16(dst + i * 8, src + i * 8);

@@ -385,6 +385,9 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
       cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, options.device));
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
   TERN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->staged, cudaEventDisableTiming));
+  TERN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->side_stream, cudaStreamNonBlocking));
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->fork, cudaEventDisableTiming));
+  TERN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->join, cudaEventDisableTiming));
   for (cudaEvent_t& e : impl->done) TERN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   TERN_CUBLAS_RETURN_IF_ERROR(cublasCreate(&impl->cublas));
   TERN_CUBLAS_RETURN_IF_ERROR(cublasSetStream(impl->cublas, impl->stream));

@@ -72,6 +72,10 @@ struct DeviceModel::Impl {
   DeviceModelOptions options;
   int sm_count = 1;
   cudaStream_t stream = nullptr;
+  // A mixed step's query tiles run here beside its one-token chunks' attention
+  // on stream: forked after the K/V writes (fork), joined before the o projection (join).
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
   cublasHandle_t cublas = nullptr;
   DeviceBuffer cublas_workspace;
   int64_t gemv_tokens = 0;  // steps of up to this many tokens use the GEMV (0: its K do not fit)
@@ -143,6 +147,10 @@ struct DeviceModel::Impl {
     for (cudaEvent_t e : done)
       if (e != nullptr) cudaEventDestroy(e);
     if (staged != nullptr) cudaEventDestroy(staged);
+    if (side_stream != nullptr) cudaStreamSynchronize(side_stream);
+    for (cudaEvent_t e : {fork, join})
+      if (e != nullptr) cudaEventDestroy(e);
+    if (side_stream != nullptr) cudaStreamDestroy(side_stream);
     graphs.clear();
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);

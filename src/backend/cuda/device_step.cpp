@@ -202,13 +202,19 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.split_counters = split_counters.as<int>();
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
-    if (v.num_tiles > 0) {
-      if (v.num_singles > 0) {
-        PagedAttentionParams single = ap;
-        single.token_list = v.singles;
-        single.num_tokens = v.num_singles;
-        TERN_CUDA_RETURN_IF_ERROR(paged_attention(single, stream, false));
-      }
+    if (v.num_tiles > 0 && v.num_singles > 0) {
+      // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
+      // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
+      TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork, stream));
+      TERN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream, fork, 0));
+      TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, side_stream));
+      TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(join, side_stream));
+      PagedAttentionParams single = ap;
+      single.token_list = v.singles;
+      single.num_tokens = v.num_singles;
+      TERN_CUDA_RETURN_IF_ERROR(paged_attention(single, stream, false));
+      TERN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, join, 0));
+    } else if (v.num_tiles > 0) {
       TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, stream));
     } else {
       TERN_CUDA_RETURN_IF_ERROR(paged_attention(ap, stream, chain));
