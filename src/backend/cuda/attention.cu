@@ -379,19 +379,36 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   const int64_t head0 = static_cast<int64_t>(kvh) * group;
   const int outputs = group * HD;
   if (active == 1) {
-    for (int i = threadIdx.x; i < outputs; i += blockDim.x) {
-      const int row = i / HD, d = i - row * HD;
+    // Each row's warp weights e^(m_w - M) / sum once (thread w * 16 + row), then 8 consecutive dims of a
+    // row per thread: two float4 reads per warp and one 16-byte store.
+    float* red_w = red_o + kMmaWarps * 16 * kStride;  // [W][16]
+    if (threadIdx.x < kMmaWarps * 16) {
+      const int w = threadIdx.x >> 4, row = threadIdx.x & 15;
       float mx = -FLT_MAX;
 #pragma unroll
-      for (int w = 0; w < kMmaWarps; ++w) mx = fmaxf(mx, red_ml[(w * 16 + row) * 2]);
-      float sum = 0.0f, acc = 0.0f;
+      for (int v = 0; v < kMmaWarps; ++v) mx = fmaxf(mx, red_ml[(v * 16 + row) * 2]);
+      float sum = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kMmaWarps; ++v) {
+        sum += red_ml[(v * 16 + row) * 2 + 1] * exp2f(red_ml[(v * 16 + row) * 2] - mx);
+      }
+      red_w[w * 16 + row] = row < group ? exp2f(red_ml[(w * 16 + row) * 2] - mx) / sum : 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < outputs / 8; i += blockDim.x) {
+      const int row = i / (HD / 8), d = (i - row * (HD / 8)) * 8;
+      float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int w = 0; w < kMmaWarps; ++w) {
-        const float wt = exp2f(red_ml[(w * 16 + row) * 2] - mx);
-        sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
-        acc += red_o[(w * 16 + row) * kStride + d] * wt;
+        const float wt = red_w[w * 16 + row];
+        const float4 a = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kStride + d);
+        const float4 b = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kStride + d + 4);
+        acc[0] += a.x * wt, acc[1] += a.y * wt, acc[2] += a.z * wt, acc[3] += a.w * wt;
+        acc[4] += b.x * wt, acc[5] += b.y * wt, acc[6] += b.z * wt, acc[7] += b.w * wt;
       }
-      store_bf16(p.out + t * p.out_row_stride + (head0 + row) * HD + d, acc / sum);
+      *reinterpret_cast<uint4*>(p.out + t * p.out_row_stride + (head0 + row) * HD + d) =
+          make_uint4(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]), pack_bf16x2(acc[4], acc[5]),
+                     pack_bf16x2(acc[6], acc[7]));
     }
     return;
   }
@@ -474,7 +491,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
 
 template <int HD>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  const size_t smem = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4);
+  const size_t smem = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
     const cudaError_t e = allow_large_smem<mma_attention_kernel<HD>>();
     if (e != cudaSuccess) return e;
@@ -703,6 +720,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
+  // Lane c of row r holds dims 64 h + 16 c + j (o[h][j][2r]) and + 8 (o[h][j][2r + 1]), j = 0..7: two runs
+  // of 8 consecutive dims per h, each one 16-byte store (rows are HD-aligned: out_row_stride is a multiple of HD).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (tok[r] < 0) continue;
@@ -712,10 +731,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int d0 = 64 * h + 16 * c + j;
-        store_bf16(out + d0, o[h][j][2 * r] * inv);
-        store_bf16(out + d0 + 8, o[h][j][2 * r + 1] * inv);
+      for (int run = 0; run < 2; ++run) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          w[j] = pack_bf16x2(o[h][2 * j][2 * r + run] * inv, o[h][2 * j + 1][2 * r + run] * inv);
+        }
+        *reinterpret_cast<uint4*>(out + 64 * h + 16 * c + 8 * run) = make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
   }
