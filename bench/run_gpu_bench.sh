@@ -77,11 +77,16 @@ if [ ! -s "$MODEL/model.safetensors" ]; then
 fi
 $PY bench/sp_vocab.py pad "$MODEL" || exit 1
 
-# 2. tern, engine only (no HTTP): 256 requests, in/out 100-1024.
+# 2. tern, engine only (no HTTP): 256 requests, in/out 100-1024; and conc-256's workload as a closed loop of
+#    256 sequences, the engine's share of the conc-256 figure through HTTP.
 ENGINE_CMD="$TERN_BIN bench offline --model $MODEL --device $TERN_DEVICE --json-out $OUT/tern-engine-offline.json"
+CONC_CMD="$TERN_BIN bench conc --concurrency 256 --model $MODEL --device $TERN_DEVICE --json-out $OUT/tern-engine-conc.json"
 note "$ENGINE_CMD"
 timeout -k 5 60 $ENGINE_CMD > "$OUT/tern-engine-offline.log" 2>&1 || note "tern bench offline failed (rc $?)"
 tail -n 5 "$OUT/tern-engine-offline.log"
+note "$CONC_CMD"
+timeout -k 5 60 $CONC_CMD > "$OUT/tern-engine-conc.log" 2>&1 || note "tern bench conc failed (rc $?)"
+tail -n 5 "$OUT/tern-engine-conc.log"
 
 # 3. tern serve, then 4. plain HF, through the same client and scenarios.
 note "tern serve: $SCENARIOS (budget ${TERN_BUDGET}s)"
@@ -142,7 +147,8 @@ fi
 EXISTING=()
 for f in "${RUNS[@]}"; do [ -f "$f" ] && EXISTING+=("$f"); done
 ENGINE_ARGS=()
-[ -f "$OUT/tern-engine-offline.json" ] && ENGINE_ARGS=(--engine "$OUT/tern-engine-offline.json" --engine-command "$ENGINE_CMD")
+for f in "$OUT/tern-engine-offline.json" "$OUT/tern-engine-conc.json"; do [ -f "$f" ] && ENGINE_ARGS+=(--engine "$f"); done
+[ ${#ENGINE_ARGS[@]} -gt 0 ] && ENGINE_ARGS+=(--engine-command "$ENGINE_CMD; $CONC_CMD")
 $PY bench/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section "${REPORT_SECTION:-gpu}" \
   --title "${REPORT_TITLE:-GPU: one NVIDIA H200}" \
   --md "$OUT/benchmarks.md" --plots-dir "$OUT" || note "report failed"

@@ -1,5 +1,9 @@
-// `tern bench offline`: many requests submitted at once, run to completion
-// through the engine (the nano-vllm / mini-sglang offline table): reports
+// `tern bench`: requests run to completion through the engine, no HTTP.
+// offline: many requests submitted at once (the nano-vllm / mini-sglang
+// offline table). conc: the serve benchmarks' conc-N workload (prompts
+// 50-500 tokens, 128 out, 4N requests) with the engine keeping N sequences
+// running, a closed loop of N streams without the server and client, so a
+// conc-N figure through HTTP can be split into engine and HTTP. Both report
 // request and token throughput and where step time went. Random prompts of
 // plain tokens, EOS ignored so outputs have the asked length; greedy unless
 // --temperature (with --top-p / --top-k) asks for sampling.
@@ -18,9 +22,15 @@
 namespace tern::cli {
 
 void add_bench_command(CLI::App& app, BenchOptions& o) {
-  auto* cmd = app.add_subcommand("bench", "Measure throughput; scenario 'offline': N requests at once");
+  auto* cmd = app.add_subcommand("bench", "Measure the engine's throughput without HTTP; scenario 'offline': "
+                                          "N requests at once, 'conc': a closed loop of --concurrency streams");
   add_engine_options(*cmd, o.engine);
-  cmd->add_option("scenario", o.scenario, "offline")->check(CLI::IsMember({"offline"}))->capture_default_str();
+  cmd->add_option("scenario", o.scenario, "offline | conc")->check(CLI::IsMember({"offline", "conc"}))
+      ->capture_default_str();
+  cmd->add_option("--concurrency", o.concurrency,
+                  "conc: sequences kept running (sets --max-num-seqs); its defaults: 4 x this many requests "
+                  "(at least 32), prompts 50-500 tokens, 128 output tokens")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--num-requests", o.num_requests, "Requests to run")->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--input-min", o.input_min, "Shortest prompt (tokens)")->capture_default_str();
@@ -35,6 +45,23 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--json-out", o.json_out, "Also write the results as JSON to this file");
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
+  // conc's workload where the options were not given; its concurrency is the engine's sequence limit.
+  cmd->parse_complete_callback([cmd, &o] {
+    if (o.scenario != "conc") return;
+    if (cmd->count("--max-num-seqs") > 0 && o.engine.max_num_seqs != o.concurrency) {
+      throw CLI::ValidationError("--max-num-seqs",
+                                 "bench conc keeps --concurrency sequences running; give --concurrency alone");
+    }
+    o.engine.max_num_seqs = o.concurrency;
+    const auto unless_given = [cmd](const char* name, int64_t& value, int64_t conc_default) {
+      if (cmd->count(name) == 0) value = conc_default;
+    };
+    unless_given("--num-requests", o.num_requests, std::max<int64_t>(4 * o.concurrency, 32));
+    unless_given("--input-min", o.input_min, 50);
+    unless_given("--input-max", o.input_max, 500);
+    unless_given("--output-min", o.output_min, 128);
+    unless_given("--output-max", o.output_max, 128);
+  });
 }
 
 int run_bench(const BenchOptions& o) {
@@ -93,8 +120,9 @@ int run_bench(const BenchOptions& o) {
   double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EngineStats s = le.engine->stats();
 
+  const std::string label = o.scenario == "conc" ? "conc-" + std::to_string(o.concurrency) : o.scenario;
   nlohmann::json j = {
-      {"scenario", o.scenario}, {"requests", o.num_requests}, {"prompt_tokens", prompt_tokens},
+      {"scenario", label}, {"requests", o.num_requests}, {"prompt_tokens", prompt_tokens},
       {"output_tokens", s.generation_tokens_total}, {"wall_s", wall_s},
       {"requests_per_s", o.num_requests / wall_s}, {"output_tokens_per_s", s.generation_tokens_total / wall_s},
       {"total_tokens_per_s", (prompt_tokens + s.generation_tokens_total) / wall_s}, {"steps", steps},
@@ -104,7 +132,7 @@ int run_bench(const BenchOptions& o) {
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
       {"max_num_seqs", o.engine.max_num_seqs}, {"max_num_batched_tokens", o.engine.max_num_batched_tokens},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k}};
-  std::printf("offline: %lld requests, %lld prompt + %lld output tokens in %.2f s\n",
+  std::printf("%s: %lld requests, %lld prompt + %lld output tokens in %.2f s\n", label.c_str(),
               static_cast<long long>(o.num_requests), static_cast<long long>(prompt_tokens),
               static_cast<long long>(s.generation_tokens_total), wall_s);
   std::printf("  %.2f req/s, %.1f output tok/s, %.1f total tok/s; %lld steps (mean %.1f ms), max batch %lld, "

@@ -35,6 +35,7 @@ int run_generate(const GenerateOptions& options);
 struct BenchOptions {
   EngineOptions engine;
   std::string scenario = "offline";
+  int64_t concurrency = 256;  // conc: sequences kept running (the engine's --max-num-seqs)
   int64_t num_requests = 256;
   int64_t input_min = 100, input_max = 1024;
   int64_t output_min = 100, output_max = 1024;
