@@ -13,7 +13,8 @@
 # (HF_STATIC_BUDGET, 90 s; compiles count in its cold start); TERN_DEVICE
 # (cuda), TERN_ARGS and HF_ARGS (extra server flags; HF_ARGS="--backend fake"
 # and TERN_DEVICE=cpu make a CPU dry run of this script), HF=0 (tern alone:
-# a quick look, not a comparison). LLAMA_CPP_BIN (a folder with llama.cpp's
+# a quick look, not a comparison), ENGINE_CONC (256: the engine-only closed
+# loop, `tern bench conc --concurrency N`; 0 skips it). LLAMA_CPP_BIN (a folder with llama.cpp's
 # CUDA llama-server and llama-bench, built from the llama-cpp-python source
 # package) and LLAMA_CPP_CONVERT (its convert_hf_to_gguf.py) add llama.cpp
 # on the same weights converted to a bf16 GGUF: llama-bench (pp256, tg128;
@@ -80,13 +81,16 @@ $PY bench/sp_vocab.py pad "$MODEL" || exit 1
 # 2. tern, engine only (no HTTP): 256 requests, in/out 100-1024; and conc-256's workload as a closed loop of
 #    256 sequences, the engine's share of the conc-256 figure through HTTP.
 ENGINE_CMD="$TERN_BIN bench offline --model $MODEL --device $TERN_DEVICE --json-out $OUT/tern-engine-offline.json"
-CONC_CMD="$TERN_BIN bench conc --concurrency 256 --model $MODEL --device $TERN_DEVICE --json-out $OUT/tern-engine-conc.json"
+ENGINE_CONC=${ENGINE_CONC:-256}
+CONC_CMD="$TERN_BIN bench conc --concurrency $ENGINE_CONC --model $MODEL --device $TERN_DEVICE --json-out $OUT/tern-engine-conc.json"
 note "$ENGINE_CMD"
 timeout -k 5 60 $ENGINE_CMD > "$OUT/tern-engine-offline.log" 2>&1 || note "tern bench offline failed (rc $?)"
 tail -n 5 "$OUT/tern-engine-offline.log"
-note "$CONC_CMD"
-timeout -k 5 60 $CONC_CMD > "$OUT/tern-engine-conc.log" 2>&1 || note "tern bench conc failed (rc $?)"
-tail -n 5 "$OUT/tern-engine-conc.log"
+if [ "$ENGINE_CONC" != 0 ]; then
+  note "$CONC_CMD"
+  timeout -k 5 60 $CONC_CMD > "$OUT/tern-engine-conc.log" 2>&1 || note "tern bench conc failed (rc $?)"
+  tail -n 5 "$OUT/tern-engine-conc.log"
+fi
 
 # 3. tern serve, then 4. plain HF, through the same client and scenarios.
 note "tern serve: $SCENARIOS (budget ${TERN_BUDGET}s)"
@@ -147,8 +151,13 @@ fi
 EXISTING=()
 for f in "${RUNS[@]}"; do [ -f "$f" ] && EXISTING+=("$f"); done
 ENGINE_ARGS=()
-for f in "$OUT/tern-engine-offline.json" "$OUT/tern-engine-conc.json"; do [ -f "$f" ] && ENGINE_ARGS+=(--engine "$f"); done
-[ ${#ENGINE_ARGS[@]} -gt 0 ] && ENGINE_ARGS+=(--engine-command "$ENGINE_CMD; $CONC_CMD")
+ENGINE_CMDS=()
+[ -f "$OUT/tern-engine-offline.json" ] && ENGINE_ARGS+=(--engine "$OUT/tern-engine-offline.json") && ENGINE_CMDS+=("$ENGINE_CMD")
+[ -f "$OUT/tern-engine-conc.json" ] && ENGINE_ARGS+=(--engine "$OUT/tern-engine-conc.json") && ENGINE_CMDS+=("$CONC_CMD")
+if [ ${#ENGINE_CMDS[@]} -gt 0 ]; then
+  joined=$(printf '%s; ' "${ENGINE_CMDS[@]}")
+  ENGINE_ARGS+=(--engine-command "${joined%; }")
+fi
 $PY bench/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section "${REPORT_SECTION:-gpu}" \
   --title "${REPORT_TITLE:-GPU: one NVIDIA H200}" \
   --md "$OUT/benchmarks.md" --plots-dir "$OUT" || note "report failed"
