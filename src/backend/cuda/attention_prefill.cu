@@ -1,0 +1,275 @@
+// Paged GQA attention for query tiles of prefill chunks (paged_attention_prefill):
+// consecutive tokens of one sequence share each chunk of K/V in shared memory.
+#include <cfloat>
+
+#include "backend/cuda/device_utils.cuh"
+
+namespace tern::cuda {
+namespace {
+
+// Prefill form: a block serves a tile of consecutive tokens of one sequence
+// and one kv head. Warp w takes 16 / group of the tile's tokens, their
+// group q heads being its 16 MMA rows (row r: token r / group, head
+// r % group), so every row does work. The block walks the keys up to its
+// last token's position in 64-key chunks, copied into shared memory with
+// cp.async one chunk ahead of the one being computed (two stages), so the
+// loads of chunk n + 1 run under chunk n's math. Each warp takes a chunk in
+// 32-key rounds (S for 32 keys, one softmax rescale, then P V), skipping
+// rounds past all of its rows' positions and masking keys past each row's
+// own position (causal). No splits and no merge: each warp owns its rows
+// from start to end. Blocks take the tiles last first, so a sequence's
+// longest tiles start first.
+constexpr int kPrefillKeys = 64;       // keys per shared-memory chunk (one stage)
+constexpr int kPrefillRoundKeys = 32;  // keys per online-softmax round
+constexpr int kPrefillRowsPerWarp = 16;
+constexpr int kPrefillWarps = 4;
+constexpr int kPrefillThreads = 32 * kPrefillWarps;
+
+// Chunk rows are HD bf16 with no padding; their 16-byte units are XOR-swizzled
+// so the fragment loads hit distinct banks: K is read by rows g, g + 8 at unit
+// 4 j + c, V by rows 2c, 2c + 1, 2c + 8, 2c + 9 at unit 8 h + g.
+__device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
+__device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
+
+template <int HD>
+constexpr size_t prefill_smem_bytes() {
+  return sizeof(bf16) * 2 * 2 * kPrefillKeys * HD;  // K and V, two stages
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kPrefillThreads, 3)
+    mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {
+  constexpr int kPairs = HD / 32;
+  constexpr int kHalves = HD / 64;
+  constexpr int kUnits = HD / 8;               // 16-byte units per K or V row
+  constexpr int kStage = kPrefillKeys * HD;    // bf16 of one stage's K (or V)
+  constexpr int kRounds = kPrefillKeys / kPrefillRoundKeys;
+  extern __shared__ uint4 prefill_smem[];
+  bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);  // [stage][key][HD]
+  bf16* v_s = k_s + 2 * kStage;
+  const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
+  const int first = tiles[2 * tile], count = tiles[2 * tile + 1];
+  const int kvh = blockIdx.y;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
+  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[first]];
+  const int end = p.positions[first + count - 1] + 1;  // keys the tile's last token sees
+  const bf16* k_head = p.k_cache + static_cast<int64_t>(kvh) * HD;
+  const bf16* v_head = p.v_cache + static_cast<int64_t>(kvh) * HD;
+
+  // Keys base .. base + 63 into a stage (past the end: the last key, masked below), as one cp.async group.
+  // Thread i copies unit i % kUnits of rows i / kUnits + kRowsPerPass * n; the swizzles repeat every 8 rows,
+  // so its shared-memory offsets are the same in every pass.
+  constexpr int kRowsPerPass = kPrefillThreads / kUnits;
+  static_assert(kRowsPerPass % 8 == 0, "a pass must keep each thread's swizzled units");
+  const int lrow = static_cast<int>(threadIdx.x) / kUnits, lunit = static_cast<int>(threadIdx.x) % kUnits;
+  const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * v_unit(lrow, lunit);
+  auto load_chunk = [&](int base, int stage) {
+    bf16* ks = k_s + stage * kStage + k_dst;
+    bf16* vs = v_s + stage * kStage + v_dst;
+#pragma unroll
+    for (int n = 0; n < kPrefillKeys / kRowsPerPass; ++n) {
+      const int key = min(base + lrow + n * kRowsPerPass, end - 1);
+      const int64_t off =
+          (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_dim + 8 * lunit;
+      copy_async16(ks + n * kRowsPerPass * HD, k_head + off);
+      copy_async16(vs + n * kRowsPerPass * HD, v_head + off);
+    }
+    commit_async();
+  };
+  load_chunk(0, 0);
+
+  // Rows g and g + 8 of this warp: their token (or -1 past the tile) and position.
+  int tok[2], pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h, local = warp * per_warp + r / group;
+    tok[h] = local < count ? first + local : -1;
+    pos[h] = tok[h] >= 0 ? p.positions[tok[h]] : -1;
+  }
+  int warp_max = max(pos[0], pos[1]);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
+
+  uint4 qa[kPairs], qb[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const bf16* q0 = p.q + static_cast<int64_t>(tok[0]) * p.q_row_stride +
+                     (static_cast<int64_t>(kvh) * group + g % group) * HD + 32 * j + 8 * c;
+    const bf16* q1 = p.q + static_cast<int64_t>(tok[1]) * p.q_row_stride +
+                     (static_cast<int64_t>(kvh) * group + (g + 8) % group) * HD + 32 * j + 8 * c;
+    qa[j] = tok[0] >= 0 ? *reinterpret_cast<const uint4*>(q0) : make_uint4(0, 0, 0, 0);
+    qb[j] = tok[1] >= 0 ? *reinterpret_cast<const uint4*>(q1) : make_uint4(0, 0, 0, 0);
+  }
+  const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;
+
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
+  float o[kHalves][8][4];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
+  }
+
+  int stage = 0;
+  for (int base = 0; base < end; base += kPrefillKeys, stage ^= 1) {
+    if (base + kPrefillKeys < end) {
+      load_chunk(base + kPrefillKeys, stage ^ 1);  // its stage was freed by the barrier ending the last pass
+      wait_async<1>();
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();  // every thread's copies of this chunk have landed
+    const bf16* ks = k_s + stage * kStage;
+    const bf16* vs = v_s + stage * kStage;
+#pragma unroll 1
+    for (int round = 0; round < kRounds; ++round) {
+      const int r0 = round * kPrefillRoundKeys, k0 = base + r0;
+      if (k0 > warp_max) break;  // every row of this warp is before these keys
+      // s[e]: keys k0 + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3); the four 8-key groups' MMA chains interleaved.
+      constexpr int kGroups = kPrefillRoundKeys / 8;
+      float s[kGroups][4];
+#pragma unroll
+      for (int e = 0; e < kGroups; ++e) s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+#pragma unroll
+        for (int e = 0; e < kGroups; ++e) {
+          const int row = r0 + 8 * e + g;
+          const uint4 kr = *reinterpret_cast<const uint4*>(ks + row * HD + 8 * k_unit(row, 4 * j + c));
+          mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr.x, kr.y);
+          mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
+        }
+      }
+      float row_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+      for (int e = 0; e < kGroups; ++e) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = k0 + 8 * e + 2 * c + (i & 1);
+          s[e][i] = key <= pos[i >> 1] ? s[e][i] * scale : -INFINITY;
+          row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
+        }
+      }
+      float corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+        const float m_new = fmaxf(m[r], row_max[r]);
+        corr[r] = exp2f(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= corr[r];
+      }
+      uint32_t pa[kGroups / 2][4];  // P of each 16 keys as the A fragment: rows g / g + 8, keys 2c (+1), 8 + 2c (+1)
+#pragma unroll
+      for (int e = 0; e < kGroups; ++e) {
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          pr[i] = exp2f(s[e][i] - m[i >> 1]);
+          l[i >> 1] += pr[i];
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(pr[0], pr[1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(pr[2], pr[3]);
+        pa[e >> 1][2 * (e & 1)] = *reinterpret_cast<const uint32_t*>(&lo);
+        pa[e >> 1][2 * (e & 1) + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+      }
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          o[h][j][0] *= corr[0];
+          o[h][j][1] *= corr[0];
+          o[h][j][2] *= corr[1];
+          o[h][j][3] *= corr[1];
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < kGroups / 2; ++half) {
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          uint4 vr[4];  // keys 2c, 2c + 1, 2c + 8, 2c + 9 of the half; dims 64 h + 8 g .. + 7
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int row = r0 + 16 * half + 2 * c + (i & 1) + 8 * (i >> 1);
+            vr[i] = *reinterpret_cast<const uint4*>(vs + row * HD + 8 * v_unit(row, 8 * h + g));
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+            const uint32_t b0 = __byte_perm(word(vr[0], j >> 1), word(vr[1], j >> 1), sel);
+            const uint32_t b1 = __byte_perm(word(vr[2], j >> 1), word(vr[3], j >> 1), sel);
+            mma_bf16(o[h][j], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b0, b1);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next pass refills it
+  }
+
+  // Row sums over the 4 lanes of a row, then each row's dims out (the layout of attention.cu's tensor-core form).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  // Lane c of row r holds dims 64 h + 16 c + j (o[h][j][2r]) and + 8 (o[h][j][2r + 1]), j = 0..7: two runs
+  // of 8 consecutive dims per h, each one 16-byte store (rows are HD-aligned: out_row_stride is a multiple of HD).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (tok[r] < 0) continue;
+    const int head = kvh * group + (g + 8 * r) % group;
+    bf16* out = p.out + static_cast<int64_t>(tok[r]) * p.out_row_stride + static_cast<int64_t>(head) * HD;
+    const float inv = 1.0f / l[r];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int run = 0; run < 2; ++run) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          w[j] = pack_bf16x2(o[h][2 * j][2 * r + run] * inv, o[h][2 * j + 1][2 * r + run] * inv);
+        }
+        *reinterpret_cast<uint4*>(out + 64 * h + 16 * c + 8 * run) = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  }
+}
+
+template <int HD>
+cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
+                           cudaStream_t stream) {
+  constexpr size_t smem = prefill_smem_bytes<HD>();
+  if (smem + 1024 > 48 * 1024) {
+    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD>>();
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.num_kv_heads));
+  mma_prefill_kernel<HD><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || (head_dim != 64 && head_dim != 128)) return 0;
+  const int group = num_heads / num_kv_heads;
+  if (group > kPrefillRowsPerWarp || kPrefillRowsPerWarp % group != 0) return 0;
+  return kPrefillWarps * (kPrefillRowsPerWarp / group);
+}
+
+cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
+                                    cudaStream_t stream) {
+  if (num_tiles <= 0) return cudaSuccess;
+  if (prefill_tile_tokens(p.num_heads, p.num_kv_heads, p.head_dim) == 0 || num_tiles > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  return p.head_dim == 64 ? launch_prefill<64>(p, tiles, num_tiles, stream)
+                          : launch_prefill<128>(p, tiles, num_tiles, stream);
+}
+
+}  // namespace tern::cuda
