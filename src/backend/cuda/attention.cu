@@ -324,10 +324,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
         pr[i] = exp2f(s[e][i] - m[i >> 1]);
         l[i >> 1] += pr[i];
       }
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(pr[0], pr[1]);
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(pr[2], pr[3]);
-      pa[2 * e] = *reinterpret_cast<const uint32_t*>(&lo);
-      pa[2 * e + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+      pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
+      pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
     }
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {

@@ -173,10 +173,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
           pr[i] = exp2f(s[e][i] - m[i >> 1]);
           l[i >> 1] += pr[i];
         }
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(pr[0], pr[1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(pr[2], pr[3]);
-        pa[e >> 1][2 * (e & 1)] = *reinterpret_cast<const uint32_t*>(&lo);
-        pa[e >> 1][2 * (e & 1) + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+        pa[e >> 1][2 * (e & 1)] = pack_bf16x2(pr[0], pr[1]);
+        pa[e >> 1][2 * (e & 1) + 1] = pack_bf16x2(pr[2], pr[3]);
       }
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {

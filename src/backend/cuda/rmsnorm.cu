@@ -72,9 +72,8 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_warp_kernel(float* x, co
   uint2* o = reinterpret_cast<uint2*>(out + i * kHidden);
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v[k].z * scale * w[k].z, v[k].w * scale * w[k].w);
-    o[lane + 32 * k] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    o[lane + 32 * k] = make_uint2(pack_bf16x2(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y),
+                                  pack_bf16x2(v[k].z * scale * w[k].z, v[k].w * scale * w[k].w));
   }
 }
 
