@@ -221,7 +221,7 @@ struct AttnSeq {
 // tiles: the prefill form, as a general step with a multi-token chunk runs
 // it: chunks of >= 2 tokens in query tiles (paged_attention_prefill), the
 // one-token chunks through the decode kernel's token list.
-void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false) {
+void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
   std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 700, 65};
@@ -340,7 +340,8 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     single.num_tokens = static_cast<int64_t>(singles.size());
     const cudaError_t e = cuda::paged_attention(single, nullptr);
     if (e != cudaSuccess) return e;
-    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 2), nullptr);
+    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 2), nullptr,
+                                         chunk_keys);
   };
   TERN_ASSERT_CUDA(launch());
   TERN_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -353,7 +354,8 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   EXPECT_EQ(test::to_f32(d_out.download()), got) << "second launch differs";
   const std::string what = "attention heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
-                           std::to_string(num_splits) + (tiles ? " query tiles" : "");
+                           std::to_string(num_splits) +
+                           (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "");
   test::expect_bf16_close(got, ref, what);
   // Per token too, so one bad sequence cannot hide in the total.
   first = 0;
@@ -392,8 +394,15 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{8, 2, 128, 3},
                         Shape{8, 8, 64, 1}}) {
     for (int num_splits : {1, 5}) check_attention(s, seed++, num_splits, /*tiles=*/true);
+    check_attention(s, seed++, 1, /*tiles=*/true, /*chunk_keys=*/32);  // the form for 100 KB per SM
   }
   EXPECT_EQ(cuda::prefill_tile_tokens(16, 2, 128), 8);
+  // 64-key chunks where three blocks fit per multiprocessor: H100/H200 (228 KB), not A100 (164 KB) or
+  // sm_86/sm_89 (100 KB) at head_dim 128; head_dim 64 fits everywhere.
+  EXPECT_EQ(cuda::prefill_chunk_keys(128, 228 * 1024), 64);
+  EXPECT_EQ(cuda::prefill_chunk_keys(128, 164 * 1024), 32);
+  EXPECT_EQ(cuda::prefill_chunk_keys(128, 100 * 1024), 32);
+  EXPECT_EQ(cuda::prefill_chunk_keys(64, 100 * 1024), 64);
   EXPECT_EQ(cuda::prefill_tile_tokens(12, 2, 128), 0) << "6 q heads per kv head do not divide the 16 MMA rows";
   EXPECT_EQ(cuda::prefill_tile_tokens(16, 2, 96), 0);
 }

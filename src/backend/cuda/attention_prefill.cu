@@ -19,8 +19,7 @@ namespace {
 // own position (causal). No splits and no merge: each warp owns its rows
 // from start to end. Blocks take the tiles last first, so a sequence's
 // longest tiles start first.
-constexpr int kPrefillKeys = 64;       // keys per shared-memory chunk (one stage)
-constexpr int kPrefillRoundKeys = 32;  // keys per online-softmax round
+constexpr int kPrefillRoundKeys = 32;  // keys per online-softmax round (a chunk holds 32 or 64 keys: Keys)
 constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
@@ -31,14 +30,15 @@ constexpr int kPrefillThreads = 32 * kPrefillWarps;
 __device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
 __device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
 
-template <int HD>
+template <int HD, int Keys>
 constexpr size_t prefill_smem_bytes() {
-  return sizeof(bf16) * 2 * 2 * kPrefillKeys * HD;  // K and V, two stages
+  return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
-template <int HD>
+template <int HD, int Keys>
 __global__ void __launch_bounds__(kPrefillThreads, 3)
     mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {
+  constexpr int kPrefillKeys = Keys;  // keys per shared-memory chunk (one stage)
   constexpr int kPairs = HD / 32;
   constexpr int kHalves = HD / 64;
   constexpr int kUnits = HD / 8;               // 16-byte units per K or V row
@@ -238,16 +238,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   }
 }
 
-template <int HD>
+template <int HD, int Keys>
 cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                            cudaStream_t stream) {
-  constexpr size_t smem = prefill_smem_bytes<HD>();
+  constexpr size_t smem = prefill_smem_bytes<HD, Keys>();
   if (smem + 1024 > 48 * 1024) {
-    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD>>();
+    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD, Keys>>();
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.num_kv_heads));
-  mma_prefill_kernel<HD><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
+  mma_prefill_kernel<HD, Keys><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
   return cudaGetLastError();
 }
 
@@ -260,14 +260,27 @@ int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim) {
   return kPrefillWarps * (kPrefillRowsPerWarp / group);
 }
 
+int prefill_chunk_keys(int head_dim, int smem_per_sm) {
+  // Three blocks per multiprocessor (the kernel's register budget) with 64-key stages where they fit.
+  const auto fits = [&](int keys) {
+    return 3 * (static_cast<int64_t>(sizeof(bf16)) * 2 * 2 * keys * head_dim + 1024) <= smem_per_sm;
+  };
+  return fits(64) ? 64 : 32;
+}
+
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, int chunk_keys) {
   if (num_tiles <= 0) return cudaSuccess;
-  if (prefill_tile_tokens(p.num_heads, p.num_kv_heads, p.head_dim) == 0 || num_tiles > 0x7fffffff) {
+  if (prefill_tile_tokens(p.num_heads, p.num_kv_heads, p.head_dim) == 0 || num_tiles > 0x7fffffff ||
+      (chunk_keys != 32 && chunk_keys != 64)) {
     return cudaErrorInvalidValue;
   }
-  return p.head_dim == 64 ? launch_prefill<64>(p, tiles, num_tiles, stream)
-                          : launch_prefill<128>(p, tiles, num_tiles, stream);
+  if (p.head_dim == 64) {
+    return chunk_keys == 64 ? launch_prefill<64, 64>(p, tiles, num_tiles, stream)
+                            : launch_prefill<64, 32>(p, tiles, num_tiles, stream);
+  }
+  return chunk_keys == 64 ? launch_prefill<128, 64>(p, tiles, num_tiles, stream)
+                          : launch_prefill<128, 32>(p, tiles, num_tiles, stream);
 }
 
 }  // namespace tern::cuda

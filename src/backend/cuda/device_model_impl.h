@@ -80,6 +80,7 @@ struct DeviceModel::Impl {
   DeviceBuffer cublas_workspace;
   int64_t gemv_tokens = 0;  // steps of up to this many tokens use the GEMV (0: its K do not fit)
   int prefill_tile = 0;     // tokens per attention query tile (0: no tiles; options.prefill_tiles or the shape)
+  int prefill_chunk = 64;   // keys per shared-memory chunk of the tiles' kernel, from the GPU's shared memory
   bool pdl = false;         // options.pdl on a GPU that has it
   std::string pdl_off_reason;  // why capture_graphs turned pdl off, if it did
   // One-token steps' layers in one launch (decode_layers): options.decode_kernel

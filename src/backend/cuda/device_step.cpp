@@ -207,7 +207,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
       TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork, stream));
       TERN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream, fork, 0));
-      TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, side_stream));
+      TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, side_stream, prefill_chunk));
       TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(join, side_stream));
       PagedAttentionParams single = ap;
       single.token_list = v.singles;
@@ -215,7 +215,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       TERN_CUDA_RETURN_IF_ERROR(paged_attention(single, stream, false));
       TERN_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, join, 0));
     } else if (v.num_tiles > 0) {
-      TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, stream));
+      TERN_CUDA_RETURN_IF_ERROR(paged_attention_prefill(ap, v.tiles, v.num_tiles, stream, prefill_chunk));
     } else {
       TERN_CUDA_RETURN_IF_ERROR(paged_attention(ap, stream, chain));
     }

@@ -101,15 +101,18 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
 // The same attention for query tiles: tile i is tiles[2i] (its first token)
 // and tiles[2i + 1] (its count, 1..tile_tokens) consecutive tokens of one
 // sequence at consecutive positions, as a prefill chunk's tokens are. One
-// block per (tile, kv head) loads each 64-key chunk of K and V into shared
-// memory once for all of the tile's tokens and q heads (the MMA rows), so
-// K/V are read once per tile instead of once per token. No splits
-// (p.num_splits, token_list and num_tokens are ignored). prefill_tile_tokens
-// is the tile size for a shape, 0 when the kernel does not take it (it
-// needs head_dim 64 or 128 and q heads per kv head dividing 16).
+// block per (tile, kv head) loads each chunk of chunk_keys (32 or 64) keys
+// of K and V into shared memory once for all of the tile's tokens and q
+// heads (the MMA rows), so K/V are read once per tile instead of once per
+// token. No splits (p.num_splits, token_list and num_tokens are ignored).
+// prefill_tile_tokens is the tile size for a shape, 0 when the kernel does
+// not take it (it needs head_dim 64 or 128 and q heads per kv head dividing
+// 16); prefill_chunk_keys the chunk for a GPU's shared memory per
+// multiprocessor (64 where three blocks of it fit, else 32).
 int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim);
+int prefill_chunk_keys(int head_dim, int smem_per_sm);
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, int chunk_keys);
 
 // out[t, i] = bf16(silu(gate) * up) with gate = gu[t, i], up = gu[t, inter + i]
 // (the fused gate|up GEMM's row), fp32 math.
