@@ -131,7 +131,8 @@ struct Shape {
 
 TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
   std::mt19937 rng(4);
-  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}}) {
+  // 64/8 heads of 128: 4,608 pairs and 512 v words per token, more than one round of each per thread.
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}, Shape{64, 8, 128, 16}}) {
     const int64_t T = 23, q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
     const int64_t stride = q_dim + 2 * kv_dim;
     const int64_t num_slots = 64 * s.block_size;
@@ -665,7 +666,7 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
 
 TEST(CudaKernels, ArgmaxMatchesHostArgmax) {
   std::mt19937 rng(7);
-  for (int64_t vocab : {1, 7, 1280, 103424, 1001}) {
+  for (int64_t vocab : {1, 7, 1280, 103424, 1001, 4, 4004}) {  // 4004: 16 uneven slices of whole float4s
     const int64_t rows = 9;
     std::vector<float> logits = test::random_f32(rng, static_cast<size_t>(rows * vocab), -10, 10);
     auto row = [&](int64_t r) { return logits.begin() + r * vocab; };

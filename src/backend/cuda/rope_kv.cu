@@ -2,15 +2,18 @@
 // block per token rotates its q heads in place in the qkv row and writes the
 // rotated k and the v straight into the token's slot of the layer's K and V
 // planes, so k never makes a round trip through memory. The token's cos/sin
-// are computed once into shared memory (not once per head), and each thread
-// has several pairs' loads in flight.
+// are computed once into shared memory (not once per head). The kernel is
+// latency-bound (a token's row is ~5 KB): its position, slot, frequencies,
+// v and first kRopeLoads pairs per thread all go out in one round trip
+// before any of them is used.
 #include "backend/cuda/device_utils.cuh"
 
 namespace tern::cuda {
 namespace {
 
 constexpr int kRopeThreads = 256;
-constexpr int kRopeUnroll = 4;  // pairs in flight per thread
+constexpr int kRopeLoads = 8;  // q|k pairs in flight per thread (2048 per round: ERNIE-0.3B's 1152 in one)
+constexpr int kVLoads = 2;     // v words in flight per thread (512 per round)
 
 __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParams p) {
   allow_dependent_launch();
@@ -19,26 +22,11 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
   const int64_t t = blockIdx.x;
   const int half = p.head_dim / 2;
   const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-  // As the reference: the angle is rounded to fp32, then cos/sin of it are
-  // computed accurately (sincosf without fast math).
-  const float pos = static_cast<float>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cs;
-    sincosf(p.inv_freq[i] * pos, &sn, &cs);
-    cos_sin[2 * i] = cs;
-    cos_sin[2 * i + 1] = sn;
-  }
-  const int64_t slot = p.slots[t];
+  const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
+  const int v_words = static_cast<int>(kv_dim / 2);  // two values per word (head_dim is even)
   bf16* q = p.qkv + t * p.row_stride;
   const bf16* k = q + static_cast<int64_t>(p.num_heads) * p.head_dim;
-  const bf16* v = k + kv_dim;
-  bf16* k_out = p.k_cache + slot * kv_dim;
-  bf16* v_out = p.v_cache + slot * kv_dim;
-  // v as it is, two values per word (head_dim is even).
-  for (int64_t j = threadIdx.x; j < kv_dim / 2; j += blockDim.x) {
-    reinterpret_cast<uint32_t*>(v_out)[j] = reinterpret_cast<const uint32_t*>(v)[j];
-  }
-  __syncthreads();
+  const uint32_t* v = reinterpret_cast<const uint32_t*>(k + kv_dim);
   // Pair idx is dims (2i, 2i + 1) of head idx / half: q heads in place, then k heads into the slot.
   auto source = [&](int idx) -> const uint32_t* {
     const int head = idx / half, i = idx - head * half;
@@ -46,27 +34,65 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
         head < p.num_heads ? q + head * p.head_dim + 2 * i
                            : k + static_cast<int64_t>(head - p.num_heads) * p.head_dim + 2 * i);
   };
-  const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
-  for (int base = threadIdx.x; base < num_pairs; base += kRopeUnroll * blockDim.x) {
-    uint32_t in[kRopeUnroll];
+  const int tid = static_cast<int>(threadIdx.x);
+  uint32_t in[kRopeLoads], vw[kVLoads];
+  const auto load_pairs = [&](int base) {
 #pragma unroll
-    for (int u = 0; u < kRopeUnroll; ++u) {
-      const int idx = base + u * static_cast<int>(blockDim.x);
+    for (int u = 0; u < kRopeLoads; ++u) {
+      const int idx = base + u * kRopeThreads;
       in[u] = idx < num_pairs ? *source(idx) : 0u;
     }
+  };
+  const auto load_v = [&](int base) {
 #pragma unroll
-    for (int u = 0; u < kRopeUnroll; ++u) {
-      const int idx = base + u * static_cast<int>(blockDim.x);
+    for (int u = 0; u < kVLoads; ++u) {
+      const int j = base + u * kRopeThreads;
+      vw[u] = j < v_words ? v[j] : 0u;
+    }
+  };
+  // One round trip: the token's position and slot, the frequencies, v's and the pairs' first words.
+  const float pos = static_cast<float>(p.positions[t]);
+  const int64_t slot = p.slots[t];
+  load_v(tid);
+  load_pairs(tid);
+  // As the reference: the angle is rounded to fp32, then cos/sin of it are
+  // computed accurately (sincosf without fast math).
+  for (int i = tid; i < half; i += kRopeThreads) {
+    float sn, cs;
+    sincosf(p.inv_freq[i] * pos, &sn, &cs);
+    cos_sin[2 * i] = cs;
+    cos_sin[2 * i + 1] = sn;
+  }
+  uint32_t* k_out = reinterpret_cast<uint32_t*>(p.k_cache + slot * kv_dim);
+  uint32_t* v_out = reinterpret_cast<uint32_t*>(p.v_cache + slot * kv_dim);
+  for (int base = tid;;) {
+#pragma unroll
+    for (int u = 0; u < kVLoads; ++u) {
+      const int j = base + u * kRopeThreads;
+      if (j < v_words) v_out[j] = vw[u];
+    }
+    base += kVLoads * kRopeThreads;
+    if (base >= v_words) break;
+    load_v(base);
+  }
+  __syncthreads();  // cos_sin
+  for (int base = tid;;) {
+#pragma unroll
+    for (int u = 0; u < kRopeLoads; ++u) {
+      const int idx = base + u * kRopeThreads;
       if (idx >= num_pairs) break;
       const int head = idx / half, i = idx - head * half;
       const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
       const float a = lo_bf16(in[u]), b = hi_bf16(in[u]);
       const __nv_bfloat162 r = __floats2bfloat162_rn(a * c - b * sn, b * c + a * sn);
-      uint32_t* dst = reinterpret_cast<uint32_t*>(
-          head < p.num_heads ? q + head * p.head_dim + 2 * i
-                             : k_out + static_cast<int64_t>(head - p.num_heads) * p.head_dim + 2 * i);
+      uint32_t* dst = head < p.num_heads
+                          ? reinterpret_cast<uint32_t*>(q + head * p.head_dim + 2 * i)
+                          : k_out + (static_cast<int64_t>(head - p.num_heads) * p.head_dim + 2 * i) / 2;
       *dst = *reinterpret_cast<const uint32_t*>(&r);
     }
+    base += kRopeLoads * kRopeThreads;
+    if (base >= num_pairs) break;
+    load_pairs(base);
   }
 }
 
