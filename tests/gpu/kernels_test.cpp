@@ -129,6 +129,24 @@ struct Shape {
   int num_heads, num_kv_heads, head_dim, block_size;
 };
 
+// rope_store_kv's params for T tokens of q|k|v rows (stride apart) into the K/V planes k, v.
+cuda::RopeKvParams rope_params(const Shape& s, int64_t T, bf16* qkv, int64_t stride, const int32_t* positions,
+                               const int32_t* slots, const float* inv_freq, bf16* k, bf16* v) {
+  cuda::RopeKvParams p;
+  p.qkv = qkv;
+  p.row_stride = stride;
+  p.positions = positions;
+  p.slots = slots;
+  p.inv_freq = inv_freq;
+  p.num_tokens = T;
+  p.num_heads = s.num_heads;
+  p.num_kv_heads = s.num_kv_heads;
+  p.head_dim = s.head_dim;
+  p.k_cache = k;
+  p.v_cache = v;
+  return p;
+}
+
 TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
   std::mt19937 rng(4);
   // 64/8 heads of 128: 4,608 pairs and 512 v words per token, more than one round of each per thread.
@@ -153,18 +171,8 @@ TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
     DeviceArray<float> d_freq(inv_freq);
     DeviceArray<bf16> d_k(std::vector<bf16>(static_cast<size_t>(num_slots * kv_dim), kPoison));
     DeviceArray<bf16> d_v(std::vector<bf16>(static_cast<size_t>(num_slots * kv_dim), kPoison));
-    cuda::RopeKvParams p;
-    p.qkv = d_qkv.get();
-    p.row_stride = stride;
-    p.positions = d_pos.get();
-    p.slots = d_slots.get();
-    p.inv_freq = d_freq.get();
-    p.num_tokens = T;
-    p.num_heads = s.num_heads;
-    p.num_kv_heads = s.num_kv_heads;
-    p.head_dim = s.head_dim;
-    p.k_cache = d_k.get();
-    p.v_cache = d_v.get();
+    const cuda::RopeKvParams p =
+        rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(), d_freq.get(), d_k.get(), d_v.get());
     TERN_ASSERT_CUDA(cuda::rope_store_kv(p, nullptr));
 
     std::vector<float> q_ref, k_ref, v_ref;
@@ -217,6 +225,56 @@ TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
 struct AttnSeq {
   int64_t length, fresh;
   std::vector<int32_t> table;
+};
+
+// The device side of one attention launch over T tokens: the sequences'
+// metadata, the output (NaN-filled) and the splits' scratch; params() names
+// them with the q rows and K/V planes given.
+struct AttnLaunch {
+  Shape s;
+  int num_splits;
+  int64_t T;
+  DeviceArray<int32_t> pos, seq, off, tables;
+  DeviceArray<bf16> out;
+  DeviceArray<float> partial, ml;
+  DeviceArray<int> counters;
+  AttnLaunch(const Shape& shape, int splits, const std::vector<int32_t>& positions,
+             const std::vector<int32_t>& token_seq, const std::vector<int32_t>& table_offsets,
+             const std::vector<int32_t>& block_tables)
+      : s(shape),
+        num_splits(splits),
+        T(static_cast<int64_t>(positions.size())),
+        pos(positions),
+        seq(token_seq),
+        off(table_offsets),
+        tables(block_tables),
+        out(std::vector<bf16>(static_cast<size_t>(T * s.num_heads * s.head_dim), kNanBf16)),
+        partial(static_cast<size_t>(T * s.num_heads * splits * s.head_dim)),
+        ml(static_cast<size_t>(T * s.num_heads * splits * 2)),
+        counters(std::vector<int>(static_cast<size_t>(T * s.num_kv_heads), 0)) {}
+  cuda::PagedAttentionParams params(const bf16* q, int64_t q_stride, const bf16* k, const bf16* v) const {
+    cuda::PagedAttentionParams p;
+    p.q = q;
+    p.q_row_stride = q_stride;
+    p.k_cache = k;
+    p.v_cache = v;
+    p.positions = pos.get();
+    p.token_seq = seq.get();
+    p.table_offsets = off.get();
+    p.block_tables = tables.get();
+    p.num_tokens = T;
+    p.num_heads = s.num_heads;
+    p.num_kv_heads = s.num_kv_heads;
+    p.head_dim = s.head_dim;
+    p.block_size = s.block_size;
+    p.num_splits = num_splits;
+    p.partial_out = partial.get();
+    p.partial_ml = ml.get();
+    p.split_counters = counters.get();
+    p.out = out.get();
+    p.out_row_stride = static_cast<int64_t>(s.num_heads) * s.head_dim;
+    return p;
+  }
 };
 
 // tiles: the prefill form, as a general step with a multi-token chunk runs
@@ -291,31 +349,9 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
                        cpu::AttentionShape{s.num_heads, s.num_kv_heads, s.head_dim}, ref.data());
 
   DeviceArray<bf16> d_q(q_all.words), d_k(k_pool.words), d_v(v_pool.words);
-  DeviceArray<int32_t> d_pos(positions32), d_seq(token_seq), d_off(table_offsets), d_tables(tables);
-  DeviceArray<bf16> d_out(std::vector<bf16>(static_cast<size_t>(T * q_dim), kNanBf16));
-  const size_t partial_rows = static_cast<size_t>(T * s.num_heads * num_splits);
-  DeviceArray<float> d_partial(partial_rows * static_cast<size_t>(s.head_dim)), d_ml(partial_rows * 2);
-  DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(T * s.num_kv_heads), 0));
-  cuda::PagedAttentionParams p;
-  p.q = d_q.get();
-  p.q_row_stride = q_stride;
-  p.k_cache = d_k.get();
-  p.v_cache = d_v.get();
-  p.positions = d_pos.get();
-  p.token_seq = d_seq.get();
-  p.table_offsets = d_off.get();
-  p.block_tables = d_tables.get();
-  p.num_tokens = T;
-  p.num_heads = s.num_heads;
-  p.num_kv_heads = s.num_kv_heads;
-  p.head_dim = s.head_dim;
-  p.block_size = s.block_size;
-  p.num_splits = num_splits;
-  p.partial_out = d_partial.get();
-  p.partial_ml = d_ml.get();
-  p.split_counters = d_counters.get();
-  p.out = d_out.get();
-  p.out_row_stride = q_dim;
+  AttnLaunch launch_bufs(s, num_splits, positions32, token_seq, table_offsets, tables);
+  DeviceArray<bf16>& d_out = launch_bufs.out;
+  cuda::PagedAttentionParams p = launch_bufs.params(d_q.get(), q_stride, d_k.get(), d_v.get());
   std::vector<int32_t> singles, tile_list;
   if (tiles) {
     const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
@@ -349,7 +385,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   const std::vector<float> got = test::to_f32(d_out.download());
   // The merge leaves the counters at zero, and a second launch (as a graph
   // replay) gives the same bits whichever split merged.
-  for (int c : d_counters.download()) ASSERT_EQ(c, 0) << "split counters not reset";
+  for (int c : launch_bufs.counters.download()) ASSERT_EQ(c, 0) << "split counters not reset";
   d_out.upload(std::vector<bf16>(static_cast<size_t>(T * q_dim), kNanBf16));
   TERN_ASSERT_CUDA(launch());
   EXPECT_EQ(test::to_f32(d_out.download()), got) << "second launch differs";
@@ -406,6 +442,90 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
   EXPECT_EQ(cuda::prefill_chunk_keys(64, 100 * 1024), 64);
   EXPECT_EQ(cuda::prefill_tile_tokens(12, 2, 128), 0) << "6 q heads per kv head do not divide the 16 MMA rows";
   EXPECT_EQ(cuda::prefill_tile_tokens(16, 2, 96), 0);
+}
+
+// A decode step's attention with RoPE and the KV write inside it
+// (PagedAttentionParams::rope_inv_freq) against rope_store_kv then the
+// attention: the same output, K and V planes and untouched q|k|v rows, bit
+// for bit, with one split and several (only the split holding the token's
+// own key writes it); contexts from 1 key to 700, block boundaries, GQA
+// 8:1, 16:1, 1:1, head_dim 64 and 128; the scalar form's shapes refuse it.
+TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
+  std::mt19937 rng(41);
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{32, 2, 64, 16}, Shape{8, 8, 64, 1}, Shape{16, 2, 128, 5}}) {
+    for (int num_splits : {1, 3, 8}) {
+      const int64_t bs = s.block_size;
+      const std::vector<int64_t> lengths = {1, 2, bs, bs + 1, 64, 65, 299, 700, 17, 128};
+      const auto T = static_cast<int64_t>(lengths.size());
+      const int64_t q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
+      const int64_t stride = q_dim + 2 * kv_dim;
+      int64_t num_blocks = 2;
+      for (int64_t L : lengths) num_blocks += (L + bs - 1) / bs;
+      std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<int32_t> positions, slots, token_seq, offsets, tables;
+      size_t next = 0;
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t L = lengths[static_cast<size_t>(i)];
+        offsets.push_back(static_cast<int32_t>(tables.size()));
+        for (int64_t b = 0; b < (L + bs - 1) / bs; ++b) tables.push_back(ids[next++]);
+        const int64_t pos = L - 1;  // the token's own key, its slot's place in its table
+        positions.push_back(static_cast<int32_t>(pos));
+        slots.push_back(tables[static_cast<size_t>(offsets.back() + pos / bs)] * static_cast<int32_t>(bs) +
+                        static_cast<int32_t>(pos % bs));
+        token_seq.push_back(static_cast<int32_t>(i));
+      }
+      Bf16Data qkv = test::random_bf16(rng, static_cast<size_t>(T * stride), -2, 2);
+      Bf16Data k_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -2, 2);
+      Bf16Data v_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -1, 1);
+      const std::vector<float> inv_freq = cpu::rope_inv_freq(s.head_dim, 500000.0);
+      DeviceArray<int32_t> d_pos(positions), d_slots(slots);
+      DeviceArray<float> d_freq(inv_freq);
+
+      struct Run {
+        std::vector<bf16> out, k, v, qkv;
+      };
+      auto run = [&](bool fused) {
+        DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
+        AttnLaunch bufs(s, num_splits, positions, token_seq, offsets, tables);
+        cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, d_k.get(), d_v.get());
+        if (fused) {
+          p.rope_inv_freq = d_freq.get();
+          p.slots = d_slots.get();
+          p.k_out = d_k.get();
+          p.v_out = d_v.get();
+        } else {
+          const cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(),
+                                                    d_freq.get(), d_k.get(), d_v.get());
+          EXPECT_EQ(cuda::rope_store_kv(rp, nullptr), cudaSuccess);
+        }
+        EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaSuccess);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download()};
+      };
+      const Run want = run(false), got = run(true);
+      const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
+                               " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) +
+                               " splits " + std::to_string(num_splits);
+      EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
+      EXPECT_TRUE(want.k == got.k) << what << ": K plane differs";
+      EXPECT_TRUE(want.v == got.v) << what << ": V plane differs";
+      // The fused form leaves the q|k|v rows as they were (rope_store_kv rotates q in place).
+      EXPECT_TRUE(got.qkv == qkv.words) << what << ": q|k|v rows written";
+    }
+  }
+  EXPECT_TRUE(cuda::paged_attention_takes_rope(16, 2, 128));
+  EXPECT_FALSE(cuda::paged_attention_takes_rope(16, 2, 96));
+  EXPECT_FALSE(cuda::paged_attention_takes_rope(64, 2, 128)) << "32 q heads per kv head: the scalar form";
+  cuda::PagedAttentionParams p;
+  p.num_tokens = 1;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 96;
+  float freq = 1.0f;
+  p.rope_inv_freq = &freq;
+  EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "the scalar form takes no RoPE";
 }
 
 TEST(CudaKernels, GemmMatchesReference) {

@@ -10,7 +10,8 @@
 // pdl (graphs with programmatic dependent launches), cublas (no GEMV),
 // gemvN (the GEMV up to N tokens), notiles (prefill attention token by
 // token, as before query tiles), nokernel (one-token steps on the GEMV
-// path's kernels instead of the persistent decode kernel). With
+// path's kernels instead of the persistent decode kernel), norope (decode
+// steps' RoPE and KV write in rope_store_kv, not in the attention). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -184,6 +185,7 @@ int main(int argc, char** argv) {
     if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens
     if (config == "pdl") o.pdl = true;
     if (config == "notiles") o.prefill_tiles = false;
+    if (config == "norope") o.rope_in_attention = false;  // decode steps' RoPE and KV write in rope_store_kv
     if (config == "nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path's kernels
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);

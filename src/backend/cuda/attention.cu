@@ -238,14 +238,55 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
 
   // q rows g and g + 8 (heads kvh * group + row), dims 32 j + 8 c .. + 7.
   uint4 qa[kPairs], qb[kPairs];
+  const bf16* q_row = p.q + t * p.q_row_stride;
   {
-    const bf16* q = p.q + t * p.q_row_stride + static_cast<int64_t>(kvh) * group * HD;
+    const bf16* q = q_row + static_cast<int64_t>(kvh) * group * HD;
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       qa[j] = g < group ? *reinterpret_cast<const uint4*>(q + g * HD + 32 * j + 8 * c) : make_uint4(0, 0, 0, 0);
       qb[j] = g + 8 < group ? *reinterpret_cast<const uint4*>(q + (g + 8) * HD + 32 * j + 8 * c)
                             : make_uint4(0, 0, 0, 0);
     }
+  }
+  if (p.rope_inv_freq != nullptr) {
+    // RoPE and the KV write (PagedAttentionParams::rope_inv_freq): the
+    // position's rotations once per block, as rope_store_kv computes them.
+    __shared__ float2 rot[HD / 2];
+    const auto tid = static_cast<int>(threadIdx.x);
+    const float pos = static_cast<float>(ctx - 1);
+    if (tid < HD / 2) {
+      float sn, cs;
+      sincosf(p.rope_inv_freq[tid] * pos, &sn, &cs);
+      rot[tid] = make_float2(cs, sn);
+    }
+    const bool writes = split == active - 1;  // the split holding the token's own key
+    uint32_t kv_word = 0;
+    const int64_t own = writes ? static_cast<int64_t>(p.slots[t]) * kv_dim + static_cast<int64_t>(kvh) * HD : 0;
+    // Threads 0 .. HD/2 - 1 take a k pair each, the next HD/2 a v word (HD <= the block's 128 threads).
+    const bf16* k_src = q_row + static_cast<int64_t>(p.num_heads) * HD + static_cast<int64_t>(kvh) * HD;
+    if (writes && tid < HD) {
+      kv_word = reinterpret_cast<const uint32_t*>(tid < HD / 2 ? k_src : k_src + kv_dim)[tid % (HD / 2)];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {  // q's word w of unit j is pair 16 j + 4 c + w
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 r = rot[16 * j + 4 * c + w];
+        uint32_t* a = &qa[j].x + w;
+        uint32_t* b = &qb[j].x + w;
+        *a = rope_pair(*a, r.x, r.y);
+        *b = rope_pair(*b, r.x, r.y);
+      }
+    }
+    if (writes && tid < HD) {
+      if (tid < HD / 2) {
+        reinterpret_cast<uint32_t*>(p.k_out + own)[tid] = rope_pair(kv_word, rot[tid].x, rot[tid].y);
+      } else {
+        reinterpret_cast<uint32_t*>(p.v_out + own)[tid - HD / 2] = kv_word;
+      }
+    }
+    __syncthreads();  // the token's own K/V row is written before any warp reads it
   }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;  // log2(e) / sqrt(hd)
 
@@ -512,6 +553,11 @@ cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t
 
 }  // namespace
 
+bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim) {
+  return num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads / num_kv_heads <= 16 &&
+         (head_dim == 64 || head_dim == 128);
+}
+
 cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return cudaSuccess;
   const int group = p.num_heads / p.num_kv_heads;
@@ -521,10 +567,14 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
   }
   const dim3 grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.num_kv_heads),
                   static_cast<unsigned int>(p.num_splits));
-  if (group <= 16 && (p.head_dim == 64 || p.head_dim == 128)) {
+  if (paged_attention_takes_rope(p.num_heads, p.num_kv_heads, p.head_dim)) {
+    if (p.rope_inv_freq != nullptr && (p.slots == nullptr || p.k_out == nullptr || p.v_out == nullptr)) {
+      return cudaErrorInvalidValue;
+    }
     return p.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
   }
-  if (p.token_list != nullptr) return cudaErrorInvalidValue;  // the scalar kernel serves tokens 0..T-1
+  // The scalar kernel serves tokens 0..T-1 and leaves RoPE to rope_store_kv.
+  if (p.token_list != nullptr || p.rope_inv_freq != nullptr) return cudaErrorInvalidValue;
   const int threads = 32 * group;
   const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.head_dim +
                                        static_cast<size_t>(kTile) * (2 * p.head_dim + 1));

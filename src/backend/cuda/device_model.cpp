@@ -405,6 +405,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   TERN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, options.device));
   impl->prefill_chunk = prefill_chunk_keys(static_cast<int>(c.head_dim), smem_per_sm);
+  impl->rope_in_attention =
+      options.rope_in_attention && paged_attention_takes_rope(static_cast<int>(c.num_heads),
+                                                              static_cast<int>(c.num_kv_heads),
+                                                              static_cast<int>(c.head_dim));
   TERN_RETURN_IF_ERROR(impl->upload_weights(weights));
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(

@@ -86,6 +86,11 @@ struct DeviceModelOptions {
   // (paged_attention_prefill), where the shape allows; off: every token
   // alone, as decode tokens are.
   bool prefill_tiles = true;
+  // Decode steps past the GEMV's sizes rotate q and k and write the token's
+  // K/V inside the attention kernel (PagedAttentionParams::rope_inv_freq),
+  // where its tensor-core form takes the shape; off: rope_store_kv, one
+  // kernel more per layer. Bit-identical either way.
+  bool rope_in_attention = true;
   // One-token steps run all their layers as one persistent kernel
   // (decode_layers: one block per multiprocessor, grid-wide barriers between
   // phases, each block's weight slices copied into shared memory ahead of

@@ -44,6 +44,7 @@ struct StepView {
   const int32_t* table_offsets = nullptr;
   const int32_t* tables = nullptr;
   int num_splits = 1;
+  bool one_token = false;  // every sequence's chunk is one token (a decode step)
   // With query tiles (general steps with a chunk of >= 2 tokens, on shapes
   // paged_attention_prefill takes): the one-token chunks' tokens go to the
   // decode kernel (singles), the rest as tiles ([first, count] pairs).
@@ -81,6 +82,7 @@ struct DeviceModel::Impl {
   int64_t gemv_tokens = 0;  // steps of up to this many tokens use the GEMV (0: its K do not fit)
   int prefill_tile = 0;     // tokens per attention query tile (0: no tiles; options.prefill_tiles or the shape)
   int prefill_chunk = 64;   // keys per shared-memory chunk of the tiles' kernel, from the GPU's shared memory
+  bool rope_in_attention = false;  // options.rope_in_attention where the attention's shape takes it
   bool pdl = false;         // options.pdl on a GPU that has it
   std::string pdl_off_reason;  // why capture_graphs turned pdl off, if it did
   // One-token steps' layers in one launch (decode_layers): options.decode_kernel

@@ -75,6 +75,7 @@ StepView DeviceModel::Impl::view_of(const int32_t* meta, int64_t T, int64_t R, i
 StepView DeviceModel::Impl::decode_view(int64_t bucket) const {
   StepView v = view_of(decode_meta_dev.as<int32_t>(), bucket, bucket, bucket);
   v.num_splits = splits_for(bucket, -1);
+  v.one_token = true;
   return v;
 }
 
@@ -121,6 +122,9 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const int64_t T = v.num_tokens, H = c.hidden_size, I = c.intermediate_size, QKV = qkv_dim();
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const bool small = T <= gemv_tokens;
+  // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
+  // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
+  const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
   auto gemv_of = [&](GemvInput in, GemvOutput out, int64_t K, int64_t N, const bf16* w, void* y) {
     GemvParams g;
     g.input = in;
@@ -179,7 +183,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear(cublas, h.as<bf16>(), T, H, w.qkv.as<bf16>(), QKV, qkv.as<void>(), GemmOut::kBf16));
-      TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
+      if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
     }
 
     PagedAttentionParams ap;
@@ -202,6 +206,12 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.split_counters = split_counters.as<int>();
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
+    if (rope_fused) {
+      ap.rope_inv_freq = rp.inv_freq;
+      ap.slots = rp.slots;
+      ap.k_out = rp.k_cache;
+      ap.v_out = rp.v_cache;
+    }
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
@@ -515,6 +525,7 @@ Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span
                                               cudaMemcpyHostToDevice, stream));
     v = view_of(meta_dev.as<int32_t>(), T, R, S);
     v.num_splits = splits_for(num_tiles > 0 ? std::max<int64_t>(num_singles, 1) : T, n.max_ctx);
+    v.one_token = T == S;
     if (num_tiles > 0) {
       v.singles = meta_dev.as<int32_t>() + layout;
       v.num_singles = num_singles;

@@ -45,6 +45,16 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Interleaved RoPE of one pair held as a bf16x2 word (a = dim 2i in the low
+// half, b = dim 2i + 1), rotated by (c, s) = cos/sin of its angle, rounded
+// back to bf16. rope_store_kv and the decode attention's fused form both
+// use it, so they agree bit for bit (the GEMV path and the decode kernel
+// rotate their fp32 dot products before rounding, not bf16 values).
+__device__ __forceinline__ uint32_t rope_pair(uint32_t ab, float c, float s) {
+  const float a = lo_bf16(ab), b = hi_bf16(ab);
+  return pack_bf16x2(fmaf(a, c, -b * s), fmaf(b, c, a * s));
+}
+
 // A shared-memory pointer as the 32-bit address PTX's shared-space operands take.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -90,6 +90,19 @@ struct PagedAttentionParams {
   // token x; the partials and counters are indexed by x. Tensor-core shapes
   // only (head_dim 64 or 128, up to 16 q heads per kv head).
   const int32_t* token_list = nullptr;
+  // Optional, for steps where every token is its sequence's only new one
+  // (decode), tensor-core shapes only (paged_attention_takes_rope): the
+  // work of rope_store_kv done here, one kernel fewer per layer. q's row
+  // (q_row_stride apart) holds q, k and v as the q|k|v GEMM wrote them,
+  // unrotated; each block rotates its q heads as it loads them, and the
+  // split holding the token's own position rotates the row's k of its kv
+  // head and writes it and v to slot slots[t] of k_out / v_out (the planes
+  // k_cache / v_cache name) before any of its warps reads a key. Results
+  // equal rope_store_kv then paged_attention bit for bit.
+  const float* rope_inv_freq = nullptr;  // non-null turns it on
+  const int32_t* slots = nullptr;
+  bf16* k_out = nullptr;
+  bf16* v_out = nullptr;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.
@@ -97,6 +110,8 @@ constexpr int kMaxAttentionHeadDim = 128;
 constexpr int kMaxAttentionGroup = 32;
 constexpr int kMaxAttentionSplits = 32;
 cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl = false);
+// Whether paged_attention takes rope_inv_freq (its tensor-core form) for a shape.
+bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim);
 
 // The same attention for query tiles: tile i is tiles[2i] (its first token)
 // and tiles[2i + 1] (its count, 1..tile_tokens) consecutive tokens of one

@@ -82,13 +82,10 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
       const int idx = base + u * kRopeThreads;
       if (idx >= num_pairs) break;
       const int head = idx / half, i = idx - head * half;
-      const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
-      const float a = lo_bf16(in[u]), b = hi_bf16(in[u]);
-      const __nv_bfloat162 r = __floats2bfloat162_rn(a * c - b * sn, b * c + a * sn);
       uint32_t* dst = head < p.num_heads
                           ? reinterpret_cast<uint32_t*>(q + head * p.head_dim + 2 * i)
                           : k_out + (static_cast<int64_t>(head - p.num_heads) * p.head_dim + 2 * i) / 2;
-      *dst = *reinterpret_cast<const uint32_t*>(&r);
+      *dst = rope_pair(in[u], cos_sin[2 * i], cos_sin[2 * i + 1]);
     }
     base += kRopeLoads * kRopeThreads;
     if (base >= num_pairs) break;
