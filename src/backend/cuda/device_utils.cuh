@@ -55,6 +55,24 @@ __device__ __forceinline__ uint32_t rope_pair(uint32_t ab, float c, float s) {
   return pack_bf16x2(fmaf(a, c, -b * s), fmaf(b, c, a * s));
 }
 
+// One online-softmax round of an MMA accumulator's two rows (g and g + 8,
+// log2 units): row_max holds this lane's maxima of the round's scores and
+// is reduced over the row's 4 lanes; the running maxima m rise to include
+// it, the sums l are rescaled, and corr gets the factor the row's output
+// accumulators take.
+__device__ __forceinline__ void mma_rows_rescale(float (&row_max)[2], float (&m)[2], float (&l)[2],
+                                                 float (&corr)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    const float m_new = fmaxf(m[r], row_max[r]);
+    corr[r] = exp2f(m[r] - m_new);
+    m[r] = m_new;
+    l[r] *= corr[r];
+  }
+}
+
 // A shared-memory pointer as the 32-bit address PTX's shared-space operands take.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
