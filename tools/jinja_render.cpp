@@ -19,9 +19,9 @@
 #include <sstream>
 #include <string>
 
-#include "tokenizer/jinja_chat_context.h"
-#include "tokenizer/jinja_json.h"
-#include "tokenizer/jinja_template.h"
+#include "chat/chat_context.h"
+#include "jinja/json.h"
+#include "jinja/template.h"
 
 namespace {
 

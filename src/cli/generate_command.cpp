@@ -10,7 +10,7 @@
 #include "base/logging.h"
 #include "cli/commands.h"
 #include "engine/request_stream.h"
-#include "tokenizer/chat_template.h"
+#include "chat/ernie_chat_format.h"
 
 namespace tern::cli {
 namespace {

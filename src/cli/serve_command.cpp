@@ -10,6 +10,7 @@
 
 #include "base/logging.h"
 #include "base/mapped_file.h"
+#include "chat/chat_template.h"
 #include "cli/serve_command.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -17,10 +18,6 @@
 #include "server/serving_context.h"
 #include "server/tgi_routes.h"
 #include "server/web_routes.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja_chat_context.h"
-#include "tokenizer/jinja_json.h"
-#include "tokenizer/jinja_template.h"
 
 namespace tern::cli {
 namespace {
@@ -46,40 +43,14 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// The chat renderer: the model's (or --chat-template's) Jinja template, with
-// the variables transformers passes (special tokens, add_generation_prompt,
-// chat_template_kwargs).
-Result<server::ChatRenderer> make_renderer(const ServeOptions& o, const Tokenizer& tok) {
+// The chat renderer: --chat-template's file, else the model's template, else the ERNIE 4.5 format.
+Result<ChatRenderer> make_renderer(const ServeOptions& o, const Tokenizer& tok) {
   std::string source = tok.chat_template();
   if (!o.chat_template.empty()) {
     TERN_ASSIGN_OR_RETURN(source, read_text_file(o.chat_template));
   }
-  if (source.empty()) {
-    spdlog::warn("the model has no chat template; /v1/chat/completions uses the ERNIE 4.5 format");
-    return server::ChatRenderer([&tok](const nlohmann::json& messages, bool agp, const nlohmann::json&)
-                                    -> Result<std::string> {
-      std::vector<ChatMessage> msgs;
-      for (const auto& m : messages) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-      return render_ernie_chat(msgs, agp, tok.cls_token(), tok.sep_token());
-    });
-  }
-  auto compiled = JinjaTemplate::compile(source);
-  if (!compiled.is_ok()) return compiled.status().with_context("chat template");
-  auto tmpl = std::make_shared<JinjaTemplate>(std::move(compiled).value());
-  std::vector<std::pair<std::string, std::string>> specials = {{"bos_token", tok.bos_token()},
-                                                               {"eos_token", tok.eos_token()}};
-  if (!tok.cls_token().empty()) specials.emplace_back("cls_token", tok.cls_token());
-  if (!tok.sep_token().empty()) specials.emplace_back("sep_token", tok.sep_token());
-  return server::ChatRenderer([tmpl, specials](const nlohmann::json& messages, bool agp,
-                                               const nlohmann::json& kwargs) -> Result<std::string> {
-    ChatTemplateInputs in;
-    TERN_ASSIGN_OR_RETURN(in.messages, jinja_from_json(messages));
-    TERN_ASSIGN_OR_RETURN(in.chat_template_kwargs, jinja_from_json(kwargs));
-    in.add_generation_prompt = agp;
-    in.special_tokens = specials;
-    TERN_ASSIGN_OR_RETURN(JinjaValue context, make_chat_context(in));
-    return tmpl->render(context);
-  });
+  if (source.empty()) spdlog::warn("the model has no chat template; /v1/chat/completions uses the ERNIE 4.5 format");
+  return make_chat_renderer(source, tok);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "chat/chat_template.h"
 #include "engine/engine_client.h"
 #include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
@@ -21,11 +22,6 @@
 namespace tern::server {
 
 class Metrics;
-
-// Renders a chat prompt: messages (as the client sent them), whether to add
-// the assistant prompt, and extra template variables (chat_template_kwargs).
-using ChatRenderer = std::function<Result<std::string>(const nlohmann::json& messages, bool add_generation_prompt,
-                                                       const nlohmann::json& kwargs)>;
 
 struct ServingContext {
   EngineClient* engine = nullptr;

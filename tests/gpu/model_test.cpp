@@ -33,7 +33,7 @@
 #include "engine/sampler.h"
 #include "gpu_test_util.h"
 #include "model/arch/ernie4_5.h"
-#include "tiny_model_util.h"
+#include "support/tiny_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {

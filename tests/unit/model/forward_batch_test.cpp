@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "model/arch/ernie4_5.h"
-#include "tiny_model_util.h"
+#include "support/tiny_model.h"
 
 namespace tern {
 namespace {

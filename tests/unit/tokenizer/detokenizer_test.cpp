@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "base/utf8.h"
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_fixture.h"
 
 namespace tern {
 namespace {
@@ -16,15 +16,7 @@ const std::string kReplacement = "\xef\xbf\xbd";
 
 class DetokenizerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto tok = Tokenizer::load(testing::fixture_dir());
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    tok_ = new Tokenizer(std::move(tok).value());
-  }
-  static void TearDownTestSuite() {
-    delete tok_;
-    tok_ = nullptr;
-  }
+  static void SetUpTestSuite() { tok_ = &testing::fixture_tokenizer(); }
   static std::vector<std::string> stream(const std::vector<int32_t>& ids, bool skip_special) {
     Detokenizer d(*tok_, skip_special);
     std::vector<std::string> out;
@@ -32,9 +24,9 @@ class DetokenizerTest : public ::testing::Test {
     out.push_back(d.flush());
     return out;
   }
-  static Tokenizer* tok_;
+  static const Tokenizer* tok_;
 };
-Tokenizer* DetokenizerTest::tok_ = nullptr;
+const Tokenizer* DetokenizerTest::tok_ = nullptr;
 
 TEST_F(DetokenizerTest, SplitCharacterAppearsOnceWhenComplete) {
   std::vector<int32_t> ids = tok_->encode("a龘b");  // 龘 = <0xE9><0xBE><0x98>

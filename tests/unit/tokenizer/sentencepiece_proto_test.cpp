@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_fixture.h"
 
 namespace tern {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "base/utf8.h"
 #include "tokenizer/sentencepiece_proto.h"
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_fixture.h"
 
 namespace tern {
 namespace {
@@ -24,15 +24,7 @@ const std::string kSpace = "\xe2\x96\x81";  // U+2581
 
 class TokenizerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto tok = Tokenizer::load(testing::fixture_dir());
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    tok_ = new Tokenizer(std::move(tok).value());
-  }
-  static void TearDownTestSuite() {
-    delete tok_;
-    tok_ = nullptr;
-  }
+  static void SetUpTestSuite() { tok_ = &testing::fixture_tokenizer(); }
   static const Tokenizer& tok() { return *tok_; }
   static int32_t id(const std::string& piece) {
     auto v = tok_->piece_to_id(piece);
@@ -49,9 +41,9 @@ class TokenizerTest : public ::testing::Test {
     for (const std::string& p : pieces(tok_->encode(text))) out += p;
     return out;
   }
-  static Tokenizer* tok_;
+  static const Tokenizer* tok_;
 };
-Tokenizer* TokenizerTest::tok_ = nullptr;
+const Tokenizer* TokenizerTest::tok_ = nullptr;
 
 TEST_F(TokenizerTest, IdsComeFromTheFiles) {
   EXPECT_EQ(tok().vocab_size(), 1200);
