@@ -48,11 +48,11 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   // conc's workload where the options were not given; its concurrency is the engine's sequence limit.
   cmd->parse_complete_callback([cmd, &o] {
     if (o.scenario != "conc") return;
-    if (cmd->count("--max-num-seqs") > 0 && o.engine.max_num_seqs != o.concurrency) {
+    if (cmd->count("--max-num-seqs") > 0 && o.engine.run.max_num_seqs != o.concurrency) {
       throw CLI::ValidationError("--max-num-seqs",
                                  "bench conc keeps --concurrency sequences running; give --concurrency alone");
     }
-    o.engine.max_num_seqs = o.concurrency;
+    o.engine.run.max_num_seqs = o.concurrency;
     const auto unless_given = [cmd](const char* name, int64_t& value, int64_t conc_default) {
       if (cmd->count(name) == 0) value = conc_default;
     };
@@ -130,7 +130,7 @@ int run_bench(const BenchOptions& o) {
       {"overlapped_steps", s.num_overlapped_steps},
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
-      {"max_num_seqs", o.engine.max_num_seqs}, {"max_num_batched_tokens", o.engine.max_num_batched_tokens},
+      {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", o.engine.run.max_num_batched_tokens},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k}};
   std::printf("%s: %lld requests, %lld prompt + %lld output tokens in %.2f s\n", label.c_str(),
               static_cast<long long>(o.num_requests), static_cast<long long>(prompt_tokens),

@@ -7,42 +7,43 @@
 #include <filesystem>
 
 #include "base/mapped_file.h"
-#include "engine/cuda_runner.h"
 #include "engine/runner.h"
+#include "runners/cpu_runner.h"
+#include "runners/cuda_runner.h"
 
 namespace tern::cli {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout)")->required()->envname("TERN_MODEL");
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
-  cmd.add_option("--max-model-len", o.max_model_len,
+  cmd.add_option("--max-model-len", o.run.max_model_len,
                  "Longest sequence (prompt + output) in tokens (default: the model's, capped by the KV cache)")
       ->envname("TERN_MAX_MODEL_LEN");
-  cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one batch")
+  cmd.add_option("--max-num-seqs", o.run.max_num_seqs, "Most sequences in one batch")
       ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_SEQS");
-  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Most tokens computed in one step")
+  cmd.add_option("--max-num-batched-tokens", o.run.max_num_batched_tokens, "Most tokens computed in one step")
       ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_BATCHED_TOKENS");
-  cmd.add_option("--block-size", o.block_size, "Tokens per KV cache block")
+  cmd.add_option("--block-size", o.run.block_size, "Tokens per KV cache block")
       ->check(CLI::Range(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");
   cmd.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "Memory for the KV cache, e.g. 2GiB or 512MiB (default: CUDA, room for --max-num-seqs sequences "
                  "of --max-model-len tokens, or of 2048 when that is not given, within the GPU's free memory; "
                  "CPU, 2GiB)")
       ->envname("TERN_KV_CACHE_MEMORY");
-  cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+  cmd.add_option("--gpu-memory-utilization", o.run.gpu_memory_utilization,
                  "CUDA: share of the GPU's memory tern may take (weights, workspace, KV cache), e.g. 0.9; the KV "
                  "cache gets the rest. Instead of --kv-cache-memory")
       ->check(CLI::Range(0.0, 1.0))->envname("TERN_GPU_MEMORY_UTILIZATION");
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)")
       ->envname("TERN_ENABLE_PREFIX_CACHING");
-  cmd.add_flag("--enforce-eager", o.enforce_eager, "CUDA: run every step eagerly, without CUDA graphs")
+  cmd.add_flag("--enforce-eager", o.run.enforce_eager, "CUDA: run every step eagerly, without CUDA graphs")
       ->envname("TERN_ENFORCE_EAGER");
   cmd.add_flag("--async-scheduling,!--no-async-scheduling", o.async_scheduling,
                "CUDA: schedule and launch step n + 1 while step n runs, its new tokens fed to it on the GPU "
                "(default on)")
       ->envname("TERN_ASYNC_SCHEDULING");
-  cmd.add_flag("--decode-kernel,!--no-decode-kernel", o.decode_kernel,
+  cmd.add_flag("--decode-kernel,!--no-decode-kernel", o.run.decode_kernel,
                "CUDA: run all layers of a one-token step (a single stream's decode) as one persistent kernel "
                "where the GPU and model shapes allow (default on); off: a few kernels per layer")
       ->envname("TERN_DECODE_KERNEL");
@@ -90,7 +91,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
     device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
   }
-  const bool by_share = o.gpu_memory_utilization > 0;
+  const bool by_share = o.run.gpu_memory_utilization > 0;
   if (by_share && !o.kv_cache_memory.empty()) {
     return invalid_argument("give --kv-cache-memory or --gpu-memory-utilization, not both");
   }
@@ -101,7 +102,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   int64_t kv_bytes = 0;
   if (by_share) {
     char share[32];
-    std::snprintf(share, sizeof(share), "%g", o.gpu_memory_utilization);
+    std::snprintf(share, sizeof(share), "%g", o.run.gpu_memory_utilization);
     le.kv_sizing = std::string("--gpu-memory-utilization ") + share;
   } else if (!o.kv_cache_memory.empty()) {
     TERN_ASSIGN_OR_RETURN(kv_bytes, parse_bytes(o.kv_cache_memory));
@@ -109,36 +110,29 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   } else if (device == "cuda") {
     // Room for max_num_seqs whole sequences: vLLM takes 90% of the card,
     // which starves anything else on it; this takes what the limits need.
-    const int64_t len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
+    const int64_t len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
     const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * 2;  // bf16 K and V
-    kv_bytes = o.max_num_seqs * (len + o.block_size) * per_token;
-    le.kv_sizing = "default: " + std::to_string(o.max_num_seqs) + " sequences of " + std::to_string(len) +
+    kv_bytes = o.run.max_num_seqs * (len + o.run.block_size) * per_token;
+    le.kv_sizing = "default: " + std::to_string(o.run.max_num_seqs) + " sequences of " + std::to_string(len) +
                    " tokens, within the free GPU memory";
   } else {
     kv_bytes = int64_t{2} << 30;
     le.kv_sizing = "default: 2GiB";
   }
+  RunnerOptions run = o.run;
+  run.kv_cache_bytes = kv_bytes;
+  run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
-    CudaRunnerOptions co;
-    co.block_size = o.block_size;
-    co.kv_cache_bytes = kv_bytes;
-    co.gpu_memory_utilization = o.gpu_memory_utilization;
-    co.kv_fit_to_free = o.kv_cache_memory.empty() && !by_share;
-    co.max_num_batched_tokens = o.max_num_batched_tokens;
-    co.max_num_seqs = o.max_num_seqs;
-    co.max_model_len = o.max_model_len;
-    co.enforce_eager = o.enforce_eager;
-    co.decode_kernel = o.decode_kernel;
-    TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, co));
+    TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));
   } else {
-    TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, o.block_size, kv_bytes));
+    TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, run));
   }
   le.device = device;
 
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
   le.kv_cache_tokens = cache_tokens;
-  int64_t max_len = o.max_model_len > 0 ? o.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
+  int64_t max_len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
   if (max_len > cfg.max_position_embeddings) {
     return invalid_argument("--max-model-len " + std::to_string(max_len) + " exceeds the model's " +
                             std::to_string(cfg.max_position_embeddings) + " positions");
@@ -153,8 +147,8 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   le.max_model_len = max_len;
 
   EngineConfig config;
-  config.scheduler.max_num_seqs = o.max_num_seqs;
-  config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  config.scheduler.max_num_seqs = o.run.max_num_seqs;
+  config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
   config.overlap = o.async_scheduling;
   config.max_model_len = max_len;

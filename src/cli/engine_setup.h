@@ -11,8 +11,9 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/ernie4_5_model.h"
 #include "model/model_config.h"
+#include "model/runner_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::cli {
@@ -20,17 +21,14 @@ namespace tern::cli {
 struct EngineOptions {
   std::string model;
   int threads = 0;
-  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings, capped by the KV cache
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t block_size = 16;
-  std::string kv_cache_memory;          // empty: the default sizing (engine_setup.cpp)
-  double gpu_memory_utilization = 0;    // CUDA: > 0 sizes the KV pool from this share of the GPU
+  // Block size, step limits, graphs, the one-token kernel; max_model_len 0:
+  // the model's max_position_embeddings, capped by the KV cache. The KV
+  // pool's bytes are worked out from kv_cache_memory by load_engine.
+  RunnerOptions run;
+  std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
   bool enable_prefix_caching = true;
   std::string device = "auto";
-  bool enforce_eager = false;
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
-  bool decode_kernel = true;     // CUDA: one-token steps as one persistent kernel
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);

@@ -8,9 +8,9 @@
 #include <iostream>
 
 #include "base/logging.h"
+#include "chat/ernie_chat_format.h"
 #include "cli/commands.h"
 #include "engine/request_stream.h"
-#include "chat/ernie_chat_format.h"
 
 namespace tern::cli {
 namespace {
@@ -60,7 +60,7 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
 int run_generate(const GenerateOptions& o) {
   configure_logging(LogFormat::kText, o.log_level);
   EngineOptions eo = o.engine;
-  eo.max_num_seqs = 1;
+  eo.run.max_num_seqs = 1;
   auto loaded = load_engine(eo);
   if (!loaded.is_ok()) return fail(loaded.status());
   LoadedEngine& le = *loaded;

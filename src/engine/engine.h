@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/engine_stats.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
 #include "engine/runner.h"
@@ -34,25 +35,6 @@ struct EngineConfig {
   // the first row of n > 1) or a sequence's next step needs the values of
   // its tokens (penalties, min_tokens not yet met).
   bool overlap = true;
-};
-
-struct EngineStats {
-  int64_t num_running = 0;
-  int64_t num_waiting = 0;
-  int64_t num_total_blocks = 0;
-  int64_t num_free_blocks = 0;  // free or evictable
-  double kv_cache_usage = 0;    // fraction of blocks in use
-  int64_t prompt_tokens_total = 0;
-  int64_t generation_tokens_total = 0;
-  int64_t num_preemptions = 0;
-  int64_t prefix_cache_queries = 0;
-  int64_t prefix_cache_hits = 0;
-  int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
-  int64_t num_steps = 0;
-  int64_t num_overlapped_steps = 0;  // launched before the step before them was collected
-  double last_step_ms = 0;
-  int64_t last_step_tokens = 0;
-  int64_t last_step_seqs = 0;
 };
 
 class Engine {

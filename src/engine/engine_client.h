@@ -1,22 +1,22 @@
 // EngineClient: the only way into the engine from other threads. It owns the
 // Engine and the engine thread, which loops: take new requests and
 // cancellations from the inbox, step, publish stats. submit/cancel/stats are
-// thread-safe and never wait for a step to finish.
+// thread-safe and never wait for a step to finish. The engine itself stays
+// behind the pointer to its state: callers see requests, streams and stats.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "engine/engine.h"
+#include "base/status.h"
+#include "engine/engine_stats.h"
+#include "engine/request.h"
 #include "engine/request_stream.h"
 
 namespace tern {
+
+class Engine;
 
 class EngineClient {
  public:
@@ -35,28 +35,14 @@ class EngineClient {
   void cancel(const std::string& request_id);
   // A snapshot, refreshed after every step.
   EngineStats stats() const;
-  int64_t num_unfinished() const { return unfinished_.load(); }
+  int64_t num_unfinished() const;
 
   // Stops taking requests, aborts the rest and joins the thread.
   void shutdown();
 
  private:
-  struct Submission {
-    Request request;
-    std::shared_ptr<RequestStream> stream;
-  };
-  void loop();
-
-  std::unique_ptr<Engine> engine_;
-  int64_t max_queued_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Submission> inbox_;
-  std::vector<std::string> cancels_;
-  bool stop_ = false;
-  EngineStats stats_;
-  std::atomic<int64_t> unfinished_{0};
-  std::thread thread_;
+  struct State;  // engine_client.cpp: the engine, the inbox and the thread
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace tern

@@ -1,52 +1,9 @@
-// CPU runner: StepPlan -> SequenceChunks -> Ernie45Model::forward_batch.
+// The Runner defaults for runners that do not overlap steps.
 #include "engine/runner.h"
 
 namespace tern {
 
-SequenceChunk sequence_chunk(const ScheduledChunk& sc, std::span<const int32_t> fed) {
-  const Sequence& seq = *sc.seq;
-  SequenceChunk chunk;
-  chunk.tokens = sc.feedback_row >= 0 ? fed
-                                      : std::span<const int32_t>(seq.tokens()).subspan(
-                                            static_cast<size_t>(seq.num_computed()),
-                                            static_cast<size_t>(sc.num_tokens));
-  chunk.start_pos = seq.num_computed();
-  chunk.block_table = seq.blocks_view();
-  chunk.want_logits = sc.want_logits;
-  return chunk;
-}
-
 Status Runner::launch(const StepPlan&) { return unsupported("this runner does not overlap steps"); }
 Status Runner::collect(StepOutput&) { return unsupported("this runner does not overlap steps"); }
-
-Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, int64_t block_size,
-                                                      int64_t kv_cache_bytes) {
-  const ModelConfig& c = model.config();
-  if (block_size < 1 || block_size > 1024)
-    return invalid_argument("block size must be in [1, 1024], got " + std::to_string(block_size));
-  int64_t per_block = PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size);
-  int64_t blocks = kv_cache_bytes / per_block;
-  if (blocks < 1) {
-    return resource_exhausted("the KV cache budget of " + std::to_string(kv_cache_bytes) +
-                              " bytes holds no block of " + std::to_string(per_block) +
-                              " bytes; raise --kv-cache-memory");
-  }
-  PagedKvPool pool(c.num_layers, c.kv_dim(), blocks, block_size);
-  return std::unique_ptr<CpuRunner>(new CpuRunner(model, std::move(pool)));
-}
-
-Status CpuRunner::execute(const StepPlan& plan, StepOutput& out) {
-  for (const BlockCopy& c : plan.copies) pool_.copy_block(c.src, c.dst);
-  chunks_.clear();
-  size_t want = 0;
-  for (const ScheduledChunk& sc : plan.chunks) {
-    want += sc.want_logits ? 1 : 0;
-    chunks_.push_back(sequence_chunk(sc));
-  }
-  // The CPU samples every row on the host (the argmax is no cheaper here).
-  out.tokens.assign(want, -1);
-  out.logits.resize(want * static_cast<size_t>(vocab_size()));
-  return model_.forward_batch(chunks_, pool_, out.logits);
-}
 
 }  // namespace tern

@@ -1,18 +1,14 @@
 // Runner: executes a StepPlan on a backend and returns the logits of the
 // chunks that want them. The engine sees only this interface, so the CPU
-// reference backend and the CUDA backend are interchangeable. Engine thread
-// only.
+// and CUDA runners (src/runners/) are interchangeable and the engine knows
+// no model, backend or device. Engine thread only.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "engine/scheduler.h"
-#include "model/arch/ernie4_5.h"
-#include "model/paged_kv_pool.h"
 
 namespace tern {
 
@@ -25,11 +21,6 @@ struct StepOutput {
   // vocab_size() floats for each chunk whose entry in `tokens` is -1, in order.
   std::vector<float> logits;
 };
-
-// The chunk of `sc` as a backend reads it: the sequence's next num_tokens
-// tokens from num_computed on, or, for a fed chunk (feedback_row >= 0, whose
-// token is still on the device), `fed`: one id standing in for it.
-SequenceChunk sequence_chunk(const ScheduledChunk& sc, std::span<const int32_t> fed = {});
 
 class Runner {
  public:
@@ -55,24 +46,6 @@ class Runner {
   virtual bool overlaps() const { return false; }
   virtual Status launch(const StepPlan& plan);
   virtual Status collect(StepOutput& out);
-};
-
-// The CPU backend: the reference forward over a paged fp32 KV pool in host memory.
-class CpuRunner final : public Runner {
- public:
-  // `kv_cache_bytes` sizes the pool; the number of blocks is what fits.
-  static Result<std::unique_ptr<CpuRunner>> create(Ernie45Model& model, int64_t block_size,
-                                                    int64_t kv_cache_bytes);
-  Status execute(const StepPlan& plan, StepOutput& out) override;
-  int64_t vocab_size() const override { return model_.config().vocab_size; }
-  int64_t num_kv_blocks() const override { return pool_.num_blocks(); }
-  int64_t block_size() const override { return pool_.block_size(); }
-
- private:
-  CpuRunner(Ernie45Model& model, PagedKvPool pool) : model_(model), pool_(std::move(pool)) {}
-  Ernie45Model& model_;
-  PagedKvPool pool_;
-  std::vector<SequenceChunk> chunks_;  // reused across steps
 };
 
 }  // namespace tern

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_stats.h"
 #include "server/http_counters.h"
 
 namespace tern::server {

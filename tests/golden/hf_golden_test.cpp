@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/ernie4_5_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {

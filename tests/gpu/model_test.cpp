@@ -27,12 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/device_model.h"
-#include "engine/cuda_runner.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "gpu_test_util.h"
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/cuda/device_model.h"
+#include "model/ernie4_5/ernie4_5_model.h"
+#include "runners/cpu_runner.h"
+#include "runners/cuda_runner.h"
 #include "support/tiny_model.h"
 #include "tokenizer/tokenizer.h"
 

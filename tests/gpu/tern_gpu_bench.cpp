@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/device_model.h"
-#include "engine/cuda_runner.h"
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/cuda/device_model.h"
+#include "model/ernie4_5/ernie4_5_model.h"
+#include "runners/cuda_runner.h"
 
 namespace {
 

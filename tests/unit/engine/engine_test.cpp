@@ -15,7 +15,9 @@
 #include "engine/engine.h"
 #include "engine/engine_client.h"
 #include "engine/runner.h"
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/ernie4_5_model.h"
+#include "runners/cpu_runner.h"
+#include "runners/sequence_chunk.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {

@@ -3,7 +3,7 @@
 // re-implementation of the whole forward pass (no KV cache), KV-cached
 // decoding against a full prefill, weight dtypes and layouts, and the errors
 // a user sees for broken checkpoints and bad requests.
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/ernie4_5_model.h"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/ernie4_5_model.h"
 #include "support/tiny_model.h"
 
 namespace tern {

@@ -1,9 +1,11 @@
 // CUDA runner: StepPlan -> block copies + SequenceChunks + how each row is
 // picked (device argmax, device sampling, host) -> DeviceModel::forward_step,
 // whose picks and logits are the StepOutput.
-#include "engine/cuda_runner.h"
+#include "runners/cuda_runner.h"
 
 #include <deque>
+
+#include "runners/sequence_chunk.h"
 
 namespace tern {
 
@@ -111,17 +113,9 @@ cuda::HostWeights cuda_host_weights(const Ernie45Model& model) {
   return w;
 }
 
-Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const CudaRunnerOptions& o) {
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const RunnerOptions& o) {
   cuda::DeviceModelOptions options;
-  options.block_size = o.block_size;
-  options.kv_cache_bytes = o.kv_cache_bytes;
-  options.gpu_memory_utilization = o.gpu_memory_utilization;
-  options.kv_fit_to_free = o.kv_fit_to_free;
-  options.max_num_batched_tokens = o.max_num_batched_tokens;
-  options.max_num_seqs = o.max_num_seqs;
-  options.max_model_len = o.max_model_len;
-  options.enforce_eager = o.enforce_eager;
-  options.decode_kernel = o.decode_kernel;
+  static_cast<RunnerOptions&>(options) = o;
   TERN_ASSIGN_OR_RETURN(auto device, cuda::DeviceModel::create(model.config(), cuda_host_weights(model), options));
   return std::unique_ptr<Runner>(new CudaRunner(std::move(device)));
 }
@@ -130,7 +124,7 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Cuda
 
 bool cuda_backend_built() { return false; }
 
-Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model&, const CudaRunnerOptions&) {
+Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model&, const RunnerOptions&) {
   return unsupported("this tern was built without CUDA support");
 }
 
@@ -138,7 +132,7 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model&, const CudaRunner
 
 Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes,
                                                  int64_t max_num_batched_tokens) {
-  CudaRunnerOptions o;
+  RunnerOptions o;
   o.block_size = block_size;
   o.kv_cache_bytes = kv_cache_bytes;
   o.max_num_batched_tokens = max_num_batched_tokens;

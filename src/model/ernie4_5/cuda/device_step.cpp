@@ -20,7 +20,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device_model_impl.h"
+#include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
 namespace {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
-#include "backend/cuda/device_model.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "model/ernie4_5/cuda/device_model.h"
 
 namespace tern::cuda {
 

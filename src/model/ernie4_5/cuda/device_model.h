@@ -25,6 +25,7 @@
 #include "base/status.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
+#include "model/runner_options.h"
 
 namespace tern::cuda {
 
@@ -59,21 +60,10 @@ constexpr uint8_t kPickOnHost = 0;  // the logits go to the host
 constexpr uint8_t kPickArgmax = 1;  // the argmax, folded into the LM head
 constexpr uint8_t kPickSample = 2;  // sample_rows on the device
 
-struct DeviceModelOptions {
-  int64_t block_size = 16;
-  int64_t kv_cache_bytes = 0;              // the KV pool is the number of whole blocks that fit
-  // Instead of kv_cache_bytes (> 0): the share of the GPU's total memory
-  // tern's allocations may take (weights, workspace, graphs and the KV
-  // pool); the pool gets what is left of it. vLLM's --gpu-memory-utilization.
-  double gpu_memory_utilization = 0;
-  // kv_cache_bytes is a default, not a request: when it does not fit, take
-  // what the GPU has free (less a margin) instead of failing.
-  bool kv_fit_to_free = false;
-  int64_t max_num_batched_tokens = 2048;   // tokens per forward_batch call
+// The engine's options (RunnerOptions: block size, KV pool sizing, step
+// limits, graphs, the one-token kernel) and the device paths' tuning knobs.
+struct DeviceModelOptions : RunnerOptions {
   int64_t max_logit_rows = 256;            // LM-head rows computed per pass (more are done in passes)
-  int64_t max_num_seqs = 256;              // largest decode batch; decode buckets go up to min(this, 256)
-  int64_t max_model_len = 0;               // longest sequence, sizes the decode block tables (0: the model's)
-  bool enforce_eager = false;              // no CUDA graphs: every step's kernels are launched one by one
   // Steps of up to this many tokens (<= kMaxGemvTokens) use the fused GEMV,
   // not cuBLAS. Measured on an H200 (full-size model, graphs): the GEMV wins
   // at 1 token (0.72 vs 1.10 ms/step), ties at 4, loses at 8 (1.61 vs 1.06).
@@ -91,13 +81,6 @@ struct DeviceModelOptions {
   // where its tensor-core form takes the shape; off: rope_store_kv, one
   // kernel more per layer. Bit-identical either way.
   bool rope_in_attention = true;
-  // One-token steps run all their layers as one persistent kernel
-  // (decode_layers: one block per multiprocessor, grid-wide barriers between
-  // phases, each block's weight slices copied into shared memory ahead of
-  // use) where the shapes fit; off: the GEMV path's five kernels per layer.
-  // Measured on an H200 at batch 1: 0.565 against 0.643 ms/step
-  // (tests/gpu/NOTES.md, phase 6).
-  bool decode_kernel = true;
   int device = 0;
 };
 
@@ -122,7 +105,7 @@ class DeviceModel {
 
   // One engine step over this model's device pool: chunk i's tokens sit at
   // start_pos.., their K/V go to the pool through its block table (as
-  // Ernie45Model::forward_batch, model/arch/ernie4_5.h). For the r-th
+  // Ernie45Model::forward_batch, model/ernie4_5/ernie4_5_model.h). For the r-th
   // want_logits chunk, device_greedy[r] != 0 (an empty span: none) asks for
   // the argmax of its logits: tokens[r] gets it (lowest index on ties, as
   // the host argmax); otherwise tokens[r] = -1 and the row's vocab_size

@@ -1,7 +1,7 @@
 // ERNIE 4.5 dense decoder on the reference kernels. The forward pass is
 // written out layer by layer as in MODEL.md so it can be read against HF's
 // modeling_ernie4_5.py; every step is fp32.
-#include "model/arch/ernie4_5.h"
+#include "model/ernie4_5/ernie4_5_model.h"
 
 #include <algorithm>
 #include <chrono>

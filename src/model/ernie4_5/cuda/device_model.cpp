@@ -1,7 +1,7 @@
 // DeviceModel's creation: weight upload, the activation workspace planned
 // once, the KV pool, the fixed decode metadata buffers and the decode graphs
 // captured per batch-size bucket. The per-step work is in device_step.cpp.
-#include "backend/cuda/device_model.h"
+#include "model/ernie4_5/cuda/device_model.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,8 +12,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
-#include "backend/cuda/device_model_impl.h"
 #include "base/bf16.h"
+#include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
 namespace {

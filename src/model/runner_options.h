@@ -1,0 +1,30 @@
+// RunnerOptions: what the engine's flags decide about running a model on a
+// device (the KV pool's size and block, a step's token and sequence limits,
+// graphs and the one-token kernel on CUDA). One struct from the command line
+// through the runner to the device model, never copied field by field.
+#pragma once
+
+#include <cstdint>
+
+namespace tern {
+
+struct RunnerOptions {
+  int64_t block_size = 16;                // positions per KV block
+  int64_t kv_cache_bytes = 0;             // the KV pool: the number of whole blocks that fit
+  // Instead of kv_cache_bytes (> 0, CUDA): the share of the GPU's total
+  // memory tern's allocations may take (weights, workspace, graphs and the
+  // KV pool); the pool gets what is left of it. vLLM's --gpu-memory-utilization.
+  double gpu_memory_utilization = 0;
+  // kv_cache_bytes is a default, not a request: when it does not fit, take
+  // what the GPU has free (less a margin) instead of failing.
+  bool kv_fit_to_free = false;
+  int64_t max_num_batched_tokens = 2048;  // the scheduler's token budget: no step holds more
+  int64_t max_num_seqs = 256;             // the scheduler's sequence limit; CUDA decode graphs go up to it (<= 256)
+  int64_t max_model_len = 0;              // longest sequence, sizes the decode block tables (0: the model's)
+  bool enforce_eager = false;             // CUDA: no graphs, every step's kernels launched one by one
+  // CUDA: one-token steps run all their layers as one persistent kernel
+  // where the shapes and the GPU allow; off: a few kernels per layer.
+  bool decode_kernel = true;
+};
+
+}  // namespace tern

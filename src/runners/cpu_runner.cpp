@@ -1,0 +1,48 @@
+// CPU runner: StepPlan -> SequenceChunks -> Ernie45Model::forward_batch.
+#include "runners/cpu_runner.h"
+
+#include <string>
+
+#include "runners/sequence_chunk.h"
+
+namespace tern {
+
+Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, const RunnerOptions& options) {
+  const ModelConfig& c = model.config();
+  const int64_t block_size = options.block_size;
+  if (block_size < 1 || block_size > 1024)
+    return invalid_argument("block size must be in [1, 1024], got " + std::to_string(block_size));
+  int64_t per_block = PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size);
+  int64_t blocks = options.kv_cache_bytes / per_block;
+  if (blocks < 1) {
+    return resource_exhausted("the KV cache budget of " + std::to_string(options.kv_cache_bytes) +
+                              " bytes holds no block of " + std::to_string(per_block) +
+                              " bytes; raise --kv-cache-memory");
+  }
+  PagedKvPool pool(c.num_layers, c.kv_dim(), blocks, block_size);
+  return std::unique_ptr<CpuRunner>(new CpuRunner(model, std::move(pool)));
+}
+
+Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, int64_t block_size,
+                                                      int64_t kv_cache_bytes) {
+  RunnerOptions options;
+  options.block_size = block_size;
+  options.kv_cache_bytes = kv_cache_bytes;
+  return create(model, options);
+}
+
+Status CpuRunner::execute(const StepPlan& plan, StepOutput& out) {
+  for (const BlockCopy& c : plan.copies) pool_.copy_block(c.src, c.dst);
+  chunks_.clear();
+  size_t want = 0;
+  for (const ScheduledChunk& sc : plan.chunks) {
+    want += sc.want_logits ? 1 : 0;
+    chunks_.push_back(sequence_chunk(sc));
+  }
+  // The CPU samples every row on the host (the argmax is no cheaper here).
+  out.tokens.assign(want, -1);
+  out.logits.resize(want * static_cast<size_t>(vocab_size()));
+  return model_.forward_batch(chunks_, pool_, out.logits);
+}
+
+}  // namespace tern
