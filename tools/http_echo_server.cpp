@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "server/http_server.h"
-#include "server/json_escape.h"
-#include "server/sse.h"
+#include "server/http/json_escape.h"
+#include "server/http/server.h"
+#include "server/http/sse.h"
 
 namespace {
 

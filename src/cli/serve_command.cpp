@@ -12,12 +12,12 @@
 #include "base/mapped_file.h"
 #include "chat/chat_template.h"
 #include "cli/serve_command.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
-#include "server/openai_routes.h"
-#include "server/serving_context.h"
-#include "server/tgi_routes.h"
-#include "server/web_routes.h"
+#include "server/api/metrics.h"
+#include "server/api/openai_routes.h"
+#include "server/api/serving_context.h"
+#include "server/api/tgi_routes.h"
+#include "server/api/web_routes.h"
+#include "server/http/server.h"
 
 namespace tern::cli {
 namespace {

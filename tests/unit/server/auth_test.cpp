@@ -1,5 +1,5 @@
 // API key checks: constant-time compare, Bearer parsing, open paths.
-#include "server/auth.h"
+#include "server/http/auth.h"
 
 #include <gtest/gtest.h>
 

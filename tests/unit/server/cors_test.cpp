@@ -1,5 +1,5 @@
 // CORS decisions: preflight answers, disallowed origins, response headers.
-#include "server/cors.h"
+#include "server/http/cors.h"
 
 #include <gtest/gtest.h>
 

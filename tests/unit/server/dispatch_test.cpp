@@ -1,7 +1,7 @@
 // Dispatcher with a recording Responder (no sockets): the order of checks
 // (preflight, API key, routing) and the safety net for misbehaving handlers.
 // RecordingResponder is also the pattern for unit-testing routes.
-#include "server/http_dispatch.h"
+#include "server/http/dispatch.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <stdexcept>
 
-#include "server/http_error.h"
+#include "server/http/error.h"
 
 namespace tern::server {
 namespace {

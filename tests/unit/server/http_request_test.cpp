@@ -1,9 +1,9 @@
 // Request helpers: header lookup, query decoding, request ids, response heads.
 #include <gtest/gtest.h>
 
-#include "server/http_error.h"
-#include "server/http_request.h"
-#include "server/http_response_head.h"
+#include "server/http/error.h"
+#include "server/http/request.h"
+#include "server/http/response_head.h"
 
 namespace tern::server {
 namespace {

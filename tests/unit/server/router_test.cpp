@@ -1,5 +1,5 @@
 // Router: exact paths per method, 404 vs 405 with Allow, HEAD -> GET.
-#include "server/router.h"
+#include "server/http/router.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
 // SSE framing and JSON escaping: what streaming clients parse.
-#include "server/sse.h"
+#include "server/http/sse.h"
 
 #include <gtest/gtest.h>
 
-#include "server/json_escape.h"
+#include "server/http/json_escape.h"
 
 namespace tern::server {
 namespace {

@@ -1,0 +1,371 @@
+// OpenAI request parsing. Type checks come before every access: the body is
+// untrusted and nlohmann throws on a wrong type.
+#include "server/api/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+namespace tern::server {
+namespace {
+
+using nlohmann::json;
+
+std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  return "object";
+}
+
+// Each getter: nullopt + no error when absent or null; an error for a wrong type.
+std::optional<ApiError> get_number(const json& j, const char* key, std::optional<double>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return bad_request(std::string(key) + " must be a number, got " + type_name(*it), key);
+  double v = it->get<double>();
+  if (!std::isfinite(v)) return bad_request(std::string(key) + " must be finite", key);
+  out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_int(const json& j, const char* key, std::optional<int64_t>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_float()) {
+    double v = it->get<double>();
+    if (v == std::floor(v) && std::fabs(v) < 9e15) {
+      out = static_cast<int64_t>(v);
+      return std::nullopt;
+    }
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return bad_request(std::string(key) + " is too large", key);
+  if (!it->is_number_integer()) return bad_request(std::string(key) + " must be an integer, got " + type_name(*it), key);
+  out = it->get<int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& j, const char* key, std::optional<bool>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return bad_request(std::string(key) + " must be a boolean, got " + type_name(*it), key);
+  out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_string(const json& j, const char* key, std::optional<std::string>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return bad_request(std::string(key) + " must be a string, got " + type_name(*it), key);
+  out = it->get<std::string>();
+  return std::nullopt;
+}
+
+#define TRY(expr)                      \
+  do {                                 \
+    if (auto e_ = (expr)) return *e_;  \
+  } while (0)
+
+std::optional<ApiError> parse_stop(const json& j, SamplingParams& p) {
+  auto it = j.find("stop");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    if (!it->get<std::string>().empty()) p.stop.push_back(it->get<std::string>());
+    return std::nullopt;
+  }
+  if (!it->is_array()) return bad_request("stop must be a string or a list of strings", "stop");
+  for (const auto& s : *it) {
+    if (!s.is_string()) return bad_request("stop must be a string or a list of strings", "stop");
+    if (!s.get<std::string>().empty()) p.stop.push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_token_list(const json& j, const char* key, std::vector<int32_t>& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) return bad_request(std::string(key) + " must be a list of token ids", key);
+  for (const auto& t : *it) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+      return bad_request(std::string(key) + " must be a list of non-negative token ids", key);
+    out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_logit_bias(const json& j, SamplingParams& p) {
+  auto it = j.find("logit_bias");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return bad_request("logit_bias must be an object of token id -> bias", "logit_bias");
+  for (const auto& [key, value] : it->items()) {
+    if (!value.is_number()) return bad_request("logit_bias values must be numbers", "logit_bias");
+    size_t pos = 0;
+    int64_t id = 0;
+    try {
+      id = std::stoll(key, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    if (pos == 0 || pos != key.size()) return bad_request("logit_bias keys must be token ids, got '" + key + "'", "logit_bias");
+    p.logit_bias[id] = value.get<double>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> unsupported_features(const json& j) {
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return bad_request("response_format must be an object", "response_format");
+    auto type = it->find("type");
+    if (type == it->end() || !type->is_string() || type->get<std::string>() != "text") {
+      return bad_request("response_format of type json_object or json_schema needs guided decoding, which this "
+                         "server does not support yet; omit response_format or use {\"type\": \"text\"}",
+                         "response_format");
+    }
+  }
+  if (auto it = j.find("tools"); it != j.end() && !it->is_null() && !(it->is_array() && it->empty())) {
+    return bad_request("tools (function calling) are not supported yet by this server; omit tools", "tools");
+  }
+  if (auto it = j.find("guided_json"); it != j.end() && !it->is_null())
+    return bad_request("guided decoding is not supported yet by this server", "guided_json");
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiError api_error_from_status(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kOutOfRange:
+    case ErrorCode::kParse:
+      return bad_request(s.message());
+    case ErrorCode::kNotFound:
+      return {404, s.message(), {}, 0};
+    case ErrorCode::kResourceExhausted:
+      // A request that can never fit is the client's to fix; a full queue is temporary.
+      if (s.message().find("queue") != std::string::npos) return {503, s.message(), {}, 1};
+      return bad_request(s.message());
+    case ErrorCode::kCancelled:
+      return {503, s.message(), {}, 5};
+    default:
+      return {500, s.message(), {}, 0};
+  }
+}
+
+std::optional<std::string> message_text(const json& content) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return std::nullopt;
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object()) return std::nullopt;
+    auto type = part.find("type");
+    auto t = part.find("text");
+    if (type == part.end() || !type->is_string() || type->get<std::string>() != "text" || t == part.end() ||
+        !t->is_string())
+      return std::nullopt;
+    if (!text.empty()) text += "\n";
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::optional<ApiError> parse_sampling_fields(const json& j, const ServingContext& ctx, SamplingParams& p) {
+  const GenerationDefaults& d = ctx.generation_defaults;
+  bool use_defaults = ctx.use_generation_defaults;
+  std::optional<double> temperature, top_p, min_p, presence, frequency, repetition;
+  std::optional<int64_t> top_k, seed, min_tokens;
+  std::optional<bool> ignore_eos, skip_special, include_stop;
+  TRY(get_number(j, "temperature", temperature));
+  TRY(get_number(j, "top_p", top_p));
+  TRY(get_number(j, "min_p", min_p));
+  TRY(get_number(j, "presence_penalty", presence));
+  TRY(get_number(j, "frequency_penalty", frequency));
+  TRY(get_number(j, "repetition_penalty", repetition));
+  TRY(get_int(j, "top_k", top_k));
+  TRY(get_int(j, "seed", seed));
+  TRY(get_int(j, "min_tokens", min_tokens));
+  TRY(get_bool(j, "ignore_eos", ignore_eos));
+  TRY(get_bool(j, "skip_special_tokens", skip_special));
+  TRY(get_bool(j, "include_stop_str_in_output", include_stop));
+
+  bool do_sample = !use_defaults || d.do_sample.value_or(true);
+  p.temperature = temperature.value_or(use_defaults && do_sample ? d.temperature.value_or(1.0) : (do_sample ? 1.0 : 0.0));
+  p.top_p = top_p.value_or(use_defaults ? d.top_p.value_or(1.0) : 1.0);
+  p.top_k = top_k.value_or(use_defaults ? d.top_k.value_or(0) : 0);
+  p.min_p = min_p.value_or(0.0);
+  p.presence_penalty = presence.value_or(0.0);
+  p.frequency_penalty = frequency.value_or(0.0);
+  p.repetition_penalty = repetition.value_or(use_defaults ? d.repetition_penalty.value_or(1.0) : 1.0);
+  if (seed) p.seed = static_cast<uint64_t>(*seed);
+  p.min_tokens = min_tokens.value_or(0);
+  p.ignore_eos = ignore_eos.value_or(false);
+  p.skip_special_tokens = skip_special.value_or(true);
+  p.include_stop_str_in_output = include_stop.value_or(false);
+  TRY(parse_stop(j, p));
+  TRY(parse_token_list(j, "stop_token_ids", p.stop_token_ids));
+  TRY(parse_logit_bias(j, p));
+  return std::nullopt;
+}
+
+std::optional<ApiError> fit_context(Request& r, std::optional<int64_t> asked, int64_t default_max,
+                                    const ServingContext& ctx) {
+  int64_t len = static_cast<int64_t>(r.prompt.size());
+  const std::string limit = "This model's maximum context length is " + std::to_string(ctx.max_model_len) + " tokens. ";
+  if (len >= ctx.max_model_len) {
+    return bad_request(limit + "However, your request has " + std::to_string(len) +
+                       " input tokens. Please reduce the length of the input messages.");
+  }
+  if (asked && *asked < 1) return bad_request("max_tokens must be at least 1, got " + std::to_string(*asked) + ".", "max_tokens");
+  int64_t room = ctx.max_model_len - len;
+  if (asked && *asked > room) {
+    return bad_request(limit + "However, you requested " + std::to_string(len + *asked) + " tokens (" +
+                           std::to_string(len) + " in the messages, " + std::to_string(*asked) +
+                           " in the completion). Please reduce the length of the messages or completion.",
+                       "max_tokens");
+  }
+  r.params.max_tokens = asked ? *asked : (default_max > 0 ? std::min(default_max, room) : room);
+  return std::nullopt;
+}
+
+ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind kind, const ServingContext& ctx) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return bad_request("the request body is not valid JSON");
+  if (!j.is_object()) return bad_request("the request body must be a JSON object");
+  if (auto e = unsupported_features(j)) return *e;
+
+  GenerationJob job;
+  job.kind = kind;
+  std::optional<std::string> model, user;
+  TRY(get_string(j, "model", model));
+  TRY(get_string(j, "user", user));
+  job.model = model.value_or(ctx.model_name);
+  job.user = user.value_or("");
+  if (model && *model != ctx.model_name) {
+    return ApiError{404, "The model `" + *model + "` does not exist.", "model", 0};
+  }
+
+  std::optional<bool> stream, echo, logprobs_flag;
+  TRY(get_bool(j, "stream", stream));
+  job.stream = stream.value_or(false);
+  if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
+    if (!so->is_object()) return bad_request("stream_options must be an object", "stream_options");
+    std::optional<bool> usage, continuous;
+    TRY(get_bool(*so, "include_usage", usage));
+    TRY(get_bool(*so, "continuous_usage_stats", continuous));
+    job.include_usage = usage.value_or(false);
+    job.continuous_usage = continuous.value_or(false);
+  }
+
+  SamplingParams params;
+  TRY(parse_sampling_fields(j, ctx, params));
+  std::optional<int64_t> n, max_tokens, max_completion_tokens, top_logprobs, priority, logprobs_int;
+  TRY(get_int(j, "n", n));
+  TRY(get_int(j, "max_tokens", max_tokens));
+  TRY(get_int(j, "max_completion_tokens", max_completion_tokens));
+  TRY(get_int(j, "priority", priority));
+  std::optional<std::string> cache_salt;
+  TRY(get_string(j, "cache_salt", cache_salt));
+  if (max_completion_tokens) max_tokens = max_completion_tokens;
+  if (n && (*n < 1 || *n > 128)) return bad_request("n must be between 1 and 128, got " + std::to_string(*n) + ".", "n");
+
+  if (kind == ApiKind::kChat) {
+    TRY(get_bool(j, "logprobs", logprobs_flag));
+    TRY(get_int(j, "top_logprobs", top_logprobs));
+    if (top_logprobs && (*top_logprobs < 0 || *top_logprobs > 20))
+      return bad_request("top_logprobs must be between 0 and 20", "top_logprobs");
+    if (logprobs_flag.value_or(false)) job.logprobs = static_cast<int>(top_logprobs.value_or(0));
+    else if (top_logprobs && *top_logprobs > 0)
+      return bad_request("top_logprobs needs logprobs to be true", "top_logprobs");
+  } else {
+    TRY(get_int(j, "logprobs", logprobs_int));
+    TRY(get_bool(j, "echo", echo));
+    if (logprobs_int && (*logprobs_int < 0 || *logprobs_int > 20))
+      return bad_request("logprobs must be between 0 and 20", "logprobs");
+    if (logprobs_int) job.logprobs = static_cast<int>(*logprobs_int);
+    job.echo = echo.value_or(false);
+  }
+  if (job.logprobs) params.logprobs = *job.logprobs;
+
+  // Prompts.
+  std::vector<std::vector<int32_t>> prompts;
+  if (kind == ApiKind::kChat) {
+    auto msgs = j.find("messages");
+    if (msgs == j.end() || !msgs->is_array() || msgs->empty())
+      return bad_request("messages must be a non-empty list", "messages");
+    json clean = json::array();
+    for (const auto& m : *msgs) {
+      if (!m.is_object()) return bad_request("each message must be an object", "messages");
+      auto role = m.find("role");
+      if (role == m.end() || !role->is_string()) return bad_request("each message needs a string role", "messages");
+      auto content = m.find("content");
+      std::optional<std::string> text = content == m.end() ? std::optional<std::string>("") : message_text(*content);
+      if (!text) return bad_request("message content must be a string or a list of text parts", "messages");
+      json cm = m;
+      cm["content"] = *text;
+      clean.push_back(std::move(cm));
+    }
+    std::optional<bool> add_gen;
+    TRY(get_bool(j, "add_generation_prompt", add_gen));
+    json kwargs = json::object();
+    if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
+      if (!k->is_object()) return bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+      kwargs = *k;
+    }
+    auto rendered = ctx.render_chat(clean, add_gen.value_or(true), kwargs);
+    if (!rendered.is_ok()) return bad_request("the chat template failed: " + rendered.status().message(), "messages");
+    job.prompt_texts.push_back(*rendered);
+    prompts.push_back(ctx.tokenizer->encode(*rendered, /*add_special_tokens=*/false));
+  } else {
+    auto p = j.find("prompt");
+    if (p == j.end() || p->is_null()) return bad_request("prompt is required", "prompt");
+    auto add_text = [&](const std::string& s) {
+      job.prompt_texts.push_back(s);
+      prompts.push_back(ctx.tokenizer->encode(s, true));
+    };
+    auto add_ids = [&](const json& ids) -> std::optional<ApiError> {
+      std::vector<int32_t> v;
+      for (const auto& t : ids) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.vocab_size)
+          return bad_request("prompt token ids must be integers in [0, " + std::to_string(ctx.vocab_size) + ")", "prompt");
+        v.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+      job.prompt_texts.push_back(ctx.tokenizer->decode(v, false));
+      prompts.push_back(std::move(v));
+      return std::nullopt;
+    };
+    if (p->is_string()) {
+      add_text(p->get<std::string>());
+    } else if (p->is_array() && !p->empty() && p->at(0).is_number_integer()) {
+      TRY(add_ids(*p));
+    } else if (p->is_array() && !p->empty()) {
+      for (const auto& e : *p) {
+        if (e.is_string()) add_text(e.get<std::string>());
+        else if (e.is_array() && !e.empty()) TRY(add_ids(e));
+        else return bad_request("prompt must be a string, a list of strings, or token ids", "prompt");
+      }
+    } else {
+      return bad_request("prompt must be a string, a list of strings, or token ids", "prompt");
+    }
+    if (prompts.size() > 256) return bad_request("at most 256 prompts per request", "prompt");
+  }
+
+  for (auto& ids : prompts) {
+    if (ids.empty()) return bad_request("the prompt is empty", kind == ApiKind::kChat ? "messages" : "prompt");
+    Request r;
+    r.prompt = std::move(ids);
+    r.params = params;
+    r.n = static_cast<int>(n.value_or(1));
+    r.priority = static_cast<int>(priority.value_or(0));
+    r.cache_salt = cache_salt.value_or("");
+    TRY(fit_context(r, max_tokens, kind == ApiKind::kChat ? 0 : 16, ctx));
+    Status st = r.params.validate(ctx.vocab_size);
+    if (!st.is_ok()) return bad_request(st.message());
+    job.requests.push_back(std::move(r));
+  }
+  return job;
+}
+
+}  // namespace tern::server

@@ -1,0 +1,59 @@
+// Parsing and validating OpenAI-style request bodies (/v1/chat/completions,
+// /v1/completions; TGI's parameters map onto the same GenerationJob) into
+// engine Requests. Every problem is an ApiError naming the field; unknown
+// fields are ignored. No I/O: the tokenizer and chat template come from the
+// ServingContext.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/api/api_error.h"
+#include "server/api/serving_context.h"
+
+namespace tern::server {
+
+enum class ApiKind { kChat, kCompletion };
+
+// One client request, ready for the engine: one engine Request per prompt
+// (a completions prompt may be a list), each with n choices.
+struct GenerationJob {
+  ApiKind kind = ApiKind::kChat;
+  std::vector<Request> requests;  // ids filled by the route
+  std::vector<std::string> prompt_texts;  // for echo
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  bool echo = false;
+  std::optional<int> logprobs;  // chat: top_logprobs when logprobs=true; completions: logprobs
+  std::string model;
+  std::string user;
+};
+
+template <typename T>
+using ApiResult = std::variant<T, ApiError>;
+
+// Parses a JSON body (text) into a job. `kind` selects the schema.
+ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind kind, const ServingContext& ctx);
+
+// Shared by every API: fills SamplingParams from JSON fields, with the
+// model's generation_config.json defaults for the ones left out.
+std::optional<ApiError> parse_sampling_fields(const nlohmann::json& j, const ServingContext& ctx,
+                                              SamplingParams& p);
+
+// Checks prompt length and max_tokens against max_model_len with vLLM's
+// wording, setting max_tokens when the client left it out (`default_max`,
+// 0 meaning "the rest of the context").
+std::optional<ApiError> fit_context(Request& r, std::optional<int64_t> asked_max_tokens, int64_t default_max,
+                                    const ServingContext& ctx);
+
+// The text of a message's content: a string, null, or a list of
+// {"type": "text", "text": ...} parts.
+std::optional<std::string> message_text(const nlohmann::json& content);
+
+}  // namespace tern::server

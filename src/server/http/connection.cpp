@@ -1,0 +1,532 @@
+// Connection: one TCP connection's session, the only code that uses Beast
+// (its request parser, for the header and body limits). A coroutine per
+// connection on its own strand reads a request, dispatches it with a
+// StreamResponder, and loops while keep-alive holds. Around it: a watchdog
+// timer for read/idle/write deadlines, a read kept pending on the socket while
+// the handler runs (so a disconnect is seen at once), and the engine-event
+// wake-up that handlers await.
+#include "server/http/connection.h"
+
+#include <array>
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+
+#include "server/http/error.h"
+#include "server/http/response_head.h"
+
+namespace tern::server {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+constexpr auto kNever = Clock::time_point::max();
+// While a handler runs, pipelined bytes are buffered up to this much; past it
+// the pending read stops and a disconnect shows up as a failed write instead.
+constexpr size_t kMaxBufferedWhileHandling = 1 << 20;
+constexpr size_t kMonitorReadSize = 4096;
+// After an error response, how long unread request bytes are drained so the
+// client sees the response instead of a reset.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+
+auto redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+bool is_http_parse_error(const error_code& ec) {
+  return ec.category() == http::make_error_code(http::error::bad_method).category();
+}
+
+std::string format_remote(const tcp::socket& socket) {
+  error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  std::string addr = ep.address().to_string();
+  if (ep.address().is_v6()) addr = "[" + addr + "]";
+  return addr + ":" + std::to_string(ep.port());
+}
+
+class Connection;
+
+// Engine thread -> connection strand wake-up for one request. The engine
+// keeps it (inside the notify callback) as long as it likes; it holds no
+// executor, only the gate, so it is safe after the connection or server died.
+struct EventSignal : std::enable_shared_from_this<EventSignal> {
+  EventSignal(std::shared_ptr<PostGate> g, std::weak_ptr<Connection> c) : gate(std::move(g)), conn(std::move(c)) {}
+  void notify();
+
+  std::shared_ptr<PostGate> gate;
+  std::weak_ptr<Connection> conn;
+  std::atomic<bool> posted{false};  // a wake-up is queued: later calls coalesce
+};
+
+class StreamResponder;
+
+class Connection final : public ConnectionControl, public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx)
+      : socket_(std::move(socket)),
+        strand_(socket_.get_executor()),
+        ctx_(std::move(ctx)),
+        watchdog_timer_(strand_),
+        wake_timer_(strand_),
+        monitor_timer_(strand_) {
+    ctx_->counters->on_connection_open();
+  }
+  ~Connection() override { ctx_->counters->on_connection_close(); }
+
+  void start() { asio::co_spawn(strand_, run(shared_from_this()), asio::detached); }
+
+  void begin_shutdown() override {
+    asio::post(strand_, [self = shared_from_this()] {
+      self->shutting_down_ = true;
+      if (self->phase_ == Phase::kIdle) self->close_socket();
+    });
+  }
+  void force_close() override {
+    asio::post(strand_, [self = shared_from_this()] {
+      self->shutting_down_ = true;
+      self->mark_gone();
+      self->close_socket();
+    });
+  }
+
+  // Any thread: wakes the handler waiting on `signal` (if still current).
+  void post_event(std::shared_ptr<EventSignal> signal) {
+    asio::post(strand_, [self = shared_from_this(), signal = std::move(signal)] {
+      if (signal.get() != self->current_signal_) return;  // a wake-up for an earlier request
+      self->signalled_ = true;
+      self->wake_timer_.cancel();
+    });
+  }
+
+ private:
+  friend class StreamResponder;
+  enum class Phase { kIdle, kReading, kHandling, kClosing };
+
+  Task<void> run(std::shared_ptr<Connection> self);
+  Task<void> serve();
+  Task<void> watchdog(std::shared_ptr<Connection> self);  // `self` keeps the connection alive
+  Task<bool> handle_read_error(const error_code& ec);
+  Task<void> send_error_and_close(int status, std::string message);
+  Task<void> lingering_close();
+  Task<bool> write(std::array<asio::const_buffer, 3> buffers);
+
+  void set_deadline(Clock::time_point t) {
+    deadline_ = t;
+    if (t < watchdog_timer_.expiry()) watchdog_timer_.cancel();  // re-arm sooner
+  }
+  void mark_gone() {
+    if (gone_) return;
+    gone_ = true;
+    wake_timer_.cancel();
+  }
+  void close_socket() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    watchdog_timer_.cancel();
+    wake_timer_.cancel();
+  }
+
+  void start_monitor();
+  void on_monitor_read(const error_code& ec, size_t n);
+  Task<void> stop_monitor();
+
+  tcp::socket socket_;
+  asio::any_io_executor strand_;
+  std::shared_ptr<ServerContext> ctx_;
+  beast::flat_buffer buffer_;
+  asio::steady_timer watchdog_timer_;
+  asio::steady_timer wake_timer_;     // wait_event sleeps on it
+  asio::steady_timer monitor_timer_;  // stop_monitor sleeps on it
+  Clock::time_point deadline_ = kNever;
+  Phase phase_ = Phase::kIdle;
+  uint64_t id_ = 0;
+  std::string remote_;
+  bool gone_ = false;           // the peer left (or we closed on it)
+  bool closed_ = false;         // the socket is closed
+  bool shutting_down_ = false;  // no more requests on this connection
+  bool monitoring_ = false;     // a handler runs: keep a read pending
+  bool monitor_pending_ = false;
+  const EventSignal* current_signal_ = nullptr;
+  bool signalled_ = false;
+};
+
+void EventSignal::notify() {
+  if (posted.exchange(true, std::memory_order_acq_rel)) return;
+  std::lock_guard lock(gate->mu);
+  if (gate->ioc == nullptr) return;
+  // First to the io_context, then (if the connection lives) to its strand:
+  // this object never holds the strand, which must not outlive the server.
+  asio::post(*gate->ioc, [self = shared_from_this()] {
+    self->posted.store(false, std::memory_order_release);
+    auto conn = self->conn.lock();
+    if (!conn) return;
+    conn->post_event(self);
+  });
+}
+
+// The Responder of one request on a Connection; lives in the session frame.
+class StreamResponder final : public Responder {
+ public:
+  StreamResponder(Connection& conn, const HttpRequest& request, bool keep_alive)
+      : c_(conn), version_(request.version), keep_alive_(keep_alive), head_only_(request.method == "HEAD") {}
+  ~StreamResponder() override {
+    c_.current_signal_ = nullptr;
+    c_.signalled_ = false;
+  }
+
+  Task<bool> respond(int status, std::string content_type, std::string body,
+                     std::vector<HttpHeader> extra_headers) override {
+    if (state_ != State::kNone || c_.gone_) co_return false;
+    state_ = State::kDone;
+    c_.ctx_->counters->on_response(status);
+    ResponseFraming framing{body.size(), false, keep_alive(), version_};
+    std::string head = response_head(status, content_type, framing, common_headers(), extra_headers);
+    if (head_only_) body.clear();
+    bool ok = co_await c_.write({asio::buffer(head), asio::buffer(body), asio::const_buffer()});
+    completed_ = ok;
+    co_return ok;
+  }
+
+  Task<bool> begin_stream(int status, std::string content_type, std::vector<HttpHeader> extra_headers) override {
+    if (state_ != State::kNone || c_.gone_) co_return false;
+    state_ = head_only_ ? State::kDone : State::kStreaming;
+    chunked_ = version_ >= 11;
+    c_.ctx_->counters->on_response(status);
+    // Without chunking (HTTP/1.0) the end of the body is the end of the connection.
+    ResponseFraming framing{std::nullopt, chunked_, chunked_ && keep_alive(), version_};
+    if (!chunked_) keep_alive_ = false;
+    extra_headers.push_back({"Cache-Control", "no-cache"});
+    // Tells nginx not to buffer the stream.
+    extra_headers.push_back({"X-Accel-Buffering", "no"});
+    std::string head = response_head(status, content_type, framing, common_headers(), extra_headers);
+    bool ok = co_await c_.write({asio::buffer(head), asio::const_buffer(), asio::const_buffer()});
+    completed_ = ok && head_only_;
+    co_return ok;
+  }
+
+  Task<bool> write_chunk(std::string_view data) override {
+    if (state_ != State::kStreaming || c_.gone_) co_return false;
+    if (data.empty()) co_return true;  // an empty chunk would end the stream
+    if (!chunked_) co_return co_await c_.write({asio::buffer(data), asio::const_buffer(), asio::const_buffer()});
+    std::string size_line = chunk_size_line(data.size());
+    co_return co_await c_.write({asio::buffer(size_line), asio::buffer(data), asio::buffer("\r\n", 2)});
+  }
+
+  Task<bool> end_stream() override {
+    if (state_ != State::kStreaming) co_return false;
+    state_ = State::kDone;
+    if (c_.gone_) co_return false;
+    bool ok = true;
+    if (chunked_) ok = co_await c_.write({asio::buffer("0\r\n\r\n", 5), asio::const_buffer(), asio::const_buffer()});
+    completed_ = ok;
+    co_return ok;
+  }
+
+  bool client_gone() const override { return c_.gone_; }
+  bool started() const override { return state_ != State::kNone; }
+
+  std::function<void()> event_notifier() override {
+    if (!signal_) {
+      signal_ = std::make_shared<EventSignal>(c_.ctx_->gate, c_.weak_from_this());
+      c_.current_signal_ = signal_.get();
+      c_.signalled_ = false;
+    }
+    return [signal = signal_] { signal->notify(); };
+  }
+
+  Task<Wake> wait_event(std::chrono::milliseconds timeout) override {
+    auto deadline = Clock::now() + timeout;
+    while (true) {
+      if (c_.gone_) co_return Wake::kClientGone;
+      if (c_.signalled_) {
+        c_.signalled_ = false;
+        co_return Wake::kEvent;
+      }
+      if (Clock::now() >= deadline) co_return Wake::kTimeout;
+      c_.wake_timer_.expires_at(deadline);
+      error_code ec;
+      co_await c_.wake_timer_.async_wait(redirect(ec));
+    }
+  }
+
+  // After the handler: ends a stream it left open.
+  Task<void> finish() {
+    if (state_ == State::kStreaming) co_await end_stream();
+    if (c_.gone_ && !completed_) c_.ctx_->counters->on_client_disconnect();
+  }
+  // The connection may carry another request.
+  bool reusable() const { return completed_ && keep_alive() && !c_.gone_; }
+
+ private:
+  enum class State { kNone, kStreaming, kDone };
+  bool keep_alive() const { return keep_alive_ && !c_.shutting_down_; }
+
+  Connection& c_;
+  int version_;
+  bool keep_alive_;
+  bool head_only_;
+  bool chunked_ = false;
+  bool completed_ = false;  // the whole response went out
+  State state_ = State::kNone;
+  std::shared_ptr<EventSignal> signal_;
+};
+
+Task<void> Connection::run(std::shared_ptr<Connection> self) {
+  remote_ = format_remote(socket_);
+  id_ = ctx_->add(weak_from_this());
+  if (id_ != 0) {
+    error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks go out at once
+    asio::co_spawn(strand_, watchdog(self), asio::detached);
+    try {
+      co_await serve();
+    } catch (const std::exception&) {
+      // bad_alloc and the like: drop this connection, keep the server.
+    }
+  }
+  close_socket();
+  if (id_ != 0) ctx_->remove(id_);
+}
+
+Task<void> Connection::watchdog([[maybe_unused]] std::shared_ptr<Connection> self) {
+  error_code ec;
+  while (!closed_) {
+    watchdog_timer_.expires_at(deadline_);
+    co_await watchdog_timer_.async_wait(redirect(ec));
+    if (closed_) break;
+    if (Clock::now() >= deadline_) {
+      mark_gone();
+      close_socket();
+    }
+  }
+}
+
+Task<bool> Connection::write(std::array<asio::const_buffer, 3> buffers) {
+  if (gone_ || closed_) co_return false;
+  set_deadline(Clock::now() + ctx_->options.write_timeout);
+  error_code ec;
+  co_await asio::async_write(socket_, buffers, redirect(ec));
+  set_deadline(kNever);
+  if (ec) {
+    mark_gone();
+    co_return false;
+  }
+  co_return true;
+}
+
+Task<void> Connection::serve() {
+  const HttpServerOptions& opt = ctx_->options;
+  bool first = true;
+  while (!closed_ && !shutting_down_) {
+    error_code ec;
+    if (buffer_.size() == 0) {
+      phase_ = Phase::kIdle;
+      set_deadline(Clock::now() + (first ? opt.read_timeout : opt.idle_timeout));
+      co_await socket_.async_wait(tcp::socket::wait_read, redirect(ec));
+      if (ec || closed_ || shutting_down_) co_return;
+    }
+    first = false;
+    phase_ = Phase::kReading;
+    set_deadline(Clock::now() + opt.read_timeout);
+
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(opt.max_header_bytes);
+    parser.body_limit(opt.max_body_bytes);
+    co_await http::async_read_header(socket_, buffer_, parser, redirect(ec));
+    if (ec) {
+      co_await handle_read_error(ec);
+      co_return;
+    }
+    // A request body framed by anything but chunked cannot be delimited
+    // (RFC 9112 6.3): refuse it rather than guess where the next request starts.
+    if (parser.get().count(http::field::transfer_encoding) > 0 && !parser.chunked()) {
+      co_await send_error_and_close(400, "Unsupported Transfer-Encoding (only chunked is accepted)");
+      co_return;
+    }
+    if (!parser.is_done()) {
+      auto expect = parser.get()[http::field::expect];
+      if (beast::iequals(expect, "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        if (!co_await write({asio::buffer(kContinue.data(), kContinue.size()), asio::const_buffer(),
+                             asio::const_buffer()})) {
+          co_return;
+        }
+        set_deadline(Clock::now() + opt.read_timeout);
+      }
+      co_await http::async_read(socket_, buffer_, parser, redirect(ec));
+      if (ec) {
+        co_await handle_read_error(ec);
+        co_return;
+      }
+    }
+    set_deadline(kNever);
+
+    http::request<http::string_body> msg = parser.release();
+    HttpRequest request;
+    request.method = std::string(msg.method_string());
+    request.target = std::string(msg.target());
+    size_t q = request.target.find('?');
+    request.path = request.target.substr(0, q);
+    if (q != std::string::npos) request.query = request.target.substr(q + 1);
+    request.version = static_cast<int>(msg.version());
+    request.remote = remote_;
+    for (const auto& field : msg) request.headers.add(std::string(field.name_string()), std::string(field.value()));
+    request.body = std::move(msg.body());
+    bool keep_alive = msg.keep_alive();
+
+    phase_ = Phase::kHandling;
+    bool reusable = false;
+    {
+      struct InFlight {
+        explicit InFlight(HttpCounters& c) : counters(c) { counters.on_request_start(); }
+        ~InFlight() { counters.on_request_end(); }
+        HttpCounters& counters;
+      } in_flight(*ctx_->counters);
+      StreamResponder responder(*this, request, keep_alive);
+      start_monitor();
+      co_await ctx_->dispatcher.dispatch(request, responder);
+      co_await responder.finish();
+      co_await stop_monitor();
+      reusable = responder.reusable();
+    }
+    if (!reusable) co_return;
+  }
+}
+
+// Answers what can be answered (limits, malformed requests) and closes.
+Task<bool> Connection::handle_read_error(const error_code& ec) {
+  const HttpServerOptions& opt = ctx_->options;
+  if (closed_) co_return false;  // timed out (watchdog) or shut down
+  if (ec == http::error::header_limit) {
+    co_await send_error_and_close(431, "Request header fields too large (limit " +
+                                           std::to_string(opt.max_header_bytes) + " bytes)");
+  } else if (ec == http::error::body_limit) {
+    co_await send_error_and_close(413, "Request body too large (limit " + std::to_string(opt.max_body_bytes) +
+                                           " bytes)");
+  } else if (ec == http::error::end_of_stream || ec == http::error::partial_message) {
+    // The client left, cleanly or mid-request.
+  } else if (is_http_parse_error(ec)) {
+    co_await send_error_and_close(400, "Malformed HTTP request: " + ec.message());
+  }
+  co_return false;
+}
+
+Task<void> Connection::send_error_and_close(int status, std::string message) {
+  phase_ = Phase::kClosing;
+  ctx_->counters->on_response(status);
+  std::string body = openai_error_body(status, message);
+  ResponseFraming framing{body.size(), false, false, 11};
+  std::string head = response_head(status, kJsonContentType, framing, {}, {});
+  if (co_await write({asio::buffer(head), asio::buffer(body), asio::const_buffer()})) co_await lingering_close();
+}
+
+Task<void> Connection::lingering_close() {
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  set_deadline(Clock::now() + kLingerTime);
+  std::array<char, 8192> scratch;
+  while (!closed_) {
+    co_await socket_.async_read_some(asio::buffer(scratch), redirect(ec));
+    if (ec) break;
+  }
+  close_socket();
+}
+
+void Connection::start_monitor() {
+  monitoring_ = true;
+  if (monitor_pending_ || gone_ || closed_ || buffer_.size() >= kMaxBufferedWhileHandling) return;
+  monitor_pending_ = true;
+  socket_.async_read_some(buffer_.prepare(kMonitorReadSize),
+                          [self = shared_from_this()](const error_code& ec, size_t n) {
+                            self->on_monitor_read(ec, n);
+                          });
+}
+
+void Connection::on_monitor_read(const error_code& ec, size_t n) {
+  monitor_pending_ = false;
+  if (!ec) {
+    buffer_.commit(n);  // pipelined bytes: the next request's
+    if (monitoring_) {
+      start_monitor();
+    } else {
+      monitor_timer_.cancel();
+    }
+    return;
+  }
+  if (ec == asio::error::operation_aborted && !monitoring_ && !closed_) {
+    monitor_timer_.cancel();  // stop_monitor cancelled it
+    return;
+  }
+  mark_gone();  // EOF, reset, or the socket was closed under it
+  monitor_timer_.cancel();
+}
+
+Task<void> Connection::stop_monitor() {
+  monitoring_ = false;
+  if (monitor_pending_) {
+    error_code ec;
+    socket_.cancel(ec);
+  }
+  while (monitor_pending_) {
+    monitor_timer_.expires_at(kNever);
+    error_code ec;
+    co_await monitor_timer_.async_wait(redirect(ec));
+  }
+}
+
+Task<void> reject(std::shared_ptr<tcp::socket> socket, std::shared_ptr<ServerContext> ctx) {
+  ctx->counters->on_connection_rejected();
+  ctx->counters->on_response(503);
+  std::string body = openai_error_body(503, "Too many connections; retry later");
+  ResponseFraming framing{body.size(), false, false, 11};
+  std::vector<HttpHeader> extra{{"Retry-After", "1"}};
+  std::string head = response_head(503, kJsonContentType, framing, {}, extra);
+  error_code ec;
+  // The reply fits in the socket buffer: this write does not wait on the client.
+  co_await asio::async_write(*socket, std::array{asio::buffer(head), asio::buffer(body)}, redirect(ec));
+  socket->shutdown(tcp::socket::shutdown_send, ec);
+  // Drain for a moment so the client reads the reply rather than a reset.
+  asio::steady_timer timer(socket->get_executor());
+  timer.expires_after(std::chrono::milliseconds(500));
+  timer.async_wait([socket](const error_code&) {
+    error_code ignored;
+    socket->close(ignored);
+  });
+  std::array<char, 4096> scratch;
+  while (!ec) co_await socket->async_read_some(asio::buffer(scratch), redirect(ec));
+  timer.cancel();
+  socket->close(ec);
+}
+
+}  // namespace
+
+void start_connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
+  std::make_shared<Connection>(std::move(socket), std::move(ctx))->start();
+}
+
+void reject_connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
+  auto executor = socket.get_executor();
+  asio::co_spawn(executor, reject(std::make_shared<tcp::socket>(std::move(socket)), std::move(ctx)), asio::detached);
+}
+
+}  // namespace tern::server

@@ -1,0 +1,77 @@
+// HttpServer: the HTTP/1.1 front of `tern serve` (Boost.Beast + Asio C++20
+// coroutines behind this Beast-free header). It owns the io threads, accepts
+// connections, enforces the transport limits and hands each request to the
+// Dispatcher (request id, CORS, API key, Router). Handlers see only
+// HttpRequest and Responder (responder.h).
+//
+// Threads: run() serves on `io_threads` threads (the caller is one of them)
+// until shutdown completes. shutdown()/shutdown_now() may be called from any
+// thread, including a signal-handling one; with handle_signals, SIGINT and
+// SIGTERM call shutdown() (a second signal calls shutdown_now()).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "server/http/auth.h"
+#include "server/http/cors.h"
+#include "server/http/counters.h"
+#include "server/http/router.h"
+
+namespace tern::server {
+
+struct HttpServerOptions {
+  std::string host = "0.0.0.0";
+  uint16_t port = 8000;  // 0 picks a free port (see HttpServer::port())
+  int io_threads = 2;
+  uint32_t max_header_bytes = 16 * 1024;   // request line + headers; more -> 431
+  uint64_t max_body_bytes = 16ull << 20;   // more -> 413
+  int64_t max_connections = 10000;         // more -> 503 and close
+  // A request must arrive whole (headers and body) within read_timeout of its
+  // first byte (a new connection gets as long for its first byte); a
+  // keep-alive connection may sit idle for idle_timeout. Then it is closed.
+  std::chrono::milliseconds read_timeout{60'000};
+  std::chrono::milliseconds idle_timeout{75'000};
+  // A response write that makes no progress for this long: the client is gone.
+  std::chrono::milliseconds write_timeout{60'000};
+  // Graceful shutdown: in-flight requests get this long, then their sockets
+  // close (handlers see client_gone() and cancel).
+  std::chrono::milliseconds shutdown_timeout{30'000};
+  bool handle_signals = true;
+  AuthOptions auth;
+  CorsOptions cors;
+};
+
+class HttpServer {
+ public:
+  // `counters` may be shared with a /metrics route; null makes a private one.
+  HttpServer(HttpServerOptions options, Router router, std::shared_ptr<HttpCounters> counters = nullptr);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens. After it, port() is the bound port.
+  Status listen();
+  uint16_t port() const;
+
+  // Serves until shutdown completes. Call once, after listen().
+  void run();
+
+  // Stops accepting, closes idle keep-alive connections, lets in-flight
+  // requests finish until shutdown_timeout, then closes what is left; run()
+  // returns once every connection is gone. Idempotent, non-blocking.
+  void shutdown();
+  // The same without the grace period.
+  void shutdown_now();
+
+  HttpCounters& counters();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tern::server
