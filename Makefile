@@ -93,21 +93,21 @@ random-model: deps
 	@$(PY) tools/make_random_model.py --out models/ernie-4.5-0.3b-random --tokenizer-from $(MODEL)
 
 # CPU smoke benchmark on the random full-size model, under 3 minutes on 2 cores:
-# the engine alone, then `tern serve` through bench/serve_bench.py (single and
+# the engine alone, then `tern serve` through bench/serving/serve_bench.py (single and
 # conc-8 at small counts). JSON and markdown land in bench/results/; the GPU
-# comparison with HF transformers is bench/run_gpu_bench.sh.
+# comparison with HF transformers is bench/serving/run_gpu_bench.sh.
 bench: build random-model
-	@mkdir -p bench/results && $(PY) bench/sp_vocab.py pad models/ernie-4.5-0.3b-random
+	@mkdir -p bench/results && $(PY) bench/serving/sp_vocab.py pad models/ernie-4.5-0.3b-random
 	@$(TERN) bench offline --model models/ernie-4.5-0.3b-random --num-requests 8 --input-min 32 --input-max 128 \
 	  --output-min 16 --output-max 32 --json-out bench/results/cpu-engine-offline.json
-	@$(PY) bench/serve_bench.py --label cpu-serve --model-dir models/ernie-4.5-0.3b-random \
+	@$(PY) bench/serving/serve_bench.py --label cpu-serve --model-dir models/ernie-4.5-0.3b-random \
 	  --launch "$(TERN) serve --model models/ernie-4.5-0.3b-random --host 127.0.0.1 --port 0" \
 	  --scenarios single:3,conc-8:8 --single-input 128 --output-len 32 --conc-input 32:128 --time-budget 120
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)
 
-# GPU tests (tests/gpu): each CUDA kernel against the CPU reference kernels,
+# GPU tests (tests/cuda): each CUDA kernel against the CPU reference kernels,
 # the model on the GPU against the HF goldens and the CPU engine path. Needs
 # a CUDA GPU (run on the GPU machine); CI only compiles them.
 .PHONY: test-gpu

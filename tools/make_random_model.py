@@ -5,7 +5,7 @@ The shapes, tensor names, config and tokenizer files are those of
 baidu/ERNIE-4.5-0.3B-PT (MODEL.md); the weights are random, deterministic from
 --seed. Benchmarks run on it, since every byte and FLOP is still exercised.
 Needs numpy only; takes a few seconds. The copied SentencePiece model is
-padded to the full vocabulary (bench/sp_vocab.py says why) unless
+padded to the full vocabulary (bench/serving/sp_vocab.py says why) unless
 --no-pad-tokenizer.
 
     python3 tools/make_random_model.py --out models/ernie-4.5-0.3b-random \
@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-import sp_vocab  # noqa: E402 -- bench/sp_vocab.py
+import sp_vocab  # noqa: E402 -- bench/serving/sp_vocab.py
 
 CONFIG = {
     "architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424,

@@ -1,4 +1,4 @@
-"""bench/serve_bench.py against a server that drops kept-alive connections
+"""bench/serving/serve_bench.py against a server that drops kept-alive connections
 without answering (as llama-server's HTTP library closes them unannounced):
 a request whose connection turns out closed before any byte came back goes
 again, is counted in retried_on_closed_connection, and no request fails."""
@@ -56,7 +56,7 @@ def test_requests_on_closed_keepalive_connections_go_again(tmp_path):
                 break
             except OSError:
                 time.sleep(0.05)
-        out = subprocess.run([sys.executable, str(ROOT / "bench/serve_bench.py"), "--base-url",
+        out = subprocess.run([sys.executable, str(ROOT / "bench/serving/serve_bench.py"), "--base-url",
                               f"http://127.0.0.1:{port}", "--label", "closer", "--out-dir", str(tmp_path),
                               "--scenarios", "single:8,conc-4:24", "--time-budget", "60"],
                              capture_output=True, text=True, timeout=120)

@@ -24,7 +24,7 @@
 //   E  its down rows of the SiLU products, added to the residual.
 // Loads of data written during the launch are issued all at once, with
 // offsets worked out once, as 16-byte loads where the layout allows: the
-// kernel is latency- and issue-bound, not bandwidth-bound (tests/gpu/NOTES.md).
+// kernel is latency- and issue-bound, not bandwidth-bound (bench/kernels/NOTES.md).
 // The dot products (in the same order), RoPE and roundings are the GEMV
 // path's (gemv.cu); the RMSNorm's sum of squares is taken over the block,
 // and attention is an online softmax on the tensor cores for head_dim 64

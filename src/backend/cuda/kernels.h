@@ -3,7 +3,7 @@
 // header needs no CUDA C++ types. Each launcher enqueues on `stream` and
 // returns the launch's error (cudaGetLastError), which the caller checks.
 // The CPU reference kernels (backend/cpu/reference_kernels.h) are the oracle
-// for each of these; tests/gpu/kernels_test.cpp holds them side by side.
+// for each of these; tests/cuda/kernels_test.cpp holds them side by side.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -263,7 +263,7 @@ struct DecodeLayersParams {
 };
 constexpr int kDecodeLayersThreads = 512;
 // The delays above in ns: the attending blocks' K/V loads go out ahead of the o copy, and those
-// and the o copy ahead of the up copy (tests/gpu/NOTES.md, phase 8).
+// and the o copy ahead of the up copy (bench/kernels/NOTES.md, phase 8).
 constexpr int kDecodeLayersODelayNs = 600, kDecodeLayersUpDelayNs = 1500;
 constexpr int kDecodeLayersMarks = 19;
 constexpr int kMaxDecodeLayersSplits = 32;

@@ -9,7 +9,7 @@ most stall samples: their share of the samples, instructions executed, the
 most common opcodes (a stretch of IMAD/LEA/ISETP around its loads is index
 arithmetic) and the top stall reasons overall.
 
-    tests/gpu/sass_regions.py source_sass.csv [--top 12]
+    bench/kernels/sass_regions.py source_sass.csv [--top 12]
 """
 import argparse
 import csv

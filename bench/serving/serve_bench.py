@@ -10,9 +10,9 @@ output tokens from the usage chunk. Per scenario: mean/p50/p90/p95/p99 of
 each, request/s, output tok/s, success rate, the server's peak RSS and GPU
 memory (when its pid is known), and the server's cold start when launched here.
 
-    python3 bench/serve_bench.py --launch "build/bin/tern serve --model M --port 0" \\
+    python3 bench/serving/serve_bench.py --launch "build/bin/tern serve --model M --port 0" \\
         --label tern --scenarios single,conc-8,offline
-    python3 bench/serve_bench.py --base-url http://127.0.0.1:8000 --scenarios conc-64:256
+    python3 bench/serving/serve_bench.py --base-url http://127.0.0.1:8000 --scenarios conc-64:256
 
 Scenarios (NAME[:REQUESTS]): single (1 stream, 256-token prompts, 128 out),
 conc-N (closed loop of N streams, prompts 50-500, 128 out, max(4N, 32)

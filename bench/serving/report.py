@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Turns bench/serve_bench.py results (and `tern bench offline` JSON) into one
+"""Turns bench/serving/serve_bench.py results (and `tern bench offline` JSON) into one
 section of docs/benchmarks.md -- tables with the command, commit, machine and
 date of each run, tern/baseline ratios -- and PNG plots (latency percentiles
 and throughput vs concurrency) drawn with matplotlib when it is installed.
 
-    python3 bench/report.py bench/results/tern.json bench/results/hf.json \\
+    python3 bench/serving/report.py bench/results/tern.json bench/results/hf.json \\
         --section gpu --title "GPU: one NVIDIA H200" [--engine tern-engine-offline.json]
 
 The section sits between <!-- bench:NAME:begin --> and <!-- bench:NAME:end -->
@@ -21,14 +21,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from serve_bench import fmt, markdown_table, run_header  # noqa: E402
 from server_proc import machine_line  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC_HEAD = """# Benchmarks
 
 tern against the systems users would pick instead, on the same work, machine
 and run; the spec is BENCHMARKS.md. Each section below is written by
-`bench/report.py` from `bench/serve_bench.py` results; rerun rather than edit.
+`bench/serving/report.py` from `bench/serving/serve_bench.py` results; rerun rather than edit.
 
-- Client: `bench/serve_bench.py`, after `vllm bench serve`: streamed
+- Client: `bench/serving/serve_bench.py`, after `vllm bench serve`: streamed
   `/v1/completions`, random token-id prompts (seeded, identical for every
   server), `ignore_eos`, fixed `max_tokens`, greedy. TTFT is send to first
   streamed chunk; TPOT = (E2E - TTFT) / (output tokens - 1); ITL is the gap
@@ -38,9 +38,9 @@ and run; the spec is BENCHMARKS.md. Each section below is written by
   in and out 100-1024). "(cut)" marks a scenario stopped by the time budget.
 - Model: ERNIE-4.5-0.3B's shape with random bf16 weights
   (`tools/make_random_model.py`), tokenizer padded to the full vocabulary
-  (`bench/sp_vocab.py pad`) so every generated token streams as text.
-- GPU: `bench/run_gpu_bench.sh OUT_DIR` (tern, then plain HF transformers via
-  `bench/baselines/hf_server.py`). CPU: `make bench`.
+  (`bench/serving/sp_vocab.py pad`) so every generated token streams as text.
+- GPU: `bench/serving/run_gpu_bench.sh OUT_DIR` (tern, then plain HF transformers via
+  `bench/serving/baselines/hf_server.py`). CPU: `make bench`.
 """
 
 

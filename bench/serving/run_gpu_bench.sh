@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tern against plain HF transformers on the GPU machine: same random
-# ERNIE-4.5-0.3B checkpoint, same client (bench/serve_bench.py), same run.
+# ERNIE-4.5-0.3B checkpoint, same client (bench/serving/serve_bench.py), same run.
 # Builds nothing: $TERN_BIN must exist. Writes JSON, markdown, plots and logs
 # to OUT_DIR; takes under 8 minutes (each server run is capped by a budget).
 #
-#   bench/run_gpu_bench.sh OUT_DIR
+#   bench/serving/run_gpu_bench.sh OUT_DIR
 #
 # Env: TERN_BIN (build/bin/tern), PYTHON (python3), TERN_COMMIT (else git),
 # BENCH_MODEL (/tmp/ernie-4.5-0.3b-random), SCENARIOS, HF_SCENARIOS (the
@@ -22,9 +22,9 @@
 # 120 s, LLAMA_SERVER_ARGS: its flags, "-ngl 99 -fa on -np 256 -c 524288"). REPORT_SECTION and REPORT_TITLE name the benchmarks.md section
 # written (gpu, "GPU: one NVIDIA H200").
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-OUT=${1:?usage: bench/run_gpu_bench.sh OUT_DIR}
+OUT=${1:?usage: bench/serving/run_gpu_bench.sh OUT_DIR}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 TERN_BIN=${TERN_BIN:-build/bin/tern}
 PY=${PYTHON:-python3}
@@ -71,12 +71,12 @@ EOF
 cat "$OUT/versions.txt"
 
 # 1. The model: full-size random weights, tokenizer padded to the vocabulary
-#    (bench/sp_vocab.py says why), made once per machine.
+#    (bench/serving/sp_vocab.py says why), made once per machine.
 if [ ! -s "$MODEL/model.safetensors" ]; then
   note "making $MODEL"
   $PY tools/make_random_model.py --out "$MODEL" --tokenizer-from tests/data/ernie-tiny || exit 1
 fi
-$PY bench/sp_vocab.py pad "$MODEL" || exit 1
+$PY bench/serving/sp_vocab.py pad "$MODEL" || exit 1
 
 # 2. tern, engine only (no HTTP): 256 requests, in/out 100-1024; and conc-256's workload as a closed loop of
 #    256 sequences, the engine's share of the conc-256 figure through HTTP.
@@ -94,7 +94,7 @@ fi
 
 # 3. tern serve, then 4. plain HF, through the same client and scenarios.
 note "tern serve: $SCENARIOS (budget ${TERN_BUDGET}s)"
-timeout -k 10 $((TERN_BUDGET + 90)) $PY bench/serve_bench.py --label tern --out-dir "$OUT" --model-dir "$MODEL" \
+timeout -k 10 $((TERN_BUDGET + 90)) $PY bench/serving/serve_bench.py --label tern --out-dir "$OUT" --model-dir "$MODEL" \
   --launch "$TERN_BIN serve --model $MODEL --device $TERN_DEVICE --host 127.0.0.1 --port 0 $TERN_ARGS" \
   --launch-timeout 60 \
   --scenarios "$SCENARIOS" --time-budget "$TERN_BUDGET" || note "serve_bench tern: rc $?"
@@ -102,8 +102,8 @@ cleanup
 
 if [ "${HF:-1}" != 0 ]; then
   note "HF transformers: $HF_SCENARIOS (budget ${HF_BUDGET}s)"
-  timeout -k 10 $((HF_BUDGET + 150)) $PY bench/serve_bench.py --label hf --out-dir "$OUT" --model-dir "$MODEL" \
-    --launch "$PY bench/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 $HF_ARGS" \
+  timeout -k 10 $((HF_BUDGET + 150)) $PY bench/serving/serve_bench.py --label hf --out-dir "$OUT" --model-dir "$MODEL" \
+    --launch "$PY bench/serving/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 $HF_ARGS" \
     --launch-timeout 120 \
     --scenarios "$HF_SCENARIOS" --time-budget "$HF_BUDGET" || note "serve_bench hf: rc $?"
   cleanup
@@ -125,7 +125,7 @@ if [ -n "${LLAMA_CPP_BIN:-}" ]; then
     fi
     note "llama.cpp server: ${LLAMA_SCENARIOS:-$SCENARIOS} (budget ${LLAMA_BUDGET:-120}s)"
     # By default 256 slots of 2,048 tokens: every scenario's requests fit their slot.
-    timeout -k 10 $((${LLAMA_BUDGET:-120} + 120)) $PY bench/serve_bench.py --label llama.cpp --out-dir "$OUT" \
+    timeout -k 10 $((${LLAMA_BUDGET:-120} + 120)) $PY bench/serving/serve_bench.py --label llama.cpp --out-dir "$OUT" \
       --model-dir "$MODEL" --launch "$LLAMA_CPP_BIN/llama-server -m $GGUF ${LLAMA_SERVER_ARGS:--ngl 99 -fa on -np 256 -c 524288} \
       --host 127.0.0.1 --port 0 --no-webui" --launch-timeout 120 \
       --scenarios "${LLAMA_SCENARIOS:-$SCENARIOS}" --time-budget "${LLAMA_BUDGET:-120}" || note "serve_bench llama.cpp: rc $?"
@@ -137,8 +137,8 @@ RUNS=("$OUT/tern.json" "$OUT/hf.json")
 [ -f "$OUT/llama.cpp.json" ] && RUNS+=("$OUT/llama.cpp.json")
 if [ "${HF_STATIC:-0}" = 1 ]; then
   note "HF static cache + torch.compile"
-  timeout -k 10 $((${HF_STATIC_BUDGET:-90} + 300)) $PY bench/serve_bench.py --label hf-static --out-dir "$OUT" \
-    --model-dir "$MODEL" --launch "$PY bench/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 \
+  timeout -k 10 $((${HF_STATIC_BUDGET:-90} + 300)) $PY bench/serving/serve_bench.py --label hf-static --out-dir "$OUT" \
+    --model-dir "$MODEL" --launch "$PY bench/serving/baselines/hf_server.py --model $MODEL --host 127.0.0.1 --port 0 \
     --static-cache-compile --warmup-shapes 1x512,64x1024" --launch-timeout 300 \
     --scenarios single,conc-1,conc-64 --time-budget "${HF_STATIC_BUDGET:-90}" || note "serve_bench hf-static: rc $?"
   cleanup
@@ -158,7 +158,7 @@ if [ ${#ENGINE_CMDS[@]} -gt 0 ]; then
   joined=$(printf '%s; ' "${ENGINE_CMDS[@]}")
   ENGINE_ARGS+=(--engine-command "${joined%; }")
 fi
-$PY bench/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section "${REPORT_SECTION:-gpu}" \
+$PY bench/serving/report.py "${EXISTING[@]}" "${ENGINE_ARGS[@]}" --section "${REPORT_SECTION:-gpu}" \
   --title "${REPORT_TITLE:-GPU: one NVIDIA H200}" \
   --md "$OUT/benchmarks.md" --plots-dir "$OUT" || note "report failed"
 note "done; files in $OUT"

@@ -10,7 +10,7 @@ TTFT/ITL cannot be measured. The real ERNIE-4.5 tokenizer covers every id;
 padding with unique low-score pieces ("▁w<id>") restores that property. The
 added tokens (added_tokens.json) keep their ids as user-defined pieces.
 
-    python3 bench/sp_vocab.py pad MODEL_DIR     # rewrites MODEL_DIR/tokenizer.model in place
+    python3 bench/serving/sp_vocab.py pad MODEL_DIR     # rewrites MODEL_DIR/tokenizer.model in place
 """
 
 import argparse

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"listening on (http://[0-9A-Za-z.\-\[\]:]+:\d+)")
 
 

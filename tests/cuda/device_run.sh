@@ -2,8 +2,8 @@
 # Runs the GPU tests and the decode benchmark on the lent GPU machine with
 # binaries built on a dev machine and carried in build-cuda/device (bin +
 # the few shared libraries the GPU image lacks). Logs go to $OUT.
-#   here:   tests/gpu/device_run.sh --pack     (after cmake --build build-cuda)
-#   there:  tests/gpu/device_run.sh            (from the repo root)
+#   here:   tests/cuda/device_run.sh --pack     (after cmake --build build-cuda)
+#   there:  tests/cuda/device_run.sh            (from the repo root)
 # Environment there: GTEST_FILTER (default all), BENCH=0 skips the
 # benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
 # configurations instead of the standard set, PROFILE=1 adds per-kernel GPU
@@ -59,14 +59,14 @@ if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
     --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs graphs \
     --batch 1,64,256 --steps 16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$?"; tail -3 "$OUT/ncu.err"
-  python3 tests/gpu/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu_summary.txt" | head -70
+  python3 bench/kernels/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu_summary.txt" | head -70
 fi
 if [ "${PROFILE_PREFILL:-0}" = 1 ] && [ -n "$NCU" ]; then  # one 2048-token prefill step (8 x 256)
   TERN_PROFILE_PREFILL=1 timeout 60 "$NCU" --profile-from-start off --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs graphs \
     --batch 8 --steps 8 >"$OUT/ncu_prefill.csv" 2>"$OUT/ncu_prefill.err"
   echo "ncu prefill rc=$?"; tail -3 "$OUT/ncu_prefill.err"
-  python3 tests/gpu/ncu_summary.py "$OUT/ncu_prefill.csv" | tee "$OUT/ncu_prefill_summary.txt" | head -30
+  python3 bench/kernels/ncu_summary.py "$OUT/ncu_prefill.csv" | tee "$OUT/ncu_prefill_summary.txt" | head -30
 fi
 if [ "${PROFILE_SASS:-0}" = 1 ] && [ -n "$NCU" ]; then  # batch 1: the persistent decode kernel
   rm -f /tmp/tern_sass.ncu-rep
@@ -75,7 +75,7 @@ if [ "${PROFILE_SASS:-0}" = 1 ] && [ -n "$NCU" ]; then  # batch 1: the persisten
     "$D/tern_gpu_bench" --model /tmp/m --configs graphs --batch 1 --steps 16 >"$OUT/ncu_sass.log" 2>&1
   echo "ncu sass rc=$?"
   "$NCU" --import /tmp/tern_sass.ncu-rep --page source --csv --print-source sass >"$OUT/source_sass.csv" 2>&1
-  python3 tests/gpu/sass_regions.py "$OUT/source_sass.csv" | tee "$OUT/sass_regions.txt" | head -20
+  python3 bench/kernels/sass_regions.py "$OUT/source_sass.csv" | tee "$OUT/sass_regions.txt" | head -20
 fi
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1

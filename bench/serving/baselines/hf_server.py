@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plain Hugging Face transformers behind a minimal OpenAI-style server: the
-baseline that bench/serve_bench.py measures with the same client as tern.
+baseline that bench/serving/serve_bench.py measures with the same client as tern.
 
 POST /v1/completions (token-id or text prompt, max_tokens, stream,
 stream_options.include_usage, ignore_eos; always greedy), GET /v1/models,
@@ -12,8 +12,8 @@ the next batch -- what plain HF serving does, no continuous batching.
 --static-cache-compile adds cache_implementation="static" (generate then
 compiles the decode step), with batch and length bucketed to powers of two.
 
-    python3 bench/baselines/hf_server.py --model MODEL_DIR --port 8001
-    python3 bench/baselines/hf_server.py --model tests/data/ernie-tiny --backend fake   # no torch: plumbing test
+    python3 bench/serving/baselines/hf_server.py --model MODEL_DIR --port 8001
+    python3 bench/serving/baselines/hf_server.py --model tests/data/ernie-tiny --backend fake   # no torch: plumbing test
 
 Prints "listening on http://HOST:PORT" on stderr once the model is loaded and
 a self-test batch has run. Threads: aiohttp on the main thread's event loop;
@@ -35,7 +35,7 @@ import uuid
 from aiohttp import web
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import sp_vocab  # noqa: E402 -- bench/sp_vocab.py
+import sp_vocab  # noqa: E402 -- bench/serving/sp_vocab.py
 
 
 def log(msg):
