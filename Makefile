@@ -29,7 +29,7 @@ test-unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 test-py: build
-	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e
+	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/layout
 
 test: test-unit test-py test-fuzz
 
