@@ -11,10 +11,12 @@ bytes. Keep the formulas and values in step with that test.
 
     .venv/bin/python tools/make_gguf_fixture.py [--out tests/data/gguf/fixture.gguf]
     .venv/bin/python tools/make_gguf_fixture.py --dump FILE   # read any GGUF with gguf.GGUFReader
+    .venv/bin/python tools/make_gguf_fixture.py --corpus tests/fuzz/corpus/fuzz_gguf   # fuzzer seeds
 """
 
 import argparse
 import os
+import struct
 
 import numpy as np
 
@@ -102,6 +104,56 @@ def write_fixture(path):
     w.close()
 
 
+def gguf_string(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_bytes(tensors, kvs, version=3, alignment=32, data=b""):
+    """Hand-assembled GGUF: kvs are (key, type id, packed value), tensors (name, dims, type id, offset)."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, vtype, value in kvs:
+        out += gguf_string(key) + struct.pack("<I", vtype) + value
+    for name, dims, ttype, offset in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ttype, offset)
+    if tensors:
+        out += b"\0" * (-len(out) % alignment)
+    return out + data
+
+
+def write_corpus(out_dir, fixture):
+    """Small valid and broken files: the fuzzer's starting points."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(fixture, "rb") as f:
+        full = f.read()
+    u32 = lambda v: struct.pack("<I", v)  # noqa: E731
+    tokens = u32(V.STRING) + struct.pack("<Q", 3) + b"".join(gguf_string(t) for t in ["<s>", "", "\u4e16"])
+    seeds = {
+        "fixture.gguf": full,
+        "truncated_fixture.gguf": full[:1500],
+        "keys_only.gguf": gguf_bytes([], [("general.architecture", V.STRING, gguf_string("ernie4_5")),
+                                          ("ernie4_5.block_count", V.UINT32, u32(18)),
+                                          ("tokenizer.ggml.tokens", V.ARRAY, tokens),
+                                          ("b", V.BOOL, b"\1"), ("f", V.FLOAT64, struct.pack("<d", 0.5))]),
+        "v2_align8.gguf": gguf_bytes([("a", [2], Q.F32, 0), ("b", [32, 1], Q.Q8_0, 8)],
+                                     [("general.alignment", V.UINT32, u32(8))], version=2, alignment=8,
+                                     data=bytes(range(8)) + bytes(34)),
+        "bad_magic.gguf": b"GGUX" + full[4:64],
+        "version1.gguf": gguf_bytes([], [], version=1),
+        "big_endian.gguf": b"GGUF" + struct.pack(">IQQ", 3, 0, 0),
+        "nested_array.gguf": gguf_bytes([], [("a", V.ARRAY, u32(V.ARRAY) + struct.pack("<Q", 1) + u32(V.UINT8)
+                                                + struct.pack("<Q", 0))]),
+        "overlap.gguf": gguf_bytes([("a", [16], Q.F32, 0), ("b", [4], Q.F32, 32)], [], data=bytes(64)),
+        "unknown_type.gguf": gguf_bytes([("a", [4], 1000, 0)], [], data=bytes(16)),
+        "huge_counts.gguf": b"GGUF" + struct.pack("<IQQ", 3, 2**63, 2**64 - 1),
+    }
+    for name, data in seeds.items():
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(seeds)} seeds to {out_dir}")
+
+
 def dump(path):
     """Prints what gguf.GGUFReader sees: the other direction's check for files tern writes."""
     r = gguf.GGUFReader(path)
@@ -122,9 +174,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/data/gguf/fixture.gguf")
     ap.add_argument("--dump", metavar="FILE", help="print a GGUF file as gguf.GGUFReader reads it, then exit")
+    ap.add_argument("--corpus", metavar="DIR", help="write fuzzer seeds (from --out's fixture) to DIR, then exit")
     args = ap.parse_args()
     if args.dump:
         dump(args.dump)
+        return
+    if args.corpus:
+        write_corpus(args.corpus, args.out)
         return
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     write_fixture(args.out)
