@@ -383,7 +383,7 @@ class GgufParser {
     const uint64_t offset_at = pos_;
     TERN_ASSIGN_OR_RETURN(const uint64_t offset, read_u64("data offset"));
 
-    const std::string shape = dims_to_string(dims) + " of " + std::string(info->name);
+    auto shape = [&] { return dims_to_string(dims) + " of " + std::string(info->name); };
     const int64_t ne0 = dims.empty() ? 1 : dims[0];
     if (ne0 % info->block_size != 0) {
       return fail(ErrorCode::kParse, dims_at,
@@ -392,10 +392,10 @@ class GgufParser {
     }
     const auto elements = checked_product(dims);
     if (!elements || *elements > kMaxDim) {
-      return fail(ErrorCode::kOutOfRange, dims_at, "dims " + shape + " have more than 2^63 elements");
+      return fail(ErrorCode::kOutOfRange, dims_at, "dims " + shape() + " have more than 2^63 elements");
     }
     const auto bytes = ggml_tensor_bytes(info->type, dims);
-    if (!bytes) return fail(ErrorCode::kOutOfRange, dims_at, "dims " + shape + " need more than 2^64 bytes");
+    if (!bytes) return fail(ErrorCode::kOutOfRange, dims_at, "dims " + shape() + " need more than 2^64 bytes");
     if (offset % out.alignment_ != 0) {
       return fail(ErrorCode::kParse, offset_at,
                   "data offset " + std::to_string(offset) + " is not a multiple of the alignment " +

@@ -5,7 +5,9 @@
 #include "formats/gguf_writer.h"
 
 #include <bit>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -179,13 +181,15 @@ std::string GgufWriter::serialize() const {
 Status GgufWriter::write_file(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return io_error("cannot create " + tmp);
+  if (f == nullptr) return io_error("cannot create " + tmp + ": " + std::strerror(errno));
   const bool written =
       emit([&](std::span<const uint8_t> b) { return b.empty() || std::fwrite(b.data(), 1, b.size(), f) == b.size(); });
+  const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {
+    const std::string why = std::strerror(written ? errno : write_errno);
     std::remove(tmp.c_str());
-    return io_error("cannot write " + tmp + " (disk full?)");
+    return io_error("cannot write " + tmp + ": " + why);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

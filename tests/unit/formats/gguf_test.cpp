@@ -259,6 +259,13 @@ TEST(GgufRoundTrip, WriteFileThenOpenMapsTheSameTensors) {
   EXPECT_EQ(*f->get_u32("ernie4_5.block_count"), 18u);
 }
 
+TEST(GgufRoundTrip, WriteFileIntoAMissingFolderIsAnIoErrorNamingWhy) {
+  Sample s;
+  Status st = s.writer.write_file("/nonexistent-tern-dir/m.gguf");
+  EXPECT_EQ(st.code(), ErrorCode::kIo);
+  EXPECT_THAT(st.message(), HasSubstr("cannot create /nonexistent-tern-dir/m.gguf.tmp: No such file or directory"));
+}
+
 TEST(GgufRoundTrip, WriterRefusesWhatTheReaderWouldRefuse) {
   auto d = pattern(34, 1);
   GgufWriter w;
