@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/depth_guard.h"
 #include "base/status.h"
 #include "jinja/ast.h"
 #include "jinja/lexer.h"
@@ -58,16 +59,6 @@ class ExpressionParser {
   Status expect_kind(TokenKind kind);
   Result<std::string> expect_name();
 
-  class DepthGuard {
-   public:
-    explicit DepthGuard(uint32_t& d) : d_(d) { ++d_; }
-    ~DepthGuard() { --d_; }
-    DepthGuard(const DepthGuard&) = delete;
-    DepthGuard& operator=(const DepthGuard&) = delete;
-
-   private:
-    uint32_t& d_;
-  };
   Status check_depth() const;
 
   uint32_t depth_ = 0;

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <iterator>
 
+#include "base/depth_guard.h"
 #include "jinja/filters.h"
 #include "jinja/lexer.h"
 #include "jinja/ops.h"
@@ -23,17 +24,6 @@ constexpr std::string_view kBuiltins[] = {"range",        "dict",   "namespace",
 constexpr std::array<std::string_view, 13> kLoopKeys = {"index",    "index0", "revindex", "revindex0", "first",
                                                         "last",     "length", "depth",    "depth0",    "previtem",
                                                         "nextitem", "cycle",  "changed"};
-
-class DepthGuard {
- public:
-  explicit DepthGuard(uint32_t& d) : d_(d) { ++d_; }
-  ~DepthGuard() { --d_; }
-  DepthGuard(const DepthGuard&) = delete;
-  DepthGuard& operator=(const DepthGuard&) = delete;
-
- private:
-  uint32_t& d_;
-};
 
 Status type_error(std::string m) { return invalid_argument(std::move(m)); }
 

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/utf8.h"
+
 namespace tern::jinja {
 namespace {
 
@@ -92,20 +94,8 @@ bool is_line_break(char32_t c) {
 void append_utf8(std::string& out, char32_t cp) {
   if (cp >= 0xDC80 && cp <= 0xDCFF) {  // surrogateescape: the original raw byte
     out += static_cast<char>(cp - 0xDC00);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
   } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    utf8_append(out, cp);
   }
 }
 

@@ -34,11 +34,14 @@
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "runners/cpu_runner.h"
 #include "runners/cuda_runner.h"
+#include "support/requests.h"
 #include "support/tiny_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
 namespace {
+
+using testing::greedy_request;
 
 constexpr double kLogitTolerance = 5e-2;
 
@@ -378,16 +381,6 @@ TEST(GpuModel, KvPoolSizingFromShareOrFreeMemory) {
 }
 
 // ---- The engine on the CUDA runner against the engine on the CPU runner.
-
-Request greedy_request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.id = std::move(id);
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
 
 std::vector<std::vector<int32_t>> run_engine_requests(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer,
                                                       const std::vector<Request>& requests, bool overlap = true,

@@ -52,18 +52,21 @@ class Lap {
 
 }  // namespace
 
-Ernie45Model::Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads)
+Ernie45Model::Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads, const cpu::KernelSet& kernels)
     : config_(std::move(config)),
       checkpoint_(std::move(checkpoint)),
+      kernels_(&kernels),
       pool_(num_threads > 0 ? num_threads : default_thread_count()) {}
 
-Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& dir, int num_threads) {
+Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& dir, int num_threads,
+                                                         const cpu::KernelSet& kernels) {
   const std::string config_path = dir + "/config.json";
   TERN_ASSIGN_OR_RETURN(std::string config_text, read_text_file(config_path));
   TERN_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(config_text, config_path));
   TERN_RETURN_IF_ERROR(check_config(config, config_path));
   TERN_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir));
-  std::unique_ptr<Ernie45Model> model(new Ernie45Model(std::move(config), std::move(checkpoint), num_threads));
+  std::unique_ptr<Ernie45Model> model(
+      new Ernie45Model(std::move(config), std::move(checkpoint), num_threads, kernels));
   TERN_RETURN_IF_ERROR(model->bind_weights());
   model->inv_freq_ = cpu::rope_inv_freq(model->config_.head_dim, model->config_.rope_theta);
   return model;
@@ -369,7 +372,7 @@ void Ernie45Model::run_step(KvAccess& kv, std::span<float> logits) {
   size(out_, c.hidden_size);
 
   Lap lap;
-  cpu::embedding_lookup(embed_, tokens_, x_.data());
+  kernels_->embedding_lookup(embed_, tokens_, x_.data());
   lap(profile_.other_s);
   for (int64_t l = 0; l < c.num_layers; ++l) run_layer(l, kv);
   lap = Lap();
@@ -393,33 +396,33 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
   Lap lap;
 
   // Attention block.
-  cpu::rmsnorm(x, n, w.input_norm, eps, h);
+  kernels_->rmsnorm(x, n, w.input_norm, eps, h);
   lap(prof.other_s);
-  cpu::linear(pool_, h, n, w.q, q_.data());
-  cpu::linear(pool_, h, n, w.k, k_.data());
-  cpu::linear(pool_, h, n, w.v, v_.data());
+  kernels_->linear(pool_, h, n, w.q, q_.data());
+  kernels_->linear(pool_, h, n, w.k, k_.data());
+  kernels_->linear(pool_, h, n, w.v, v_.data());
   lap(prof.linear_s);
-  cpu::rope_interleaved(q_.data(), n, c.num_heads, c.head_dim, positions_, inv_freq_);
-  cpu::rope_interleaved(k_.data(), n, c.num_kv_heads, c.head_dim, positions_, inv_freq_);
+  kernels_->rope_interleaved(q_.data(), n, c.num_heads, c.head_dim, positions_, inv_freq_);
+  kernels_->rope_interleaved(k_.data(), n, c.num_kv_heads, c.head_dim, positions_, inv_freq_);
   lap(prof.other_s);
   kv.store(layer, k_.data(), v_.data());
   kv.bind(layer, seqs_);
   const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
-  cpu::attention_batch(pool_, q_.data(), positions_, seqs_, shape, attn_.data());
+  kernels_->attention_batch(pool_, q_.data(), positions_, seqs_, shape, attn_.data());
   lap(prof.attention_s);
-  cpu::linear(pool_, attn_.data(), n, w.o, out);
+  kernels_->linear(pool_, attn_.data(), n, w.o, out);
   lap(prof.linear_s);
   add_in_place(x, out, n * c.hidden_size);
 
   // MLP block.
-  cpu::rmsnorm(x, n, w.post_attention_norm, eps, h);
+  kernels_->rmsnorm(x, n, w.post_attention_norm, eps, h);
   lap(prof.other_s);
-  cpu::linear(pool_, h, n, w.gate, gate_.data());
-  cpu::linear(pool_, h, n, w.up, up_.data());
+  kernels_->linear(pool_, h, n, w.gate, gate_.data());
+  kernels_->linear(pool_, h, n, w.up, up_.data());
   lap(prof.linear_s);
-  cpu::silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
+  kernels_->silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
   lap(prof.other_s);
-  cpu::linear(pool_, gate_.data(), n, w.down, out);
+  kernels_->linear(pool_, gate_.data(), n, w.down, out);
   lap(prof.linear_s);
   add_in_place(x, out, n * c.hidden_size);
   lap(prof.other_s);
@@ -434,8 +437,8 @@ void Ernie45Model::compute_logits(std::span<float> logits) {
   for (int64_t i = 0; i < rows; ++i) {
     std::copy_n(x_.data() + logit_rows_[static_cast<size_t>(i)] * hidden, hidden, h + i * hidden);
   }
-  cpu::rmsnorm(h, rows, final_norm_, static_cast<float>(config_.rms_norm_eps), h);
-  cpu::linear(pool_, h, rows, lm_head_, logits.data());
+  kernels_->rmsnorm(h, rows, final_norm_, static_cast<float>(config_.rms_norm_eps), h);
+  kernels_->linear(pool_, h, rows, lm_head_, logits.data());
 }
 
 }  // namespace tern

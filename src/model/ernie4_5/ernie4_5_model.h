@@ -1,5 +1,5 @@
-// Ernie45Model: the ERNIE 4.5 dense decoder (MODEL.md) on the CPU reference
-// kernels. Loads a Hugging Face folder (config.json + safetensors), checks
+// Ernie45Model: the ERNIE 4.5 dense decoder (MODEL.md) on a CPU kernel set
+// (the reference kernels unless told otherwise). Loads a Hugging Face folder (config.json + safetensors), checks
 // every tensor's name, shape and dtype, and runs the forward pass over a
 // KvCache (one sequence) or a PagedKvPool (a batch of sequences, one engine
 // step). Weights stay in the checkpoint's memory map (zero copy).
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernel_set.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -36,14 +37,17 @@ struct ForwardProfile {
 class Ernie45Model {
  public:
   // Reads dir/config.json and the checkpoint in `dir`. num_threads <= 0
-  // means default_thread_count(). Errors name the file and tensor at fault.
-  static Result<std::unique_ptr<Ernie45Model>> load(const std::string& dir, int num_threads);
+  // means default_thread_count(); `kernels` runs the forward pass. Errors
+  // name the file and tensor at fault.
+  static Result<std::unique_ptr<Ernie45Model>> load(const std::string& dir, int num_threads,
+                                                    const cpu::KernelSet& kernels = cpu::reference_kernel_set());
 
   Ernie45Model(const Ernie45Model&) = delete;
   Ernie45Model& operator=(const Ernie45Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
   int num_threads() const { return pool_.num_threads(); }
+  const cpu::KernelSet& kernels() const { return *kernels_; }
 
   // An empty cache shaped for this model, room for `capacity` tokens.
   KvCache make_cache(int64_t capacity) const;
@@ -97,7 +101,7 @@ class Ernie45Model {
   Status forward_batch(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<float> logits);
 
  private:
-  Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads);
+  Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads, const cpu::KernelSet& kernels);
 
   Status bind_weights();
   // The tensor `name` with exactly `shape`, as a kernel view (copied only if
@@ -128,6 +132,7 @@ class Ernie45Model {
   cpu::WeightVector final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
+  const cpu::KernelSet* kernels_;
   ThreadPool pool_;
   ForwardProfile profile_;
 

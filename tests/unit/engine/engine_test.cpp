@@ -18,10 +18,13 @@
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "runners/cpu_runner.h"
 #include "runners/sequence_chunk.h"
+#include "support/requests.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
 namespace {
+
+using testing::greedy_request;
 
 const std::string kModelDir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
 
@@ -80,16 +83,6 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len) {
   std::vector<int32_t> p(static_cast<size_t>(len));
   for (auto& t : p) t = tok(rng);
   return p;
-}
-
-Request greedy_request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.id = std::move(id);
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
 }
 
 struct Collected {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -373,6 +374,45 @@ TEST(Ernie45Model, CachedDecodeMatchesFullPrefill) {
   std::span<const int32_t> tail(ids.data() + 6, ids.size() - 6);
   ASSERT_TRUE(model->forward(tail, cache, logits).is_ok());
   EXPECT_EQ(0, std::memcmp(logits.data(), full.data() + (ids.size() - 1) * vocab, vocab * 4));
+}
+
+// The forward pass calls the kernel set it was loaded with, for every op: a
+// set that counts its linear calls and scales the LM head's output shows up
+// in both the count and the logits.
+std::atomic<int> counted_linears{0};
+void counting_linear(ThreadPool& pool, const float* x, int64_t n, const cpu::WeightMatrix& w, float* y) {
+  ++counted_linears;
+  cpu::linear(pool, x, n, w, y);
+  for (int64_t i = 0; i < n * w.rows; ++i) y[i] *= 2.0f;
+}
+
+TEST(Ernie45Model, ForwardRunsOnTheKernelSetItWasLoadedWith) {
+  Spec s;
+  s.layers = 1;
+  Tensors t = make_tensors(s, DType::kBF16, DType::kBF16, 3, false);
+  TempModelDir dir;
+  write_model(dir, s, t);
+  auto reference = load_or_die(dir);
+  ASSERT_NE(reference, nullptr);
+  EXPECT_STREQ(reference->kernels().name, "reference");
+  cpu::KernelSet doubled = cpu::reference_kernel_set();
+  doubled.name = "doubling";
+  doubled.linear = counting_linear;
+  auto model = Ernie45Model::load(dir.path(), 1, doubled);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+
+  const std::vector<int32_t> ids = random_ids(s, 1, 3);
+  std::vector<float> want(size_t(s.vocab)), got(size_t(s.vocab));
+  KvCache a = reference->make_cache(4), b = model.value()->make_cache(4);
+  ASSERT_TRUE(reference->forward(ids, a, want).is_ok());
+  counted_linears = 0;
+  ASSERT_TRUE(model.value()->forward(ids, b, got).is_ok());
+  EXPECT_EQ(counted_linears.load(), 7 * s.layers + 1);  // q, k, v, o, gate, up, down per layer; the LM head
+  // One token attends to itself only: the attention returns v, so the doubled
+  // projections change the logits, and never to what the reference gives.
+  bool differs = false;
+  for (size_t i = 0; i < got.size(); ++i) differs = differs || got[i] != want[i];
+  EXPECT_TRUE(differs);
 }
 
 TEST(Ernie45Model, BadRequestsFailCleanlyAndLeaveTheCacheAlone) {

@@ -1,0 +1,32 @@
+// KernelSet: the CPU ops a model's forward pass calls, as one table, so each
+// model is written once and runs on any kernel set: the reference kernels
+// (plain loops, the oracle) or an optimized set. Every set computes what the
+// reference computes, within the tolerance its tests state. Sets are
+// immutable and live for the whole program.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "backend/cpu/reference_kernels.h"
+#include "base/thread_pool.h"
+
+namespace tern::cpu {
+
+struct KernelSet {
+  const char* name = "";
+  // The contracts are the reference kernels' (reference_kernels.h).
+  void (*embedding_lookup)(const WeightMatrix& table, std::span<const int32_t> ids, float* out) = nullptr;
+  void (*linear)(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y) = nullptr;
+  void (*rmsnorm)(const float* x, int64_t num_tokens, const WeightVector& w, float eps, float* y) = nullptr;
+  void (*rope_interleaved)(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                           std::span<const int64_t> positions, std::span<const float> inv_freq) = nullptr;
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
+  void (*attention_batch)(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
+                          std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out) = nullptr;
+};
+
+// The reference kernels as a set: the oracle every other set is tested against.
+const KernelSet& reference_kernel_set();
+
+}  // namespace tern::cpu
