@@ -45,6 +45,10 @@ template <class F, int MR, int NR>
     for (int m = 0; m < MR; ++m) {
       Vec xv[F::kParts];
       F::load_x(x + m * task.x_stride + k, xv);
+      // Pin x in registers: left alone, g++ folds the load into each of the
+      // NR multiply-adds and the loop becomes load-port bound.
+#pragma GCC unroll 2
+      for (int p = 0; p < F::kParts; ++p) asm("" : "+v"(xv[p]));
 #pragma GCC unroll 8
       for (int n = 0; n < NR; ++n) {
 #pragma GCC unroll 2
@@ -63,8 +67,7 @@ template <class F, int MR, int NR>
 }
 
 // Tiles of MR tokens x NR rows over tokens [t_begin, t_end) (a multiple of MR
-// long) and rows [r_begin, r_end); the last rows go in a narrower tile. Rows
-// are the outer loop so an NR-row panel of W stays in L1 for all the tokens.
+// long) and rows [r_begin, r_end); the last rows go in a narrower tile.
 template <class F, int MR, int NR>
 void tile_rows(const LinearTask& task, int64_t t_begin, int64_t t_end, int64_t r_begin, int64_t r_end) {
   int64_t r = r_begin;
@@ -88,23 +91,28 @@ void tile_token_tail(const LinearTask& task, int64_t t_begin, int mr, int64_t r_
   }
 }
 
-// Bytes of prepared x kept per token block: its rows stay in L2 while every W
-// panel of the row range passes by (W is read once per block).
-constexpr int64_t kXBlockBytes = 256 * 1024;
+// Bytes of W per row block: the block stays in L2 while every group of MR
+// tokens passes over it, and a group's x rows (MR * K elements) stay in L1
+// while the block's rows stream past them. Each W element loaded from L2 then
+// feeds MR multiply-adds, which L2 bandwidth sustains; the other way round
+// (x streaming past an L1-resident W panel) each x load feeds only NR.
+constexpr int64_t kWBlockBytes = 384 * 1024;
 
 // y[:, r_begin:r_end) of the task: the RowsFn every ISA file exports.
 template <class F>
 void linear_rows(const LinearTask& task, int64_t r_begin, int64_t r_end) {
-  const int64_t row_bytes = task.cols * static_cast<int64_t>(sizeof(typename F::XElem));
-  int64_t block = kXBlockBytes / (row_bytes > 0 ? row_bytes : 1) / F::kMR * F::kMR;
-  if (block < F::kMR) block = F::kMR;
+  const int64_t row_bytes = task.cols * static_cast<int64_t>(sizeof(typename F::WElem));
+  int64_t block = kWBlockBytes / (row_bytes > 0 ? row_bytes : 1);
+  if (block < 8) block = 8;
   const int64_t full = task.num_tokens / F::kMR * F::kMR;
-  for (int64_t t0 = 0; t0 < full; t0 += block) {
-    const int64_t t1 = t0 + block < full ? t0 + block : full;
-    tile_rows<F, F::kMR, F::nr_for(F::kMR)>(task, t0, t1, r_begin, r_end);
-  }
   const int rest = static_cast<int>(task.num_tokens - full);
-  if (rest > 0) tile_token_tail<F, F::kMR - 1>(task, full, rest, r_begin, r_end);
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += block) {
+    const int64_t r1 = r0 + block < r_end ? r0 + block : r_end;
+    for (int64_t t0 = 0; t0 < full; t0 += F::kMR) {
+      tile_rows<F, F::kMR, F::nr_for(F::kMR)>(task, t0, t0 + F::kMR, r0, r1);
+    }
+    if (rest > 0) tile_token_tail<F, F::kMR - 1>(task, full, rest, r0, r1);
+  }
 }
 
 }  // namespace tern::cpu::linear_isa
