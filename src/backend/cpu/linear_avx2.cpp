@@ -25,6 +25,9 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The scalar tails below use an explicit fma: left as `s += a * b`, g++ may
+// contract it in one tile instantiation and not another, and an output's bits
+// would then depend on the tile (decode vs prefill) it was computed in.
 inline float bf16_bits_to_f32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
@@ -63,7 +66,7 @@ struct Bf16Split : Avx2Common {
   }
   static float tail(const float* x, const uint16_t* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += x[k] * bf16_bits_to_f32(w[k]);
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], bf16_bits_to_f32(w[k]), s);
     return s;
   }
 };
@@ -79,7 +82,7 @@ struct F16 : Avx2Common {
   }
   static float tail(const float* x, const uint16_t* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += x[k] * _cvtsh_ss(w[k]);
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], _cvtsh_ss(w[k]), s);
     return s;
   }
 };
@@ -93,7 +96,7 @@ struct F32 : Avx2Common {
   static void load_w(const float* p, Vec (&v)[1]) { v[0] = _mm256_loadu_ps(p); }
   static float tail(const float* x, const float* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += x[k] * w[k];
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], w[k], s);
     return s;
   }
 };

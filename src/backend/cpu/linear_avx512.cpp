@@ -23,6 +23,9 @@
 namespace tern::cpu::linear_isa {
 namespace {
 
+// The scalar tails below use an explicit fma: left as `s += a * b`, g++ may
+// contract it in one tile instantiation and not another, and an output's bits
+// would then depend on the tile (decode vs prefill) it was computed in.
 inline float bf16_bits_to_f32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
@@ -60,7 +63,7 @@ struct Bf16Split : Avx512Common {
   }
   static float tail(const float* x, const uint16_t* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += x[k] * bf16_bits_to_f32(w[k]);
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], bf16_bits_to_f32(w[k]), s);
     return s;
   }
 };
@@ -79,7 +82,7 @@ struct Bf16Dot : Avx512Common {
   static void load_w(const uint16_t* p, Vec (&v)[1]) { v[0] = _mm512_castsi512_ps(_mm512_loadu_si512(p)); }
   static float tail(const uint16_t* x, const uint16_t* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += bf16_bits_to_f32(x[k]) * bf16_bits_to_f32(w[k]);
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(bf16_bits_to_f32(x[k]), bf16_bits_to_f32(w[k]), s);
     return s;
   }
 };
@@ -97,7 +100,7 @@ struct F16 : Avx512Common {
   }
   static float tail(const float* x, const uint16_t* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += x[k] * _cvtsh_ss(w[k]);
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], _cvtsh_ss(w[k]), s);
     return s;
   }
 };
@@ -113,7 +116,7 @@ struct F32 : Avx512Common {
   static void load_w(const float* p, Vec (&v)[1]) { v[0] = _mm512_loadu_ps(p); }
   static float tail(const float* x, const float* w, int64_t k0, int64_t k_len) {
     float s = 0.0f;
-    for (int64_t k = k0; k < k_len; ++k) s += x[k] * w[k];
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], w[k], s);
     return s;
   }
 };
