@@ -1,0 +1,194 @@
+// Microbenchmark of the CPU linear layers at ERNIE-4.5-0.3B's shapes:
+// reference cpu::linear against linear_fast (exact and, where the CPU has
+// AVX512_BF16, bf16 activations), for T = 1 (decode) and T = 512 (prefill),
+// on 1 and 2 threads, bf16 weights. Also measures the machine's read
+// bandwidth (STREAM-style sum over 1 GiB) so decode can be read as a share of it.
+// Weights are cycled over copies totalling >= 512 MiB so decode reads DRAM,
+// as a real model does, not a last-level cache holding one matrix.
+//
+//   tern_cpu_linear_bench [--threads 1,2] [--tokens 1,512] [--isa avx512|avx2]
+//                         [--seconds 0.5] [--all] [--cpu-clock]
+// --all: also the slow reference runs. --cpu-clock: time by the process's CPU
+// time divided by the thread count instead of wall time, for A/B comparisons
+// on a machine shared with other jobs (idle waits are then not counted).
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/linear_kernels.h"
+#include "backend/cpu/reference_kernels.h"
+#include "base/bf16.h"
+#include "base/thread_pool.h"
+
+namespace {
+
+using tern::ThreadPool;
+using namespace tern::cpu;
+using Clock = std::chrono::steady_clock;
+
+struct LayerShape {
+  const char* name;
+  int64_t in, out;  // K, N
+};
+
+const LayerShape kShapes[] = {
+    {"qkv", 1024, 1280}, {"o", 1024, 1024}, {"gate_up", 1024, 6144}, {"down", 3072, 1024}, {"lm_head", 1024, 103424},
+};
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Best-of-5 read bandwidth in GB/s of `threads` threads summing 1 GiB.
+double read_bandwidth(ThreadPool& pool) {
+  const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> data(n);
+  pool.parallel_for(static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) data[i] = static_cast<uint64_t>(i);
+  });
+  std::vector<uint64_t> sums(64);
+  double best = 0.0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    pool.parallel_for(static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e) {
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      int64_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        a0 += data[i];
+        a1 += data[i + 1];
+        a2 += data[i + 2];
+        a3 += data[i + 3];
+      }
+      for (; i < e; ++i) a0 += data[i];
+      sums[static_cast<size_t>(b / (1 << 20)) % sums.size()] += a0 + a1 + a2 + a3;
+    });
+    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / seconds_since(t0) / 1e9);
+  }
+  if (sums[0] == 42) std::printf(" ");  // keeps the sums live
+  return best;
+}
+
+struct Timing {
+  double seconds_per_call;
+};
+
+// Median time per call of fn(copy) over >= 3 calls and >= `budget` seconds;
+// CPU time per thread when cpu_threads > 0.
+template <class Fn>
+Timing time_calls(int copies, double budget, int cpu_threads, Fn fn) {
+  fn(0);  // warm-up (scratch growth, page faults)
+  std::vector<double> times;
+  auto start = Clock::now();
+  for (int i = 0; times.size() < 3 || seconds_since(start) < budget; ++i) {
+    auto t0 = Clock::now();
+    const double c0 = process_cpu_seconds();
+    fn(i % copies);
+    times.push_back(cpu_threads > 0 ? (process_cpu_seconds() - c0) / cpu_threads : seconds_since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> threads_list = {1, 2};
+  std::vector<int> tokens_list = {1, 512};
+  double budget = 0.5;
+  bool all = false;
+  bool cpu_clock = false;
+  CpuIsa isa = best_cpu_isa();
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) {
+      threads_list = parse_list(argv[++i]);
+    } else if (a == "--tokens" && i + 1 < argc) {
+      tokens_list = parse_list(argv[++i]);
+    } else if (a == "--seconds" && i + 1 < argc) {
+      budget = std::atof(argv[++i]);
+    } else if (a == "--isa" && i + 1 < argc) {
+      std::string v = argv[++i];
+      isa = v == "avx512" ? CpuIsa::kAvx512 : v == "avx2" ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+    } else if (a == "--all") {
+      all = true;
+    } else if (a == "--cpu-clock") {
+      cpu_clock = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--threads 1,2] [--tokens 1,512] [--isa avx512|avx2|portable] "
+                   "[--seconds S] [--all] [--cpu-clock]\n", argv[0]);
+      return 2;
+    }
+  }
+  const bool bf16_dot = isa == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  std::printf("best isa %d, using %d (0 portable, 1 avx2, 2 avx512), avx512bf16 %s\n",
+              static_cast<int>(best_cpu_isa()), static_cast<int>(std::min(isa, best_cpu_isa())),
+              bf16_dot ? "yes" : "no");
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int threads : threads_list) {
+    ThreadPool pool(threads);
+    const int cpu_threads = cpu_clock ? threads : 0;
+    std::printf("\nthreads %d: read bandwidth %.1f GB/s\n", threads, read_bandwidth(pool));
+    std::printf("%-8s %5s %-10s %10s %9s %8s %8s\n", "layer", "T", "kernel", "ms/call", "GFLOP/s", "GB/s", "speedup");
+    for (const LayerShape& s : kShapes) {
+      const int64_t matrix_elems = s.in * s.out;
+      const int64_t matrix_bytes = matrix_elems * 2;
+      const int copies = static_cast<int>(std::max<int64_t>(1, (int64_t{512} << 20) / matrix_bytes));
+      std::vector<uint16_t> w(static_cast<size_t>(matrix_elems * copies));
+      for (auto& v : w) v = tern::f32_to_bf16(dist(rng) * 0.05f);
+      for (int tokens : tokens_list) {
+        std::vector<float> x(static_cast<size_t>(tokens * s.in));
+        for (auto& v : x) v = dist(rng);
+        std::vector<float> y(static_cast<size_t>(tokens * s.out));
+        const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(matrix_elems);
+        auto matrix = [&](int copy) {
+          return WeightMatrix{tern::DType::kBF16, w.data() + copy * matrix_elems, s.out, s.in};
+        };
+        double ref_seconds = 0.0;
+        auto report = [&](const char* kernel, Timing t) {
+          double speedup = ref_seconds > 0 ? ref_seconds / t.seconds_per_call : 0.0;
+          std::printf("%-8s %5d %-10s %10.3f %9.1f %8.1f %8s\n", s.name, tokens, kernel, t.seconds_per_call * 1e3,
+                      flops / t.seconds_per_call / 1e9, static_cast<double>(matrix_bytes) / t.seconds_per_call / 1e9,
+                      speedup > 0 ? (std::to_string(speedup).substr(0, 5) + "x").c_str() : "-");
+          std::fflush(stdout);
+        };
+        if (all || flops < 2e10) {
+          Timing ref = time_calls(copies, budget, cpu_threads, [&](int c) { linear(pool, x.data(), tokens, matrix(c), y.data()); });
+          ref_seconds = ref.seconds_per_call;
+          report("reference", ref);
+        }
+        LinearOptions exact{.max_isa = isa, .activations = Activations::kExact};
+        report("fast", time_calls(copies, budget, cpu_threads,
+                                  [&](int c) { linear_fast(pool, x.data(), tokens, matrix(c), y.data(), exact); }));
+        if (bf16_dot) {
+          LinearOptions rounded{.max_isa = isa, .activations = Activations::kBf16};
+          report("fast-bf16x", time_calls(copies, budget, cpu_threads, [&](int c) {
+                   linear_fast(pool, x.data(), tokens, matrix(c), y.data(), rounded);
+                 }));
+        }
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,140 @@
+// Linear-layer formats for AVX-512 (Zen 4, Ice Lake and later Xeons),
+// plugged into the shared loop nest of linear_tiling.h; the bf16 dot-product
+// format also needs AVX512_BF16. This whole file is compiled for that ISA;
+// linear_kernels.cpp enters it only after checking the CPU (and checks
+// AVX512_BF16 separately before using bf16_dot). It includes no project
+// header with inline functions, so no non-template code is compiled here for
+// two ISAs at once.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
+// g++ 12's AVX-512 intrinsics fill don't-care lanes from _mm512_undefined_*,
+// which it then reports as maybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "backend/cpu/linear_isa.h"
+#include "backend/cpu/linear_tiling.h"
+
+namespace tern::cpu::linear_isa {
+namespace {
+
+// The scalar tails below use an explicit fma: left as `s += a * b`, g++ may
+// contract it in one tile instantiation and not another, and an output's bits
+// would then depend on the tile (decode vs prefill) it was computed in.
+inline float bf16_bits_to_f32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Register budget (32 zmm): MR*NR accumulators + the NR widened weight
+// vectors per step (two each for split bf16) + the x vectors of one token.
+struct Avx512Common {
+  using Vec = __m512;
+  static constexpr int kMR = 4;
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
+};
+
+// bf16 weights with exact fp32 x, split per 32-element chunk into its 16 even
+// then 16 odd elements (see Bf16Split in linear_avx2.cpp): each 512-bit load
+// of 32 bf16 widens to two fp32 vectors with one shift and one mask.
+struct Bf16Split : Avx512Common {
+  using XElem = float;
+  using WElem = uint16_t;
+  static constexpr int kStep = 32;
+  static constexpr int kParts = 2;
+  static constexpr int nr_for(int mr) { return mr == 1 ? 8 : mr == 2 ? 6 : 4; }
+  static Vec madd(Vec acc, Vec x, Vec w) { return _mm512_fmadd_ps(x, w, acc); }
+  static void load_x(const float* p, Vec (&v)[2]) {
+    v[0] = _mm512_loadu_ps(p);
+    v[1] = _mm512_loadu_ps(p + 16);
+  }
+  static void load_w(const uint16_t* p, Vec (&v)[2]) {
+    const __m512i pairs = _mm512_loadu_si512(p);
+    v[0] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+    v[1] = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static float tail(const float* x, const uint16_t* w, int64_t k0, int64_t k_len) {
+    float s = 0.0f;
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], bf16_bits_to_f32(w[k]), s);
+    return s;
+  }
+};
+
+// bf16 weights and x rounded to bf16: vdpbf16ps adds the products of two
+// consecutive K elements (an exact bf16*bf16 product each) into every fp32
+// lane, so neither side is widened and one instruction does 32 MACs.
+struct Bf16Dot : Avx512Common {
+  using XElem = uint16_t;
+  using WElem = uint16_t;
+  static constexpr int kStep = 32;
+  static constexpr int kParts = 1;
+  static constexpr int nr_for(int mr) { return mr <= 2 ? 8 : 6; }
+  static Vec madd(Vec acc, Vec x, Vec w) { return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w); }
+  static void load_x(const uint16_t* p, Vec (&v)[1]) { v[0] = _mm512_castsi512_ps(_mm512_loadu_si512(p)); }
+  static void load_w(const uint16_t* p, Vec (&v)[1]) { v[0] = _mm512_castsi512_ps(_mm512_loadu_si512(p)); }
+  static float tail(const uint16_t* x, const uint16_t* w, int64_t k0, int64_t k_len) {
+    float s = 0.0f;
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(bf16_bits_to_f32(x[k]), bf16_bits_to_f32(w[k]), s);
+    return s;
+  }
+};
+
+struct F16 : Avx512Common {
+  using XElem = float;
+  using WElem = uint16_t;
+  static constexpr int kStep = 16;
+  static constexpr int kParts = 1;
+  static constexpr int nr_for(int mr) { return mr <= 2 ? 8 : 6; }
+  static Vec madd(Vec acc, Vec x, Vec w) { return _mm512_fmadd_ps(x, w, acc); }
+  static void load_x(const float* p, Vec (&v)[1]) { v[0] = _mm512_loadu_ps(p); }
+  static void load_w(const uint16_t* p, Vec (&v)[1]) {
+    v[0] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static float tail(const float* x, const uint16_t* w, int64_t k0, int64_t k_len) {
+    float s = 0.0f;
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], _cvtsh_ss(w[k]), s);
+    return s;
+  }
+};
+
+struct F32 : Avx512Common {
+  using XElem = float;
+  using WElem = float;
+  static constexpr int kStep = 16;
+  static constexpr int kParts = 1;
+  static constexpr int nr_for(int mr) { return mr <= 2 ? 8 : 6; }
+  static Vec madd(Vec acc, Vec x, Vec w) { return _mm512_fmadd_ps(x, w, acc); }
+  static void load_x(const float* p, Vec (&v)[1]) { v[0] = _mm512_loadu_ps(p); }
+  static void load_w(const float* p, Vec (&v)[1]) { v[0] = _mm512_loadu_ps(p); }
+  static float tail(const float* x, const float* w, int64_t k0, int64_t k_len) {
+    float s = 0.0f;
+    for (int64_t k = k0; k < k_len; ++k) s = __builtin_fmaf(x[k], w[k], s);
+    return s;
+  }
+};
+
+}  // namespace
+
+const IsaKernels& avx512_kernels() {
+  static const IsaKernels kernels{
+      .bf16_exact = &linear_rows<Bf16Split>,
+      .bf16_dot = &linear_rows<Bf16Dot>,
+      .f16 = &linear_rows<F16>,
+      .f32 = &linear_rows<F32>,
+      .pair_chunk = Bf16Split::kStep,
+  };
+  return kernels;
+}
+
+}  // namespace tern::cpu::linear_isa
+
+#pragma GCC pop_options
+#endif  // x86-64 GCC/Clang

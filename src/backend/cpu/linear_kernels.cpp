@@ -1,0 +1,155 @@
+// linear_fast: picks the instruction set and weight format, lays out the
+// activations the chosen kernel reads (once per call, on the calling thread,
+// into that thread's reused scratch), then splits the weight rows over the
+// pool. The SIMD loops themselves live in linear_avx2.cpp / linear_avx512.cpp.
+#include "backend/cpu/linear_kernels.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/linear_isa.h"
+#include "base/bf16.h"
+
+namespace tern::cpu {
+namespace {
+
+using linear_isa::IsaKernels;
+using linear_isa::LinearTask;
+using linear_isa::RowsFn;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+bool cpu_has_avx2() {
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return has;
+}
+bool cpu_has_avx512() {
+  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq");
+  return has;
+}
+bool cpu_has_avx512_bf16() {
+  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+#else
+bool cpu_has_avx2() { return false; }
+bool cpu_has_avx512() { return false; }
+bool cpu_has_avx512_bf16() { return false; }
+#endif
+
+// Rows per unit of the parallel split, so a thread's range starts on a
+// multiple of every tile width and only its last tile is narrow.
+constexpr int64_t kRowUnit = 48;
+// Multiply-adds a second thread must get before waking it pays: a wake-up
+// costs about as much as streaming a few hundred KB of weights.
+constexpr int64_t kMinMacsPerThread = int64_t{1} << 18;
+
+// Activations rearranged for a kernel. Per thread, grown and never shrunk, so
+// steady-state calls do not allocate.
+struct Scratch {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+};
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Each `chunk`-element block of each row becomes its even elements then its
+// odd ones (the order Bf16Split's weight widening produces); the last
+// K % chunk elements stay in order.
+const float* split_pairs(const float* x, int64_t num_tokens, int64_t cols, int chunk) {
+  std::vector<float>& out = thread_scratch().f32;
+  const auto n = static_cast<size_t>(num_tokens * cols);
+  if (out.size() < n) out.resize(n);
+  const int half = chunk / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* src = x + t * cols;
+    float* dst = out.data() + t * cols;
+    int64_t k = 0;
+    for (; k + chunk <= cols; k += chunk) {
+      for (int i = 0; i < half; ++i) {
+        dst[k + i] = src[k + 2 * i];
+        dst[k + half + i] = src[k + 2 * i + 1];
+      }
+    }
+    for (; k < cols; ++k) dst[k] = src[k];
+  }
+  return out.data();
+}
+
+const uint16_t* round_to_bf16(const float* x, int64_t num_tokens, int64_t cols) {
+  std::vector<uint16_t>& out = thread_scratch().bf16;
+  const auto n = static_cast<size_t>(num_tokens * cols);
+  if (out.size() < n) out.resize(n);
+  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+  return out.data();
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+const IsaKernels* kernels_for(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return &linear_isa::avx512_kernels();
+    case CpuIsa::kAvx2:
+      return &linear_isa::avx2_kernels();
+    default:
+      return nullptr;
+  }
+}
+#else
+const IsaKernels* kernels_for(CpuIsa) { return nullptr; }
+#endif
+
+// The kernel for this weight dtype, with x laid out for it in `task`.
+RowsFn prepare(const IsaKernels& kernels, const float* x, int64_t num_tokens, const WeightMatrix& w,
+               Activations activations, bool has_bf16_dot, LinearTask& task) {
+  task.x = x;
+  task.x_stride = w.cols;
+  switch (w.dtype) {
+    case DType::kBF16:
+      if (activations == Activations::kBf16 && has_bf16_dot && kernels.bf16_dot != nullptr) {
+        task.x = round_to_bf16(x, num_tokens, w.cols);
+        return kernels.bf16_dot;
+      }
+      task.x = split_pairs(x, num_tokens, w.cols, kernels.pair_chunk);
+      return kernels.bf16_exact;
+    case DType::kF16:
+      return kernels.f16;
+    default:
+      return kernels.f32;
+  }
+}
+
+}  // namespace
+
+CpuIsa best_cpu_isa() {
+  if (cpu_has_avx512()) return CpuIsa::kAvx512;
+  if (cpu_has_avx2()) return CpuIsa::kAvx2;
+  return CpuIsa::kPortable;
+}
+
+void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
+                 const LinearOptions& options) {
+  if (num_tokens <= 0 || w.rows <= 0) return;
+  const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
+  const IsaKernels* kernels = kernels_for(isa);
+  if (kernels == nullptr) {
+    linear(pool, x, num_tokens, w, y);
+    return;
+  }
+  LinearTask task{.num_tokens = num_tokens, .w = w.data, .rows = w.rows, .cols = w.cols, .y = y};
+  const bool has_bf16_dot = isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16();
+  const RowsFn rows_fn = prepare(*kernels, x, num_tokens, w, options.activations, has_bf16_dot, task);
+
+  const int64_t units = (w.rows + kRowUnit - 1) / kRowUnit;
+  const int64_t macs_per_unit = std::max<int64_t>(1, kRowUnit * w.cols * num_tokens);
+  const int64_t grain = std::max<int64_t>(1, kMinMacsPerThread / macs_per_unit);
+  pool.parallel_for(units, grain, [&](int64_t begin, int64_t end) {
+    rows_fn(task, begin * kRowUnit, std::min(end * kRowUnit, w.rows));
+  });
+}
+
+}  // namespace tern::cpu

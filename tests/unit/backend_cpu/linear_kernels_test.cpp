@@ -1,0 +1,234 @@
+// linear_fast against the reference cpu::linear on random values, for every
+// instruction-set path this CPU runs (paths it lacks are skipped, and say so),
+// each weight dtype, odd shapes with K and N tails, and 1 and 2 threads.
+//
+// Tolerances, per output y[t, n], with S = sum_k |x[t,k]| |w[n,k]|:
+//  - exact activations (every dtype): both kernels sum the same exact fp32
+//    products in different orders, in chains of at most K/8 + 32 additions,
+//    so they differ by at most 2 (K/8 + 32) 2^-24 S; we allow (K/4 + 64) 2^-24 S.
+//  - bf16 activations: rounding x to bf16 changes each product by at most
+//    2^-9 of its size, so 2^-9 S more. Its arithmetic is checked tighter by
+//    comparing with the reference on the rounded x.
+#include "backend/cpu/linear_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/reference_kernels.h"
+#include "base/bf16.h"
+
+namespace tern::cpu {
+namespace {
+
+struct Shape {
+  int64_t tokens, cols, rows;  // T, K, N
+};
+
+// T = 1, 2, 3, 5, 17, 64, 130 (decode, tails of the 4-token tile, several
+// x blocks), K and N on and off every vector width and tile size.
+const Shape kShapes[] = {
+    {1, 1, 1},     {1, 7, 5},      {1, 1024, 130}, {1, 3072, 97},  {2, 33, 13},  {2, 1024, 50},
+    {3, 100, 48},  {3, 257, 7},    {5, 16, 1},     {5, 64, 49},    {5, 3072, 200}, {17, 31, 97},
+    {17, 257, 50}, {64, 1024, 13}, {64, 96, 100},  {130, 1024, 61}, {130, 65, 130}, {130, 3000, 21},
+};
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    do {
+      x = d(rng);
+    } while (x == 0.0f);
+  }
+  return v;
+}
+
+// A weight matrix in one dtype plus its values as fp32 (exact for each dtype).
+struct TestWeights {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  std::vector<float> values;
+
+  WeightMatrix view() const {
+    return {dtype, dtype == DType::kF32 ? static_cast<const void*>(f32.data()) : half.data(), rows, cols};
+  }
+};
+
+TestWeights make_weights(std::mt19937& rng, DType dtype, int64_t rows, int64_t cols) {
+  TestWeights w{dtype, rows, cols, random_floats(rng, static_cast<size_t>(rows * cols)), {}, {}};
+  w.values = w.f32;
+  if (dtype != DType::kF32) {
+    w.half.resize(w.f32.size());
+    for (size_t i = 0; i < w.f32.size(); ++i) {
+      w.half[i] = dtype == DType::kBF16 ? f32_to_bf16(w.f32[i]) : f32_to_f16(w.f32[i]);
+      w.values[i] = dtype == DType::kBF16 ? bf16_to_f32(w.half[i]) : f16_to_f32(w.half[i]);
+    }
+  }
+  return w;
+}
+
+// S = sum_k |x[t,k]| |w[n,k]| for every output.
+std::vector<double> abs_sums(const std::vector<float>& x, const TestWeights& w, int64_t tokens) {
+  std::vector<double> s(static_cast<size_t>(tokens * w.rows));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < w.cols; ++k) {
+        acc += std::fabs(static_cast<double>(x[t * w.cols + k]) * w.values[n * w.cols + k]);
+      }
+      s[t * w.rows + n] = acc;
+    }
+  }
+  return s;
+}
+
+double exact_tolerance(int64_t cols) { return (static_cast<double>(cols) / 4 + 64) * std::ldexp(1.0, -24); }
+
+const char* isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
+}
+
+bool cpu_runs(CpuIsa isa) { return isa <= best_cpu_isa(); }
+
+std::vector<float> run_fast(int threads, const std::vector<float>& x, int64_t tokens, const TestWeights& w,
+                            const LinearOptions& options) {
+  ThreadPool pool(threads);
+  // Filled with NaN so an output the kernel never writes fails the comparison.
+  std::vector<float> y(static_cast<size_t>(tokens * w.rows), std::nanf(""));
+  linear_fast(pool, x.data(), tokens, w.view(), y.data(), options);
+  return y;
+}
+
+std::vector<float> run_reference(const std::vector<float>& x, int64_t tokens, const TestWeights& w) {
+  ThreadPool pool(1);
+  std::vector<float> y(static_cast<size_t>(tokens * w.rows));
+  linear(pool, x.data(), tokens, w.view(), y.data());
+  return y;
+}
+
+// Every output within tol_rel * S of the reference; reports the first miss.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& s,
+                  double tol_rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    // `!(err <= tol)` so a NaN output fails too.
+    if (!(err <= tol_rel * s[i])) {
+      ADD_FAILURE() << what << ": output " << i << " is " << got[i] << ", reference " << want[i] << ", error "
+                    << err << " > " << tol_rel * s[i];
+      return;
+    }
+  }
+}
+
+class LinearKernelsTest : public ::testing::TestWithParam<CpuIsa> {};
+
+TEST_P(LinearKernelsTest, ExactActivationsMatchReferenceForEveryDtypeAndShape) {
+  const CpuIsa isa = GetParam();
+  if (!cpu_runs(isa)) GTEST_SKIP() << "this CPU has no " << isa_name(isa);
+  std::mt19937 rng(1234);
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const Shape& s : kShapes) {
+      TestWeights w = make_weights(rng, dtype, s.rows, s.cols);
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(s.tokens * s.cols));
+      std::vector<float> want = run_reference(x, s.tokens, w);
+      std::vector<double> sums = abs_sums(x, w, s.tokens);
+      for (int threads : {1, 2}) {
+        std::vector<float> got = run_fast(threads, x, s.tokens, w, {.max_isa = isa});
+        expect_close(got, want, sums, exact_tolerance(s.cols),
+                     std::string(isa_name(isa)) + " dtype " + std::to_string(static_cast<int>(dtype)) + " T=" +
+                         std::to_string(s.tokens) + " K=" + std::to_string(s.cols) + " N=" +
+                         std::to_string(s.rows) + " threads=" + std::to_string(threads));
+      }
+    }
+  }
+}
+
+TEST_P(LinearKernelsTest, Bf16ActivationsMatchReferenceWithinRoundingOfX) {
+  const CpuIsa isa = GetParam();
+  if (!cpu_runs(isa)) GTEST_SKIP() << "this CPU has no " << isa_name(isa);
+  std::mt19937 rng(99);
+  for (const Shape& s : kShapes) {
+    TestWeights w = make_weights(rng, DType::kBF16, s.rows, s.cols);
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(s.tokens * s.cols));
+    std::vector<float> x_rounded(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x_rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    std::vector<float> want = run_reference(x, s.tokens, w);
+    std::vector<float> want_rounded = run_reference(x_rounded, s.tokens, w);
+    std::vector<double> sums = abs_sums(x, w, s.tokens);
+    const std::string what = std::string(isa_name(isa)) + " T=" + std::to_string(s.tokens) +
+                             " K=" + std::to_string(s.cols) + " N=" + std::to_string(s.rows);
+    for (int threads : {1, 2}) {
+      std::vector<float> got = run_fast(threads, x, s.tokens, w, {.max_isa = isa, .activations = Activations::kBf16});
+      expect_close(got, want, sums, std::ldexp(1.0, -9) + exact_tolerance(s.cols), what);
+      // Paths without a bf16 dot product keep x exact, so only the AVX512_BF16
+      // path is compared against the reference on the rounded x.
+      const bool rounds_x = isa == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+      if (rounds_x) expect_close(got, want_rounded, sums, exact_tolerance(s.cols), what + " (rounded x)");
+    }
+  }
+}
+
+// Each output is summed in an order fixed by K alone, so decode (one token),
+// prefill (many) and any thread count give the same bits: a prompt's logits
+// do not depend on how the engine batched it.
+TEST_P(LinearKernelsTest, ResultsAreIndependentOfThreadsAndBatching) {
+  const CpuIsa isa = GetParam();
+  if (!cpu_runs(isa)) GTEST_SKIP() << "this CPU has no " << isa_name(isa);
+  std::mt19937 rng(7);
+  const int64_t tokens = 11, cols = 300, rows = 101;
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (Activations activations : {Activations::kExact, Activations::kBf16}) {
+      TestWeights w = make_weights(rng, dtype, rows, cols);
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(tokens * cols));
+      const LinearOptions options{.max_isa = isa, .activations = activations};
+      std::vector<float> one = run_fast(1, x, tokens, w, options);
+      std::vector<float> two = run_fast(2, x, tokens, w, options);
+      std::vector<float> single(one.size());
+      ThreadPool pool(2);
+      for (int64_t t = 0; t < tokens; ++t) {
+        linear_fast(pool, x.data() + t * cols, 1, w.view(), single.data() + t * rows, options);
+      }
+      EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << "threads";
+      EXPECT_EQ(0, std::memcmp(one.data(), single.data(), one.size() * sizeof(float))) << "batching";
+    }
+  }
+}
+
+TEST(LinearKernels, PortablePathIsTheReference) {
+  std::mt19937 rng(5);
+  TestWeights w = make_weights(rng, DType::kBF16, 37, 70);
+  std::vector<float> x = random_floats(rng, 3 * 70);
+  std::vector<float> got = run_fast(2, x, 3, w, {.max_isa = CpuIsa::kPortable});
+  std::vector<float> want = run_reference(x, 3, w);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+}
+
+TEST(LinearKernels, BestIsaMatchesCpuFlags) {
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const CpuIsa want = avx2 && avx512 ? CpuIsa::kAvx512 : avx2 ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+  EXPECT_EQ(best_cpu_isa(), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, LinearKernelsTest,
+                         ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<CpuIsa>& info) { return std::string(isa_name(info.param)); });
+
+}  // namespace
+}  // namespace tern::cpu
