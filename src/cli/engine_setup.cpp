@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "backend/cpu/kernel_set.h"
 #include "base/mapped_file.h"
 #include "engine/runner.h"
 #include "runners/cpu_runner.h"
@@ -16,6 +17,9 @@ namespace tern::cli {
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout)")->required()->envname("TERN_MODEL");
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
+  cmd.add_option("--cpu-kernels", o.cpu_kernels,
+                 "CPU kernel set: optimized (AVX-512/AVX2 by what the CPU has) or reference (plain loops, the oracle)")
+      ->check(CLI::IsMember({"optimized", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
   cmd.add_option("--max-model-len", o.run.max_model_len,
                  "Longest sequence (prompt + output) in tokens (default: the model's, capped by the KV cache)")
       ->envname("TERN_MAX_MODEL_LEN");
@@ -79,7 +83,11 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   LoadedEngine le;
   TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
   le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
-  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads));
+  const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
+  if (kernels == nullptr) {
+    return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
+  }
+  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads, *kernels));
   std::string gen_path = o.model + "/generation_config.json";
   if (std::filesystem::exists(gen_path)) {
     TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));

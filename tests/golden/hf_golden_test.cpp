@@ -1,15 +1,18 @@
 // The model against Hugging Face transformers on the tiny test models: fp32
 // logits of Ernie4_5ForCausalLM and its greedy continuations
 // (tools/make_test_model.py). Token ids and chat rendering against
-// AutoTokenizer are checked in tests/unit/tokenizer/golden_test.cpp.
+// AutoTokenizer are checked in tests/unit/chat/hf_golden_test.cpp. Every
+// CPU kernel set is held to the same goldens.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "backend/cpu/kernel_set.h"
 #include "engine/sampler.h"
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "tokenizer/tokenizer.h"
@@ -17,10 +20,12 @@
 namespace tern {
 namespace {
 
-class HfGolden : public ::testing::TestWithParam<std::string> {
+class HfGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    dir_ = std::string(TERN_TEST_DATA_DIR) + "/" + GetParam();
+    dir_ = std::string(TERN_TEST_DATA_DIR) + "/" + std::get<0>(GetParam());
+    kernels_ = cpu::kernel_set_named(std::get<1>(GetParam()));
+    ASSERT_NE(kernels_, nullptr) << std::get<1>(GetParam());
     std::ifstream in(dir_ + "/golden.json");
     ASSERT_TRUE(in) << dir_;
     golden_ = nlohmann::json::parse(in);
@@ -30,12 +35,13 @@ class HfGolden : public ::testing::TestWithParam<std::string> {
   }
 
   std::unique_ptr<Ernie45Model> load_model() {
-    auto m = Ernie45Model::load(dir_, 2);
+    auto m = Ernie45Model::load(dir_, 2, *kernels_);
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
     return m.is_ok() ? std::move(m).value() : nullptr;
   }
 
   std::string dir_;
+  const cpu::KernelSet* kernels_ = nullptr;
   nlohmann::json golden_;
   std::unique_ptr<Tokenizer> tokenizer_;
 };
@@ -90,9 +96,11 @@ TEST_P(HfGolden, GreedyTokensMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, HfGolden, ::testing::Values("ernie-tiny", "ernie-tiny-untied"),
+INSTANTIATE_TEST_SUITE_P(TinyModels, HfGolden,
+                         ::testing::Combine(::testing::Values("ernie-tiny", "ernie-tiny-untied"),
+                                            ::testing::Values("reference", "optimized")),
                          [](const auto& info) {
-                           std::string n = info.param;
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            for (char& c : n) c = (c == '-') ? '_' : c;
                            return n;
                          });

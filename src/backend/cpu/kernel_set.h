@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "backend/cpu/reference_kernels.h"
 #include "base/thread_pool.h"
@@ -28,5 +29,11 @@ struct KernelSet {
 
 // The reference kernels as a set: the oracle every other set is tested against.
 const KernelSet& reference_kernel_set();
+// The fastest kernels this CPU runs (linear_fast with exact fp32 activations:
+// AVX-512 or AVX2 by runtime dispatch), the reference for the other ops.
+const KernelSet& optimized_kernel_set();
+
+// "reference" or "optimized" (what --cpu-kernels takes); nullptr for any other name.
+const KernelSet* kernel_set_named(std::string_view name);
 
 }  // namespace tern::cpu
