@@ -238,6 +238,47 @@ def test_bad_values_are_bad_request(client, bad):
         chat(client, **bad)
 
 
+def test_chat_stream_continuous_usage_stats(client):
+    chunks, texts = collect_chat_stream(chat(client, max_tokens=5, extra_body=LONG, stream=True,
+                                             stream_options={"include_usage": True, "continuous_usage_stats": True},
+                                             **GREEDY))
+    *body, last = chunks
+    assert last.choices == [] and last.usage.completion_tokens == 5
+    counted = [c.usage.completion_tokens for c in body if c.choices and c.usage is not None]
+    assert counted, "every content chunk carries the usage so far"
+    assert counted == sorted(counted) and counted[-1] == 5
+    assert all(c.usage.prompt_tokens == last.usage.prompt_tokens for c in body if c.usage is not None)
+
+
+@pytest.mark.parametrize("field,extra", [
+    ("continue_final_message", {"continue_final_message": True}),
+    ("stream_options", {"stream_options": {"include_usage": True}}),  # only with stream: true
+])
+def test_chat_fields_not_honoured_are_refused_by_name(client, field, extra):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, max_tokens=2, extra_body=extra)
+    assert e.value.body["param"] == field, e.value.body
+
+
+@pytest.mark.parametrize("field,extra", [("suffix", {"suffix": " the end."}), ("best_of", {"best_of": 3}),
+                                         ("best_of", {"best_of": 2, "n": 1})])
+def test_completion_fields_not_honoured_are_refused_by_name(client, field, extra):
+    with pytest.raises(openai.BadRequestError) as e:
+        complete(client, max_tokens=2, extra_body=extra)
+    assert e.value.body["param"] == field, e.value.body
+    # best_of equal to n asks for nothing more than n: served.
+    assert len(complete(client, max_tokens=2, n=2, extra_body={"best_of": 2}).choices) == 2
+
+
+@pytest.mark.parametrize("message", [{"role": "user"}, {"role": "user", "content": None}, {"role": "system"}])
+def test_message_without_content_is_bad_request(client, message):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, max_tokens=2, messages=[message] if message["role"] == "user" else [message] + CHAT)
+    assert "needs content" in str(e.value)
+    # An assistant turn without content (a tool call's) is fine.
+    assert chat(client, max_tokens=2, messages=CHAT + [{"role": "assistant"}] + CHAT).choices
+
+
 def test_unknown_model_is_not_found(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=CHAT, max_tokens=2)

@@ -130,6 +130,8 @@ def test_generate_stream_full_text_and_seed(server):
     ({"max_new_tokens": 5000}, "must be <= 4096"),
     ({"temperature": "hot"}, "parameters.temperature"),
     ({"stop": "x"}, "parameters.stop"),
+    ({"watermark": True}, "`watermark` is not supported"),
+    ({"adapter_id": "my-lora"}, "`adapter_id` names a LoRA adapter"),
 ])
 def test_validation_errors(server, params, fragment):
     for path in ("/generate", "/generate_stream"):

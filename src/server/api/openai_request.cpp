@@ -130,6 +130,29 @@ std::optional<ApiError> unsupported_features(const json& j) {
   }
   if (auto it = j.find("guided_json"); it != j.end() && !it->is_null())
     return bad_request("guided decoding is not supported yet by this server", "guided_json");
+  // Accepted by vLLM or OpenAI but not implemented here: refused by name, never silently ignored.
+  if (auto it = j.find("continue_final_message"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) return bad_request("continue_final_message must be a boolean", "continue_final_message");
+    if (it->get<bool>()) {
+      return bad_request("continue_final_message (continuing the last assistant message) is not supported yet by "
+                         "this server; omit it",
+                         "continue_final_message");
+    }
+  }
+  if (auto it = j.find("suffix"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return bad_request("suffix must be a string", "suffix");
+    if (!it->get<std::string>().empty())
+      return bad_request("suffix (fill-in-the-middle) is not supported by this model or server; omit it", "suffix");
+  }
+  if (auto it = j.find("best_of"); it != j.end() && !it->is_null()) {
+    auto n = j.find("n");
+    const int64_t choices = n != j.end() && n->is_number_integer() ? n->get<int64_t>() : 1;
+    if (!it->is_number_integer() || it->get<int64_t>() != choices) {
+      return bad_request("best_of other than n (generating more sequences and returning the best) is not supported "
+                         "by this server; omit best_of or set it to n",
+                         "best_of");
+    }
+  }
   return std::nullopt;
 }
 
@@ -252,6 +275,7 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
   job.stream = stream.value_or(false);
   if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
     if (!so->is_object()) return bad_request("stream_options must be an object", "stream_options");
+    if (!job.stream) return bad_request("stream_options can only be given with stream: true", "stream_options");
     std::optional<bool> usage, continuous;
     TRY(get_bool(*so, "include_usage", usage));
     TRY(get_bool(*so, "continuous_usage_stats", continuous));
@@ -301,6 +325,10 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
       auto role = m.find("role");
       if (role == m.end() || !role->is_string()) return bad_request("each message needs a string role", "messages");
       auto content = m.find("content");
+      const std::string r = role->get<std::string>();
+      if ((content == m.end() || content->is_null()) && r != "assistant" && r != "tool") {
+        return bad_request("a " + r + " message needs content (a string or a list of text parts)", "messages");
+      }
       std::optional<std::string> text = content == m.end() ? std::optional<std::string>("") : message_text(*content);
       if (!text) return bad_request("message content must be a string or a list of text parts", "messages");
       json cm = m;

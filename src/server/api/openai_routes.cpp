@@ -142,6 +142,9 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
   json base = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", ctx.model_name}};
   bool streaming = job.stream;
   bool stream_started = false;
+  // vLLM's stream_options.continuous_usage_stats (with include_usage): every
+  // chunk carries the usage so far, so no chunk takes the pre-serialized path.
+  const bool continuous_usage = streaming && job.include_usage && job.continuous_usage;
 
   // Plain text deltas: pre-serialized around the escaped text.
   std::vector<SseChunkTemplate> text_chunk;
@@ -179,7 +182,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
       ChoiceState& s = state[static_cast<size_t>(u.choice)];
       s.tokens += static_cast<int64_t>(u.token_ids.size());
       if (streaming) {
-        bool plain = u.logprobs.empty() && !u.finish;
+        bool plain = u.logprobs.empty() && !u.finish && !continuous_usage;
         if (plain) {
           if (!u.text.empty()) text_chunk[static_cast<size_t>(u.choice)].append(out, u.text);
         } else {
@@ -195,6 +198,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
           json j = base;
           j["choices"] = json::array({choice});
           if (u.finish && session.done()) j["tern"] = tern_json(session.usage());
+          if (continuous_usage) j["usage"] = usage_json(session.usage());
           append_sse_event(out, dump(j));
         }
       }

@@ -213,7 +213,7 @@ constexpr const char* kDocument = R"json({
         "description": "Keep only the last `truncate` input tokens; at most max_input_tokens."},
       "best_of": {"type": "integer", "nullable": true, "minimum": 1, "maximum": 1},
       "top_n_tokens": {"type": "integer", "nullable": true, "minimum": 0, "maximum": 20},
-      "watermark": {"type": "boolean", "nullable": true, "description": "Accepted and ignored."},
+      "watermark": {"type": "boolean", "nullable": true, "description": "Only false: watermarking is not supported."},
       "grammar": {"type": "object", "nullable": true, "description": "Not supported: a grammar gets 422."}}},
     "TgiRequest": {"type": "object", "required": ["inputs"], "properties": {
       "inputs": {"type": "string", "minLength": 1},

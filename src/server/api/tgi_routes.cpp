@@ -178,7 +178,15 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   TGI_TRY(read_bool(params, "details", job.details));
   TGI_TRY(read_bool(params, "decoder_input_details", decoder_input_details));
   TGI_TRY(read_bool(params, "return_full_text", job.return_full_text));
-  TGI_TRY(read_bool(params, "watermark", watermark));  // accepted and ignored
+  TGI_TRY(read_bool(params, "watermark", watermark));
+  // Refused rather than ignored: the answer would silently not be what was asked for.
+  if (watermark) return invalid("`watermark` is not supported by this server; omit it or set it to false");
+  if (auto a = params.find("adapter_id"); a != params.end() && !a->is_null()) {
+    if (!a->is_string()) return wrong_type("adapter_id", *a, "a string");
+    if (!a->get<std::string>().empty())
+      return invalid("`adapter_id` names a LoRA adapter; this server serves the base model only (no adapters are "
+                     "loaded), so omit `adapter_id`");
+  }
   if (auto s = params.find("stop"); s != params.end() && !s->is_null()) {
     if (!s->is_array()) return wrong_type("stop", *s, "a sequence of strings");
     for (const auto& v : *s) {
