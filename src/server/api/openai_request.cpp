@@ -115,6 +115,61 @@ std::optional<ApiError> parse_logit_bias(const json& j, SamplingParams& p) {
   return std::nullopt;
 }
 
+// A request field tern does not implement, and the values that ask for
+// nothing (so clients that always send the field still work).
+struct UnimplementedField {
+  const char* name;
+  const char* why;
+  bool (*neutral)(const json& v);
+};
+
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
+bool is_empty(const json& v) { return (v.is_array() || v.is_object() || v.is_string()) && v.empty(); }
+bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
+bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1; }
+bool no_tool_choice(const json& v) { return v.is_string() && (v == "none" || v == "auto"); }
+
+constexpr UnimplementedField kUnimplemented[] = {
+    {"continue_final_message", "continuing the last assistant message", is_false},
+    {"use_beam_search", "beam search", is_false},
+    {"length_penalty", "beam search's length penalty", is_one},
+    {"prompt_logprobs", "prompt log-probabilities", is_zero},
+    {"allowed_token_ids", "restricting the vocabulary", is_empty},
+    {"bad_words", "banned words", is_empty},
+    {"truncate_prompt_tokens", "prompt truncation", [](const json&) { return false; }},
+    {"guided_regex", "guided decoding", [](const json&) { return false; }},
+    {"guided_choice", "guided decoding", is_empty},
+    {"guided_grammar", "guided decoding", [](const json&) { return false; }},
+    {"structural_tag", "guided decoding", [](const json&) { return false; }},
+    {"logits_processors", "custom logits processors", is_empty},
+    {"chat_template", "a chat template given per request", [](const json&) { return false; }},
+    {"documents", "documents for the chat template", is_empty},
+    {"tool_choice", "function calling", no_tool_choice},
+    {"functions", "function calling", is_empty},
+    {"function_call", "function calling", no_tool_choice},
+    {"spaces_between_special_tokens", "leaving out the spaces between special tokens", is_true},
+    {"return_tokens_as_token_ids", "tokens as token ids in logprobs", is_false},
+    {"modalities", "output modalities other than text",
+     [](const json& v) { return v.is_array() && v.size() == 1 && v[0] == "text"; }},
+    {"audio", "audio output", [](const json&) { return false; }},
+    {"prediction", "predicted outputs", [](const json&) { return false; }},
+    {"web_search_options", "web search", [](const json&) { return false; }},
+    {"mm_processor_kwargs", "multi-modal inputs", is_empty},
+    {"kv_transfer_params", "disaggregated prefill", is_empty},
+    {"vllm_xargs", "vLLM's extra arguments", is_empty},
+};
+
+std::optional<ApiError> refuse_unimplemented(const json& j) {
+  for (const UnimplementedField& f : kUnimplemented) {
+    auto it = j.find(f.name);
+    if (it == j.end() || it->is_null() || f.neutral(*it)) continue;
+    return bad_request(std::string(f.name) + " (" + f.why + ") is not supported by this server; omit " + f.name,
+                       f.name);
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> unsupported_features(const json& j) {
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad_request("response_format must be an object", "response_format");
@@ -130,15 +185,10 @@ std::optional<ApiError> unsupported_features(const json& j) {
   }
   if (auto it = j.find("guided_json"); it != j.end() && !it->is_null())
     return bad_request("guided decoding is not supported yet by this server", "guided_json");
-  // Accepted by vLLM or OpenAI but not implemented here: refused by name, never silently ignored.
-  if (auto it = j.find("continue_final_message"); it != j.end() && !it->is_null()) {
-    if (!it->is_boolean()) return bad_request("continue_final_message must be a boolean", "continue_final_message");
-    if (it->get<bool>()) {
-      return bad_request("continue_final_message (continuing the last assistant message) is not supported yet by "
-                         "this server; omit it",
-                         "continue_final_message");
-    }
-  }
+  // Accepted by vLLM or OpenAI but not implemented here: refused by name
+  // when set to anything but its neutral value, never silently ignored
+  // (docs/api.md has the audit of every field).
+  if (auto e = refuse_unimplemented(j)) return e;
   if (auto it = j.find("suffix"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return bad_request("suffix must be a string", "suffix");
     if (!it->get<std::string>().empty())
@@ -337,6 +387,9 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     }
     std::optional<bool> add_gen;
     TRY(get_bool(j, "add_generation_prompt", add_gen));
+    // vLLM's default for chat: the template writes the special tokens itself.
+    std::optional<bool> add_special;
+    TRY(get_bool(j, "add_special_tokens", add_special));
     json kwargs = json::object();
     if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
       if (!k->is_object()) return bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
@@ -345,13 +398,15 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     auto rendered = ctx.render_chat(clean, add_gen.value_or(true), kwargs);
     if (!rendered.is_ok()) return bad_request("the chat template failed: " + rendered.status().message(), "messages");
     job.prompt_texts.push_back(*rendered);
-    prompts.push_back(ctx.tokenizer->encode(*rendered, /*add_special_tokens=*/false));
+    prompts.push_back(ctx.tokenizer->encode(*rendered, add_special.value_or(false)));
   } else {
     auto p = j.find("prompt");
     if (p == j.end() || p->is_null()) return bad_request("prompt is required", "prompt");
+    std::optional<bool> add_special;
+    TRY(get_bool(j, "add_special_tokens", add_special));
     auto add_text = [&](const std::string& s) {
       job.prompt_texts.push_back(s);
-      prompts.push_back(ctx.tokenizer->encode(s, true));
+      prompts.push_back(ctx.tokenizer->encode(s, add_special.value_or(true)));
     };
     auto add_ids = [&](const json& ids) -> std::optional<ApiError> {
       std::vector<int32_t> v;
