@@ -309,7 +309,8 @@ Status DeviceModel::Impl::plan_layers_kernel() {
 
 Status DeviceModel::Impl::capture_buckets() {
   for (const int64_t bucket : buckets) {
-    const int64_t count = pack_decode({}, bucket);
+    const int64_t count = pack_decode_meta({}, bucket, options.block_size, pad_block,
+                                           {decode_meta_host.as<int32_t>(), static_cast<size_t>(decode_meta_capacity)});
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode_meta_dev.as<void>(), decode_meta_host.as<void>(),
                                               static_cast<size_t>(count) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                               stream));
