@@ -249,12 +249,10 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   p.q_dim = static_cast<int>(c.q_dim());
   p.qkv_dim = static_cast<int>(qkv_dim());
   p.inter = static_cast<int>(c.intermediate_size);
-  p.num_heads = static_cast<int>(c.num_heads);
-  p.num_kv_heads = static_cast<int>(c.num_kv_heads);
-  p.head_dim = static_cast<int>(c.head_dim);
-  p.block_size = static_cast<int>(options.block_size);
+  p.heads = head_shape();
+  p.tables.block_size = static_cast<int>(options.block_size);
   p.eps = static_cast<float>(c.rms_norm_eps);
-  p.inv_freq = inv_freq.as<float>();
+  p.places.inv_freq = inv_freq.as<float>();
   p.kv = kv.as<bf16>();
   p.plane_elems = plane_elems();
   p.x = x.as<float>();

@@ -80,7 +80,7 @@ struct DeviceModelOptions : RunnerOptions {
   // alone, as decode tokens are.
   bool prefill_tiles = true;
   // Decode steps past the GEMV's sizes rotate q and k and write the token's
-  // K/V inside the attention kernel (PagedAttentionParams::rope_inv_freq),
+  // K/V inside the attention kernel (PagedAttentionParams::rope_kv),
   // where its tensor-core form takes the shape; off: rope_store_kv, one
   // kernel more per layer. Bit-identical either way.
   bool rope_in_attention = true;

@@ -91,7 +91,7 @@ struct DeviceModel::Impl {
   // where the shapes and the GPU allow, else why not.
   bool layers_kernel = false;
   std::string layers_kernel_off_reason;
-  DecodeLayersParams layers_params;  // all but the step's metadata
+  DecodeLayersParams layers_params;  // all but the step's metadata (places' positions and slots, tables' pointers)
   DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 
   struct Layer {
@@ -162,6 +162,10 @@ struct DeviceModel::Impl {
   }
 
   int64_t qkv_dim() const { return config.q_dim() + 2 * config.kv_dim(); }
+  HeadShape head_shape() const {
+    return {static_cast<int>(config.num_heads), static_cast<int>(config.num_kv_heads),
+            static_cast<int>(config.head_dim)};
+  }
   int64_t plane_elems() const { return pool_blocks * options.block_size * config.kv_dim(); }
   bf16* k_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2) * plane_elems(); }
   bf16* v_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2 + 1) * plane_elems(); }

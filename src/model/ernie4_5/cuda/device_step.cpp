@@ -94,6 +94,10 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
+  // What every layer's kernels share (kernels.h): the heads, where the step's tokens sit, their block tables.
+  const HeadShape heads = head_shape();
+  const TokenPlaces places{v.positions, v.slots, inv_freq.as<float>()};
+  const KvTables tables{v.token_seq, v.table_offsets, v.tables, static_cast<int>(options.block_size)};
   auto gemv_of = [&](GemvInput in, GemvOutput out, int64_t K, int64_t N, const bf16* w, void* y) {
     GemvParams g;
     g.input = in;
@@ -114,73 +118,45 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       embedding_gather(embed.as<bf16>(), v.ids, T, H, x.as<float>(), stream, false, picks.as<uint64_t>(), v.num_rows));
   if (T == 1 && layers_kernel) {
     DecodeLayersParams p = layers_params;
-    p.positions = v.positions;
-    p.slots = v.slots;
-    p.token_seq = v.token_seq;
-    p.table_offsets = v.table_offsets;
-    p.block_tables = v.tables;
+    p.places = places;
+    p.tables = tables;
     TERN_CUDA_RETURN_IF_ERROR(decode_layers(p, sm_count, stream));
     return Status::ok();
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[static_cast<size_t>(l)];
-    RopeKvParams rp;
-    rp.qkv = qkv.as<bf16>();
-    rp.row_stride = QKV;
-    rp.positions = v.positions;
-    rp.slots = v.slots;
-    rp.inv_freq = inv_freq.as<float>();
-    rp.num_tokens = T;
-    rp.num_heads = static_cast<int>(c.num_heads);
-    rp.num_kv_heads = static_cast<int>(c.num_kv_heads);
-    rp.head_dim = static_cast<int>(c.head_dim);
-    rp.k_cache = k_plane(l);
-    rp.v_cache = v_plane(l);
+    const KvPlanes planes{k_plane(l), v_plane(l)};  // written by the RoPE + KV write, read by the attention
     if (small) {
       GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kQkvRope, H, QKV, w.qkv.as<bf16>(), qkv.as<void>());
       g.norm_weight = w.input_norm.as<float>();
-      g.positions = rp.positions;
-      g.slots = rp.slots;
-      g.inv_freq = rp.inv_freq;
-      g.num_heads = rp.num_heads;
-      g.num_kv_heads = rp.num_kv_heads;
-      g.head_dim = rp.head_dim;
-      g.k_cache = rp.k_cache;
-      g.v_cache = rp.v_cache;
+      g.heads = heads;
+      g.places = places;
+      g.planes = planes;
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
     } else {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear(cublas, h.as<bf16>(), T, H, w.qkv.as<bf16>(), QKV, qkv.as<void>(), GemmOut::kBf16));
+      const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
+                            .places = places, .planes = planes};
       if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
     }
 
     PagedAttentionParams ap;
     ap.q = qkv.as<bf16>();
     ap.q_row_stride = QKV;
-    ap.k_cache = k_plane(l);
-    ap.v_cache = v_plane(l);
-    ap.positions = v.positions;
-    ap.token_seq = v.token_seq;
-    ap.table_offsets = v.table_offsets;
-    ap.block_tables = v.tables;
+    ap.heads = heads;
+    ap.places = places;  // slots and inv_freq read only with rope_kv
+    ap.planes = planes;
+    ap.tables = tables;
     ap.num_tokens = T;
-    ap.num_heads = rp.num_heads;
-    ap.num_kv_heads = rp.num_kv_heads;
-    ap.head_dim = rp.head_dim;
-    ap.block_size = static_cast<int>(options.block_size);
     ap.num_splits = v.num_splits;
     ap.partial_out = partial_out.as<float>();
     ap.partial_ml = partial_ml.as<float>();
     ap.split_counters = split_counters.as<int>();
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
-    if (rope_fused) {
-      ap.rope_inv_freq = rp.inv_freq;
-      ap.slots = rp.slots;
-      ap.k_out = rp.k_cache;
-      ap.v_out = rp.v_cache;
-    }
+    ap.rope_kv = rope_fused;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
