@@ -135,15 +135,10 @@ cuda::RopeKvParams rope_params(const Shape& s, int64_t T, bf16* qkv, int64_t str
   cuda::RopeKvParams p;
   p.qkv = qkv;
   p.row_stride = stride;
-  p.positions = positions;
-  p.slots = slots;
-  p.inv_freq = inv_freq;
   p.num_tokens = T;
-  p.num_heads = s.num_heads;
-  p.num_kv_heads = s.num_kv_heads;
-  p.head_dim = s.head_dim;
-  p.k_cache = k;
-  p.v_cache = v;
+  p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
+  p.places = {positions, slots, inv_freq};
+  p.planes = {k, v};
   return p;
 }
 
@@ -252,21 +247,15 @@ struct AttnLaunch {
         partial(static_cast<size_t>(T * s.num_heads * splits * s.head_dim)),
         ml(static_cast<size_t>(T * s.num_heads * splits * 2)),
         counters(std::vector<int>(static_cast<size_t>(T * s.num_kv_heads), 0)) {}
-  cuda::PagedAttentionParams params(const bf16* q, int64_t q_stride, const bf16* k, const bf16* v) const {
+  cuda::PagedAttentionParams params(const bf16* q, int64_t q_stride, bf16* k, bf16* v) const {
     cuda::PagedAttentionParams p;
     p.q = q;
     p.q_row_stride = q_stride;
-    p.k_cache = k;
-    p.v_cache = v;
-    p.positions = pos.get();
-    p.token_seq = seq.get();
-    p.table_offsets = off.get();
-    p.block_tables = tables.get();
+    p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
+    p.places.positions = pos.get();
+    p.planes = {k, v};
+    p.tables = {seq.get(), off.get(), tables.get(), s.block_size};
     p.num_tokens = T;
-    p.num_heads = s.num_heads;
-    p.num_kv_heads = s.num_kv_heads;
-    p.head_dim = s.head_dim;
-    p.block_size = s.block_size;
     p.num_splits = num_splits;
     p.partial_out = partial.get();
     p.partial_ml = ml.get();
@@ -445,7 +434,7 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
 }
 
 // A decode step's attention with RoPE and the KV write inside it
-// (PagedAttentionParams::rope_inv_freq) against rope_store_kv then the
+// (PagedAttentionParams::rope_kv) against rope_store_kv then the
 // attention: the same output, K and V planes and untouched q|k|v rows, bit
 // for bit, with one split and several (only the split holding the token's
 // own key writes it); contexts from 1 key to 700, block boundaries, GQA
@@ -491,10 +480,9 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
         AttnLaunch bufs(s, num_splits, positions, token_seq, offsets, tables);
         cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, d_k.get(), d_v.get());
         if (fused) {
-          p.rope_inv_freq = d_freq.get();
-          p.slots = d_slots.get();
-          p.k_out = d_k.get();
-          p.v_out = d_v.get();
+          p.rope_kv = true;
+          p.places.inv_freq = d_freq.get();
+          p.places.slots = d_slots.get();
         } else {
           const cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(),
                                                     d_freq.get(), d_k.get(), d_v.get());
@@ -520,11 +508,10 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
   EXPECT_FALSE(cuda::paged_attention_takes_rope(64, 2, 128)) << "32 q heads per kv head: the scalar form";
   cuda::PagedAttentionParams p;
   p.num_tokens = 1;
-  p.num_heads = 4;
-  p.num_kv_heads = 2;
-  p.head_dim = 96;
+  p.heads = {4, 2, 96};
   float freq = 1.0f;
-  p.rope_inv_freq = &freq;
+  p.rope_kv = true;
+  p.places.inv_freq = &freq;
   EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "the scalar form takes no RoPE";
 }
 
@@ -730,14 +717,9 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
       p.out_features = N;
       p.w = d_w.get();
       p.y = d_y.get();
-      p.positions = d_pos.get();
-      p.slots = d_slots.get();
-      p.inv_freq = d_freq.get();
-      p.num_heads = s.num_heads;
-      p.num_kv_heads = s.num_kv_heads;
-      p.head_dim = s.head_dim;
-      p.k_cache = d_k.get();
-      p.v_cache = d_v.get();
+      p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
+      p.places = {d_pos.get(), d_slots.get(), d_freq.get()};
+      p.planes = {d_k.get(), d_v.get()};
       // 4 multiprocessors: each warp strides over several row pairs.
       TERN_ASSERT_CUDA(cuda::gemv(p, T == 5 ? 132 : 4, nullptr));
 

@@ -27,12 +27,12 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
   allow_dependent_launch();
   const int64_t t = blockIdx.x;
   const int kvh = blockIdx.y, split = blockIdx.z;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.heads.num_heads / p.heads.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int hd = p.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
-  const int ctx = p.positions[t] + 1;
-  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[t]];
+  const int hd = p.heads.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * hd;
+  const int ctx = p.places.positions[t] + 1;
+  const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[t]];
   int begin = 0, end = ctx;
   if (p.num_splits > 1) {
     const int per = ((ctx + p.num_splits - 1) / p.num_splits + kTile - 1) / kTile * kTile;
@@ -65,10 +65,11 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
       for (int i = threadIdx.x; i < n * per_key; i += blockDim.x) {
         const int j = i / per_key, d = (i - j * per_key) * 8;
         const int key = tile + j;
-        const int64_t block = table[key / p.block_size];
-        const int64_t off = (block * p.block_size + key % p.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
-        const uint4 kw = *reinterpret_cast<const uint4*>(p.k_cache + off);
-        const uint4 vw = *reinterpret_cast<const uint4*>(p.v_cache + off);
+        const int64_t block = table[key / p.tables.block_size];
+        const int64_t off =
+            (block * p.tables.block_size + key % p.tables.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
+        const uint4 kw = *reinterpret_cast<const uint4*>(p.planes.k_cache + off);
+        const uint4 vw = *reinterpret_cast<const uint4*>(p.planes.v_cache + off);
         const uint32_t kx[4] = {kw.x, kw.y, kw.z, kw.w}, vx[4] = {vw.x, vw.y, vw.z, vw.w};
         float* kd = k_s + j * (hd + 1) + d;
         float* vd = v_s + j * hd + d;
@@ -84,10 +85,11 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
       for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
         const int j = i / hd, d = i - j * hd;
         const int key = tile + j;
-        const int64_t block = table[key / p.block_size];
-        const int64_t off = (block * p.block_size + key % p.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
-        k_s[j * (hd + 1) + d] = load_bf16(p.k_cache + off);
-        v_s[j * hd + d] = load_bf16(p.v_cache + off);
+        const int64_t block = table[key / p.tables.block_size];
+        const int64_t off =
+            (block * p.tables.block_size + key % p.tables.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
+        k_s[j * (hd + 1) + d] = load_bf16(p.planes.k_cache + off);
+        v_s[j * hd + d] = load_bf16(p.planes.v_cache + off);
       }
     }
     __syncthreads();
@@ -128,7 +130,7 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
     }
     return;
   }
-  const int64_t base = (t * p.num_heads + head) * p.num_splits;
+  const int64_t base = (t * p.heads.num_heads + head) * p.num_splits;
   float* o = p.partial_out + (base + split) * hd;
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) {
@@ -146,7 +148,7 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = p.split_counters + t * p.num_kv_heads + kvh;
+    int* counter = p.split_counters + t * p.heads.num_kv_heads + kvh;
     const int arrived = atomicAdd(counter, 1);
     is_last = arrived == p.num_splits - 1;
     if (is_last) *counter = 0;  // ready for the next launch
@@ -216,22 +218,22 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   const int64_t x = blockIdx.x;  // indexes the partials and counters
   const int64_t t = p.token_list != nullptr ? p.token_list[x] : x;
   const int kvh = blockIdx.y, split = blockIdx.z;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.heads.num_heads / p.heads.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;  // MMA fragment row group and column pair
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
-  const int ctx = p.positions[t] + 1;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
+  const int ctx = p.places.positions[t] + 1;
   const int per = mma_split_keys(ctx, p.num_splits);
   const int active = (ctx + per - 1) / per;
   const int begin = split * per;
   if (begin >= ctx) return;  // an empty split: not counted below
   const int end = min(ctx, begin + per);
-  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[t]];
-  const bf16* k_base = p.k_cache + static_cast<int64_t>(kvh) * HD;
-  const bf16* v_base = p.v_cache + static_cast<int64_t>(kvh) * HD;
+  const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[t]];
+  const bf16* k_base = p.planes.k_cache + static_cast<int64_t>(kvh) * HD;
+  const bf16* v_base = p.planes.v_cache + static_cast<int64_t>(kvh) * HD;
   auto row_of = [&](int key) {  // the key's offset in the K/V planes
-    const int64_t block = table[key / p.block_size];
-    return (block * p.block_size + key % p.block_size) * kv_dim;
+    const int64_t block = table[key / p.tables.block_size];
+    return (block * p.tables.block_size + key % p.tables.block_size) * kv_dim;
   };
 
   grid_dependency_wait();  // q and this step's K/V come from the kernels before
@@ -248,22 +250,22 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
                             : make_uint4(0, 0, 0, 0);
     }
   }
-  if (p.rope_inv_freq != nullptr) {
-    // RoPE and the KV write (PagedAttentionParams::rope_inv_freq): the
+  if (p.rope_kv) {
+    // RoPE and the KV write (PagedAttentionParams::rope_kv): the
     // position's rotations once per block, as rope_store_kv computes them.
     __shared__ float2 rot[HD / 2];
     const auto tid = static_cast<int>(threadIdx.x);
     const float pos = static_cast<float>(ctx - 1);
     if (tid < HD / 2) {
       float sn, cs;
-      sincosf(p.rope_inv_freq[tid] * pos, &sn, &cs);
+      sincosf(p.places.inv_freq[tid] * pos, &sn, &cs);
       rot[tid] = make_float2(cs, sn);
     }
     const bool writes = split == active - 1;  // the split holding the token's own key
     uint32_t kv_word = 0;
-    const int64_t own = writes ? static_cast<int64_t>(p.slots[t]) * kv_dim + static_cast<int64_t>(kvh) * HD : 0;
+    const int64_t own = writes ? static_cast<int64_t>(p.places.slots[t]) * kv_dim + static_cast<int64_t>(kvh) * HD : 0;
     // Threads 0 .. HD/2 - 1 take a k pair each, the next HD/2 a v word (HD <= the block's 128 threads).
-    const bf16* k_src = q_row + static_cast<int64_t>(p.num_heads) * HD + static_cast<int64_t>(kvh) * HD;
+    const bf16* k_src = q_row + static_cast<int64_t>(p.heads.num_heads) * HD + static_cast<int64_t>(kvh) * HD;
     if (writes && tid < HD) {
       kv_word = reinterpret_cast<const uint32_t*>(tid < HD / 2 ? k_src : k_src + kv_dim)[tid % (HD / 2)];
     }
@@ -281,9 +283,9 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
     }
     if (writes && tid < HD) {
       if (tid < HD / 2) {
-        reinterpret_cast<uint32_t*>(p.k_out + own)[tid] = rope_pair(kv_word, rot[tid].x, rot[tid].y);
+        reinterpret_cast<uint32_t*>(p.planes.k_cache + own)[tid] = rope_pair(kv_word, rot[tid].x, rot[tid].y);
       } else {
-        reinterpret_cast<uint32_t*>(p.v_out + own)[tid - HD / 2] = kv_word;
+        reinterpret_cast<uint32_t*>(p.planes.v_cache + own)[tid - HD / 2] = kv_word;
       }
     }
     __syncthreads();  // the token's own K/V row is written before any warp reads it
@@ -458,7 +460,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
       sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
       acc += red_o[(w * 16 + row) * kStride + d] * wt;
     }
-    const int64_t at = (x * p.num_heads + head0 + row) * p.num_splits + split;
+    const int64_t at = (x * p.heads.num_heads + head0 + row) * p.num_splits + split;
     p.partial_out[at * HD + d] = acc;
     if (d == 0) {
       p.partial_ml[at * 2] = mx;
@@ -469,7 +471,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = p.split_counters + x * p.num_kv_heads + kvh;
+    int* counter = p.split_counters + x * p.heads.num_kv_heads + kvh;
     const int arrived = atomicAdd(counter, 1);
     is_last = arrived == active - 1;
     if (is_last) *counter = 0;  // ready for the next launch
@@ -486,7 +488,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   float* m_s = sum_s + 16;                         // [group][kMaxAttentionSplits]
   for (int i = threadIdx.x; i < group * active; i += blockDim.x) {
     const int row = i / active, sp = i - row * active;
-    const int64_t at = (x * p.num_heads + head0 + row) * p.num_splits + sp;
+    const int64_t at = (x * p.heads.num_heads + head0 + row) * p.num_splits + sp;
     m_s[row * kMaxAttentionSplits + sp] = __ldcg(p.partial_ml + at * 2);
     wt_s[row * kMaxAttentionSplits + sp] = __ldcg(p.partial_ml + at * 2 + 1);  // the sum, for now
   }
@@ -507,7 +509,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   for (int i = threadIdx.x; i < outputs / 8; i += blockDim.x) {
     const int row = i / (HD / 8), d = (i - row * (HD / 8)) * 8;
     const float* wr = wt_s + row * kMaxAttentionSplits;
-    const float* src = p.partial_out + ((x * p.num_heads + head0 + row) * p.num_splits) * HD + d;
+    const float* src = p.partial_out + ((x * p.heads.num_heads + head0 + row) * p.num_splits) * HD + d;
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
     for (int sp = 0; sp < active; ++sp) {
@@ -552,28 +554,29 @@ bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim) {
 
 cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return cudaSuccess;
-  const int group = p.num_heads / p.num_kv_heads;
-  if (p.head_dim > kMaxAttentionHeadDim || group > kMaxAttentionGroup || p.num_splits < 1 ||
+  const int group = p.heads.num_heads / p.heads.num_kv_heads;
+  if (p.heads.head_dim > kMaxAttentionHeadDim || group > kMaxAttentionGroup || p.num_splits < 1 ||
       p.num_splits > kMaxAttentionSplits || (p.num_splits > 1 && p.split_counters == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.num_kv_heads),
+  const dim3 grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.heads.num_kv_heads),
                   static_cast<unsigned int>(p.num_splits));
-  if (paged_attention_takes_rope(p.num_heads, p.num_kv_heads, p.head_dim)) {
-    if (p.rope_inv_freq != nullptr && (p.slots == nullptr || p.k_out == nullptr || p.v_out == nullptr)) {
+  if (paged_attention_takes_rope(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim)) {
+    if (p.rope_kv && (p.places.inv_freq == nullptr || p.places.slots == nullptr || p.planes.k_cache == nullptr ||
+                      p.planes.v_cache == nullptr)) {
       return cudaErrorInvalidValue;
     }
-    return p.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
+    return p.heads.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
   }
   // The scalar kernel serves tokens 0..T-1 and leaves RoPE to rope_store_kv.
-  if (p.token_list != nullptr || p.rope_inv_freq != nullptr) return cudaErrorInvalidValue;
+  if (p.token_list != nullptr || p.rope_kv) return cudaErrorInvalidValue;
   const int threads = 32 * group;
-  const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.head_dim +
-                                       static_cast<size_t>(kTile) * (2 * p.head_dim + 1));
+  const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.heads.head_dim +
+                                       static_cast<size_t>(kTile) * (2 * p.heads.head_dim + 1));
   cudaError_t e;
-  if (p.head_dim <= 32) {
+  if (p.heads.head_dim <= 32) {
     e = launch<1>(p, grid, threads, smem, stream, pdl);
-  } else if (p.head_dim <= 64) {
+  } else if (p.heads.head_dim <= 64) {
     e = launch<2>(p, grid, threads, smem, stream, pdl);
   } else {
     e = launch<4>(p, grid, threads, smem, stream, pdl);

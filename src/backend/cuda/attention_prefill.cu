@@ -50,15 +50,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
   const int first = tiles[2 * tile], count = tiles[2 * tile + 1];
   const int kvh = blockIdx.y;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.heads.num_heads / p.heads.num_kv_heads;
   const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
-  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[first]];
-  const int end = p.positions[first + count - 1] + 1;  // keys the tile's last token sees
-  const bf16* k_head = p.k_cache + static_cast<int64_t>(kvh) * HD;
-  const bf16* v_head = p.v_cache + static_cast<int64_t>(kvh) * HD;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
+  const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[first]];
+  const int end = p.places.positions[first + count - 1] + 1;  // keys the tile's last token sees
+  const bf16* k_head = p.planes.k_cache + static_cast<int64_t>(kvh) * HD;
+  const bf16* v_head = p.planes.v_cache + static_cast<int64_t>(kvh) * HD;
 
   // Keys base .. base + 63 into a stage (past the end: the last key, masked below), as one cp.async group.
   // Thread i copies unit i % kUnits of rows i / kUnits + kRowsPerPass * n; the swizzles repeat every 8 rows,
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
 #pragma unroll
     for (int n = 0; n < kPrefillKeys / kRowsPerPass; ++n) {
       const int key = min(base + lrow + n * kRowsPerPass, end - 1);
-      const int64_t off =
-          (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_dim + 8 * lunit;
+      const int64_t off = (static_cast<int64_t>(table[key / p.tables.block_size]) * p.tables.block_size +
+                           key % p.tables.block_size) * kv_dim + 8 * lunit;
       copy_async16(ks + n * kRowsPerPass * HD, k_head + off);
       copy_async16(vs + n * kRowsPerPass * HD, v_head + off);
     }
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h, local = warp * per_warp + r / group;
     tok[h] = local < count ? first + local : -1;
-    pos[h] = tok[h] >= 0 ? p.positions[tok[h]] : -1;
+    pos[h] = tok[h] >= 0 ? p.places.positions[tok[h]] : -1;
   }
   int warp_max = max(pos[0], pos[1]);
 #pragma unroll
@@ -238,7 +238,7 @@ cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, 
     const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD, Keys>>();
     if (e != cudaSuccess) return e;
   }
-  const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.num_kv_heads));
+  const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.heads.num_kv_heads));
   mma_prefill_kernel<HD, Keys><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
   return cudaGetLastError();
 }
@@ -263,11 +263,11 @@ int prefill_chunk_keys(int head_dim, int smem_per_sm) {
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                                     cudaStream_t stream, int chunk_keys) {
   if (num_tiles <= 0) return cudaSuccess;
-  if (prefill_tile_tokens(p.num_heads, p.num_kv_heads, p.head_dim) == 0 || num_tiles > 0x7fffffff ||
+  if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff ||
       (chunk_keys != 32 && chunk_keys != 64)) {
     return cudaErrorInvalidValue;
   }
-  if (p.head_dim == 64) {
+  if (p.heads.head_dim == 64) {
     return chunk_keys == 64 ? launch_prefill<64, 64>(p, tiles, num_tiles, stream)
                             : launch_prefill<64, 32>(p, tiles, num_tiles, stream);
   }

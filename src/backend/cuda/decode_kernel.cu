@@ -173,8 +173,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   __shared__ float red[kWarps];
   __shared__ float merge_w[kMaxDecodeLayersHeads * kMaxDecodeLayersSplits];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int H = p.hidden, Q = p.q_dim, I = p.inter, hd = p.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
+  const int H = p.hidden, Q = p.q_dim, I = p.inter, hd = p.heads.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * hd;
   unsigned int target = 0;
   int mark_at = 0;
   auto mark = [&]() {  // the block's clock at each phase boundary (p.timeline)
@@ -184,26 +184,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   mark();
 
   // The step's token: its position, KV slot and block table.
-  const int pos = p.positions[0];
-  const int64_t slot = p.slots[0];
-  const int32_t* table = p.block_tables + p.table_offsets[p.token_seq[0]];
+  const int pos = p.places.positions[0];
+  const int64_t slot = p.places.slots[0];
+  const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[0]];
   const int ctx = pos + 1;
   // Splits of the context per kv head (key_splits.h): one pass of the
   // attention each (a key tile, or kMmaSplitKeys on the tensor cores), at
   // most kMaxDecodeLayersSplits and no more blocks than the grid has; every
   // split has keys (phase B's copies go out after its first loads).
-  const bool mma = (hd == 64 || hd == 128) && p.num_heads / p.num_kv_heads <= kMmaMaxGroup;
+  const bool mma = (hd == 64 || hd == 128) && p.heads.num_heads / p.heads.num_kv_heads <= kMmaMaxGroup;
   const KeySplits ks = key_splits(ctx, mma ? kMmaSplitKeys : kKeyTile, mma ? kChunkKeys : kKeyTile,
-                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.num_kv_heads));
+                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.heads.num_kv_heads));
   const int splits = ks.splits, per = ks.per;
-  const bool attends = static_cast<int>(blockIdx.x) < p.num_kv_heads * splits;
+  const bool attends = static_cast<int>(blockIdx.x) < p.heads.num_kv_heads * splits;
   const int kvh = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
   const int key_begin = split * per, key_end = min(ctx, key_begin + per);
   __shared__ int key_slots[kSlotKeys];
   if (attends) {
     for (int j = threadIdx.x; j < kSlotKeys && key_begin + j < key_end; j += kThreads) {
       const int key = key_begin + j;
-      key_slots[j] = table[key / p.block_size] * p.block_size + key % p.block_size;
+      key_slots[j] = table[key / p.tables.block_size] * p.tables.block_size + key % p.tables.block_size;
     }
   }  // read after the first grid barrier's __syncthreads
 
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     const Range r = share_of(p.qkv_dim / 2);
     for (int pair = r.begin + static_cast<int>(threadIdx.x); pair < r.end; pair += kThreads) {
       const int n = 2 * pair;
-      if (n < Q + kv_dim) sincosf(p.inv_freq[(n % hd) / 2] * static_cast<float>(pos), &rope_sin[pair - r.begin],
+      if (n < Q + kv_dim) sincosf(p.places.inv_freq[(n % hd) / 2] * static_cast<float>(pos), &rope_sin[pair - r.begin],
                                   &rope_cos[pair - r.begin]);
     }
   }  // read after init_slots' __syncthreads
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         }
       };
       load_chunk(0);
-      for (int h = warp; h < p.num_heads; h += kWarps) {
+      for (int h = warp; h < p.heads.num_heads; h += kWarps) {
         const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + lane;
         const float ms = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
         const float ls = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
@@ -443,21 +443,24 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
   const int64_t weights = (shared_slot_elems(p) + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden +
                            static_cast<int64_t>(p.cap_down_rows) * p.inter) *
                           static_cast<int64_t>(sizeof(bf16));
-  const int64_t group = p.num_kv_heads > 0 ? p.num_heads / p.num_kv_heads : 0;
+  const int64_t group = p.heads.num_kv_heads > 0 ? p.heads.num_heads / p.heads.num_kv_heads : 0;
   const int64_t attention =
-      (p.head_dim == 64 || p.head_dim == 128) && group <= kMmaMaxGroup
-          ? 8 * static_cast<int64_t>(attend_mma_frags(p.head_dim)) * 32 * 4
-          : group * p.head_dim + kKeyTile * (p.head_dim + 1) + kKeyTile * p.head_dim + group * kKeyTile;
+      (p.heads.head_dim == 64 || p.heads.head_dim == 128) && group <= kMmaMaxGroup
+          ? 8 * static_cast<int64_t>(attend_mma_frags(p.heads.head_dim)) * 32 * 4
+          : group * p.heads.head_dim + kKeyTile * (p.heads.head_dim + 1) + kKeyTile * p.heads.head_dim +
+                group * kKeyTile;
   const int64_t input = std::max<int64_t>(std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16),
                                           attention * static_cast<int64_t>(sizeof(float)));
   return weights + (input + 15) / 16 * 16;
 }
 
 const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
-  if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) return "q heads not a multiple of kv heads";
-  if (p.num_heads / p.num_kv_heads > kWarps) return "more q heads per kv head than warps per block";
-  if (p.num_heads > kMaxDecodeLayersHeads) return "more q heads than the kernel merges";
-  if (p.head_dim <= 0 || p.head_dim % 8 != 0 || p.head_dim > kMaxAttentionHeadDim) {
+  if (p.heads.num_kv_heads <= 0 || p.heads.num_heads % p.heads.num_kv_heads != 0) {
+    return "q heads not a multiple of kv heads";
+  }
+  if (p.heads.num_heads / p.heads.num_kv_heads > kWarps) return "more q heads per kv head than warps per block";
+  if (p.heads.num_heads > kMaxDecodeLayersHeads) return "more q heads than the kernel merges";
+  if (p.heads.head_dim <= 0 || p.heads.head_dim % 8 != 0 || p.heads.head_dim > kMaxAttentionHeadDim) {
     return "head_dim not a multiple of 8 or too large";
   }
   if (p.hidden % 8 != 0 || p.q_dim % 8 != 0 || p.inter % 8 != 0) return "widths not multiples of 8";
@@ -468,8 +471,8 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (2 * p.cap_gu_units > kMaxDecodeLayersHeads * kMaxDecodeLayersSplits) {
     return "more gate|up rows per block than the kernel takes";
   }
-  if (p.q_dim != p.num_heads * p.head_dim) return "q width is not heads x head_dim";
-  if (grid < p.num_kv_heads) return "fewer multiprocessors than kv heads";
+  if (p.q_dim != p.heads.num_heads * p.heads.head_dim) return "q width is not heads x head_dim";
+  if (grid < p.heads.num_kv_heads) return "fewer multiprocessors than kv heads";
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {

@@ -19,7 +19,8 @@ __device__ __forceinline__ int64_t key_slot(const DecodeLayersParams& p, const i
                                             int begin, int key) {
   const int idx = key - begin;
   return idx < kSlotKeys ? key_slots[idx]
-                         : static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+                         : static_cast<int64_t>(table[key / p.tables.block_size]) * p.tables.block_size +
+                               key % p.tables.block_size;
 }
 // 16-byte loads per thread: a key tile's K (and V); the q heads of one kv head.
 constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 8 / kThreads;
@@ -32,9 +33,9 @@ constexpr int kQLoads = (kWarps * kMaxAttentionHeadDim / 8 + kThreads - 1) / kTh
 template <typename F>
 __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
                              int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
-  const int hd = p.head_dim, group = p.num_heads / p.num_kv_heads;
+  const int hd = p.heads.head_dim, group = p.heads.num_heads / p.heads.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * hd;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * hd;
   float* q_s = reinterpret_cast<float*>(s.xs);  // [group][hd], scaled by 1/sqrt(hd)
   float* k_s = q_s + group * hd;         // [kKeyTile][hd + 1]
   float* v_s = k_s + kKeyTile * (hd + 1);  // [kKeyTile][hd]
@@ -184,10 +185,10 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
   constexpr int kPairs = HD / 32;   // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64;  // 64-dim steps of O^T (four MMAs each)
   constexpr int kFrags = attend_mma_frags(HD);
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.heads.num_heads / p.heads.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * HD;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
   const bf16* k_base = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems + static_cast<int64_t>(kvh) * HD;
   const bf16* v_base = k_base + p.plane_elems;
   auto row_of = [&](int key) { return key_slot(p, table, key_slots, begin, key) * kv_dim; };  // in the K/V planes

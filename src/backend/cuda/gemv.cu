@@ -135,20 +135,20 @@ __device__ __forceinline__ void store_rows(const GemvParams& p, int t, int64_t n
     static_cast<float*>(p.y)[at] += v[0];
   } else {
     // The pair (n, n + 1) is dims (2i, 2i + 1) of a q, k or v head; as rope_store_kv.
-    const int64_t q_dim = static_cast<int64_t>(p.num_heads) * p.head_dim;
-    const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    const int64_t q_dim = static_cast<int64_t>(p.heads.num_heads) * p.heads.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * p.heads.head_dim;
     if (n >= q_dim + kv_dim) {  // v
-      bf16* out = p.v_cache + static_cast<int64_t>(p.slots[t]) * kv_dim + (n - q_dim - kv_dim);
+      bf16* out = p.planes.v_cache + static_cast<int64_t>(p.places.slots[t]) * kv_dim + (n - q_dim - kv_dim);
       store_bf16(out, v[R - 2]);
       store_bf16(out + 1, v[R - 1]);
       return;
     }
-    const int i = static_cast<int>(n % p.head_dim) / 2;
+    const int i = static_cast<int>(n % p.heads.head_dim) / 2;
     float s, c;
-    sincosf(p.inv_freq[i] * static_cast<float>(p.positions[t]), &s, &c);
+    sincosf(p.places.inv_freq[i] * static_cast<float>(p.places.positions[t]), &s, &c);
     const float a = v[R - 2], b = v[R - 1];
     bf16* out = n < q_dim ? static_cast<bf16*>(p.y) + at
-                          : p.k_cache + static_cast<int64_t>(p.slots[t]) * kv_dim + (n - q_dim);
+                          : p.planes.k_cache + static_cast<int64_t>(p.places.slots[t]) * kv_dim + (n - q_dim);
     store_bf16(out, a * c - b * s);
     store_bf16(out + 1, b * c + a * s);
   }
@@ -311,8 +311,8 @@ cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pd
     return dispatch_tokens<In::kBf16, Out::kBf16>(p, sm_count, stream, pdl);
   }
   if (p.input == In::kRmsNorm && p.output == Out::kQkvRope) {
-    const int64_t rows = (static_cast<int64_t>(p.num_heads) + 2 * p.num_kv_heads) * p.head_dim;
-    if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.out_features != rows) return cudaErrorInvalidValue;
+    const int64_t rows = (static_cast<int64_t>(p.heads.num_heads) + 2 * p.heads.num_kv_heads) * p.heads.head_dim;
+    if (p.heads.head_dim <= 0 || p.heads.head_dim % 2 != 0 || p.out_features != rows) return cudaErrorInvalidValue;
     return dispatch_tokens<In::kRmsNorm, Out::kQkvRope>(p, sm_count, stream, pdl);
   }
   return cudaErrorInvalidValue;

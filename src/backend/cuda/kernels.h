@@ -34,31 +34,56 @@ cudaError_t feed_picks(int32_t* ids, const int32_t* pairs, int64_t count, const 
 cudaError_t add_rmsnorm(float* x, const float* delta, const float* weight, const int32_t* rows, int64_t num_rows,
                         int64_t hidden, float eps, bf16* out, cudaStream_t stream);
 
-// Interleaved (GPT-J) RoPE of the q and k parts of each token's fused qkv
-// row, [q: num_heads*head_dim | k: kv_dim | v: kv_dim] with row_stride
-// elements between rows, at positions[t]. q is rotated in place; the rotated
-// k and the v of token t are written to slot slots[t] of this layer's paged
-// K and V planes ([num_blocks * block_size][kv_dim] each, slot = block *
-// block_size + offset). inv_freq has head_dim/2 entries.
-struct RopeKvParams {
-  bf16* qkv = nullptr;
-  int64_t row_stride = 0;
+// The parts several kernels' parameters share, so a step fills each once:
+// the model's heads, the step's tokens (per step), one layer's K/V planes
+// (per layer) and the step's block tables (per step).
+//
+// Attention heads: q head h reads kv head h / (num_heads / num_kv_heads).
+struct HeadShape {
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+};
+// Where a step's tokens sit (the step's metadata): token t is at
+// positions[t] (its rotation, and the last key it attends to), and its K/V
+// go to slot slots[t] of a layer's planes (block * block_size + offset).
+// inv_freq: the head_dim / 2 rotary frequencies.
+struct TokenPlaces {
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;
   const float* inv_freq = nullptr;
-  int64_t num_tokens = 0;
-  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+};
+// One layer's paged K and V planes, [num_blocks * block_size][kv_dim] each.
+struct KvPlanes {
   bf16* k_cache = nullptr;
   bf16* v_cache = nullptr;
 };
+// Token t's keys: the block table of its sequence token_seq[t] starts at
+// block_tables + table_offsets[token_seq[t]], block_size positions a block.
+struct KvTables {
+  const int32_t* token_seq = nullptr;
+  const int32_t* table_offsets = nullptr;
+  const int32_t* block_tables = nullptr;
+  int block_size = 0;
+};
+
+// Interleaved (GPT-J) RoPE of the q and k parts of each token's fused qkv
+// row, [q: num_heads*head_dim | k: kv_dim | v: kv_dim] with row_stride
+// elements between rows, at places.positions[t]. q is rotated in place; the
+// rotated k and the v of token t are written to slot places.slots[t] of
+// this layer's planes.
+struct RopeKvParams {
+  bf16* qkv = nullptr;
+  int64_t row_stride = 0;
+  int64_t num_tokens = 0;
+  HeadShape heads;
+  TokenPlaces places;
+  KvPlanes planes;
+};
 cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl = false);
 
-// Causal GQA attention of a step's tokens over the paged K/V of one layer.
-// Token t belongs to sequence token_seq[t], sits at positions[t] and attends
-// to positions 0..positions[t] of its sequence, whose block table starts at
-// block_tables + table_offsets[token_seq[t]]. Query head h uses kv head
-// h / (num_heads / num_kv_heads). out[t, h*head_dim + d] (bf16, out_row_stride
-// between rows). With num_splits > 1 (flash-decoding) token t's context of
+// Causal GQA attention of a step's tokens over the paged K/V of one layer
+// (planes). Token t sits at places.positions[t] and attends to positions
+// 0..positions[t] of its sequence, found through tables.
+// out[t, h*head_dim + d] (bf16, out_row_stride between rows). With num_splits > 1 (flash-decoding) token t's context of
 // ctx = positions[t] + 1 keys is cut into num_splits pieces of
 // round_up(ceil(ctx / num_splits), kAttentionTile) keys (the last ones may be
 // empty), so the launch shape depends only on the number of tokens and the
@@ -72,14 +97,11 @@ cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl =
 struct PagedAttentionParams {
   const bf16* q = nullptr;
   int64_t q_row_stride = 0;
-  const bf16* k_cache = nullptr;  // this layer's K plane
-  const bf16* v_cache = nullptr;  // this layer's V plane
-  const int32_t* positions = nullptr;
-  const int32_t* token_seq = nullptr;
-  const int32_t* table_offsets = nullptr;
-  const int32_t* block_tables = nullptr;
+  HeadShape heads;
+  TokenPlaces places;  // positions; slots and inv_freq with rope_kv only
+  KvPlanes planes;     // read; written with rope_kv only
+  KvTables tables;
   int64_t num_tokens = 0;
-  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   int num_splits = 1;
   float* partial_out = nullptr;   // num_splits > 1 only
   float* partial_ml = nullptr;    // num_splits > 1 only
@@ -94,15 +116,12 @@ struct PagedAttentionParams {
   // (decode), tensor-core shapes only (paged_attention_takes_rope): the
   // work of rope_store_kv done here, one kernel fewer per layer. q's row
   // (q_row_stride apart) holds q, k and v as the q|k|v GEMM wrote them,
-  // unrotated; each block rotates its q heads as it loads them, and the
-  // split holding the token's own position rotates the row's k of its kv
-  // head and writes it and v to slot slots[t] of k_out / v_out (the planes
-  // k_cache / v_cache name) before any of its warps reads a key. Results
+  // unrotated; each block rotates its q heads as it loads them (with
+  // places.inv_freq), and the split holding the token's own position
+  // rotates the row's k of its kv head and writes it and v to slot
+  // places.slots[t] of planes before any of its warps reads a key. Results
   // equal rope_store_kv then paged_attention bit for bit.
-  const float* rope_inv_freq = nullptr;  // non-null turns it on
-  const int32_t* slots = nullptr;
-  bf16* k_out = nullptr;
-  bf16* v_out = nullptr;
+  bool rope_kv = false;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.
@@ -148,8 +167,8 @@ cudaError_t silu_mul(const bf16* gu, int64_t num_tokens, int64_t inter, bf16* ou
 // stream), or, for kQkvRope, treats the N = (num_heads + 2 num_kv_heads) *
 // head_dim outputs as a q|k|v row and does rope_store_kv's work on the fp32
 // sums: q rotated into y (bf16, row stride N), k rotated and v into the
-// token's slot of k_cache / v_cache (the q|k|v row's k and v parts of y are
-// not written).
+// token's slot of planes (the q|k|v row's k and v parts of y are not
+// written).
 enum class GemvInput { kBf16, kRmsNorm, kSiluMul };
 enum class GemvOutput { kBf16, kF32, kAddF32, kQkvRope };
 struct GemvParams {
@@ -166,12 +185,9 @@ struct GemvParams {
   const bf16* w = nullptr;   // 16-byte aligned
   void* y = nullptr;
   // kQkvRope only: as RopeKvParams.
-  const int32_t* positions = nullptr;
-  const int32_t* slots = nullptr;
-  const float* inv_freq = nullptr;
-  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  bf16* k_cache = nullptr;
-  bf16* v_cache = nullptr;
+  HeadShape heads;
+  TokenPlaces places;
+  KvPlanes planes;
   // kF32 only, optional: [T] argmax keys (zero before the launch).
   uint64_t* argmax_keys = nullptr;
 };
@@ -236,16 +252,14 @@ struct DecodeLayerWeights {
 struct DecodeLayersParams {
   const DecodeLayerWeights* layers = nullptr;  // device array of num_layers
   int num_layers = 0, hidden = 0, q_dim = 0, qkv_dim = 0, inter = 0;
-  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  HeadShape heads;
   float eps = 0.0f;
-  const float* inv_freq = nullptr;
   bf16* kv = nullptr;           // the pool: [layer][k|v][plane_elems]
   int64_t plane_elems = 0;
-  const int32_t* positions = nullptr;  // the step's metadata (StepView), token 0
-  const int32_t* slots = nullptr;
-  const int32_t* token_seq = nullptr;
-  const int32_t* table_offsets = nullptr;
-  const int32_t* block_tables = nullptr;
+  // The step's metadata (StepView), token 0; places.inv_freq and
+  // tables.block_size are the model's, set with the rest at creation.
+  TokenPlaces places;
+  KvTables tables;
   float* x = nullptr;           // [hidden]
   bf16* qkv_out = nullptr;      // q, [q_dim]
   bf16* act = nullptr;          // SiLU products, [inter]

@@ -20,19 +20,19 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
   grid_dependency_wait();
   extern __shared__ float cos_sin[];  // [head_dim / 2][2]: the token's rotations, shared by its heads
   const int64_t t = blockIdx.x;
-  const int half = p.head_dim / 2;
-  const int64_t kv_dim = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-  const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
+  const int half = p.heads.head_dim / 2;
+  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * p.heads.head_dim;
+  const int num_pairs = (p.heads.num_heads + p.heads.num_kv_heads) * half;
   const int v_words = static_cast<int>(kv_dim / 2);  // two values per word (head_dim is even)
   bf16* q = p.qkv + t * p.row_stride;
-  const bf16* k = q + static_cast<int64_t>(p.num_heads) * p.head_dim;
+  const bf16* k = q + static_cast<int64_t>(p.heads.num_heads) * p.heads.head_dim;
   const uint32_t* v = reinterpret_cast<const uint32_t*>(k + kv_dim);
   // Pair idx is dims (2i, 2i + 1) of head idx / half: q heads in place, then k heads into the slot.
   auto source = [&](int idx) -> const uint32_t* {
     const int head = idx / half, i = idx - head * half;
     return reinterpret_cast<const uint32_t*>(
-        head < p.num_heads ? q + head * p.head_dim + 2 * i
-                           : k + static_cast<int64_t>(head - p.num_heads) * p.head_dim + 2 * i);
+        head < p.heads.num_heads ? q + head * p.heads.head_dim + 2 * i
+                                 : k + static_cast<int64_t>(head - p.heads.num_heads) * p.heads.head_dim + 2 * i);
   };
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t in[kRopeLoads], vw[kVLoads];
@@ -51,20 +51,20 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
     }
   };
   // One round trip: the token's position and slot, the frequencies, v's and the pairs' first words.
-  const float pos = static_cast<float>(p.positions[t]);
-  const int64_t slot = p.slots[t];
+  const float pos = static_cast<float>(p.places.positions[t]);
+  const int64_t slot = p.places.slots[t];
   load_v(tid);
   load_pairs(tid);
   // As the reference: the angle is rounded to fp32, then cos/sin of it are
   // computed accurately (sincosf without fast math).
   for (int i = tid; i < half; i += kRopeThreads) {
     float sn, cs;
-    sincosf(p.inv_freq[i] * pos, &sn, &cs);
+    sincosf(p.places.inv_freq[i] * pos, &sn, &cs);
     cos_sin[2 * i] = cs;
     cos_sin[2 * i + 1] = sn;
   }
-  uint32_t* k_out = reinterpret_cast<uint32_t*>(p.k_cache + slot * kv_dim);
-  uint32_t* v_out = reinterpret_cast<uint32_t*>(p.v_cache + slot * kv_dim);
+  uint32_t* k_out = reinterpret_cast<uint32_t*>(p.planes.k_cache + slot * kv_dim);
+  uint32_t* v_out = reinterpret_cast<uint32_t*>(p.planes.v_cache + slot * kv_dim);
   for (int base = tid;;) {
 #pragma unroll
     for (int u = 0; u < kVLoads; ++u) {
@@ -82,9 +82,9 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
       const int idx = base + u * kRopeThreads;
       if (idx >= num_pairs) break;
       const int head = idx / half, i = idx - head * half;
-      uint32_t* dst = head < p.num_heads
-                          ? reinterpret_cast<uint32_t*>(q + head * p.head_dim + 2 * i)
-                          : k_out + (static_cast<int64_t>(head - p.num_heads) * p.head_dim + 2 * i) / 2;
+      uint32_t* dst = head < p.heads.num_heads
+                          ? reinterpret_cast<uint32_t*>(q + head * p.heads.head_dim + 2 * i)
+                          : k_out + (static_cast<int64_t>(head - p.heads.num_heads) * p.heads.head_dim + 2 * i) / 2;
       *dst = rope_pair(in[u], cos_sin[2 * i], cos_sin[2 * i + 1]);
     }
     base += kRopeLoads * kRopeThreads;
@@ -97,9 +97,9 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
 
 cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return cudaSuccess;
-  if (p.head_dim <= 0 || p.head_dim % 2 != 0) return cudaErrorInvalidValue;
+  if (p.heads.head_dim <= 0 || p.heads.head_dim % 2 != 0) return cudaErrorInvalidValue;
   return launch_kernel(rope_store_kv_kernel, dim3(static_cast<unsigned int>(p.num_tokens)), dim3(kRopeThreads),
-                       static_cast<size_t>(p.head_dim) * sizeof(float), stream, pdl, p);
+                       static_cast<size_t>(p.heads.head_dim) * sizeof(float), stream, pdl, p);
 }
 
 }  // namespace tern::cuda

@@ -249,12 +249,10 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   p.q_dim = static_cast<int>(c.q_dim());
   p.qkv_dim = static_cast<int>(qkv_dim());
   p.inter = static_cast<int>(c.intermediate_size);
-  p.num_heads = static_cast<int>(c.num_heads);
-  p.num_kv_heads = static_cast<int>(c.num_kv_heads);
-  p.head_dim = static_cast<int>(c.head_dim);
-  p.block_size = static_cast<int>(options.block_size);
+  p.heads = head_shape();
+  p.tables.block_size = static_cast<int>(options.block_size);
   p.eps = static_cast<float>(c.rms_norm_eps);
-  p.inv_freq = inv_freq.as<float>();
+  p.places.inv_freq = inv_freq.as<float>();
   p.kv = kv.as<bf16>();
   p.plane_elems = plane_elems();
   p.x = x.as<float>();
@@ -309,7 +307,8 @@ Status DeviceModel::Impl::plan_layers_kernel() {
 
 Status DeviceModel::Impl::capture_buckets() {
   for (const int64_t bucket : buckets) {
-    const int64_t count = pack_decode({}, bucket);
+    const int64_t count = pack_decode_meta({}, bucket, options.block_size, pad_block,
+                                           {decode_meta_host.as<int32_t>(), static_cast<size_t>(decode_meta_capacity)});
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode_meta_dev.as<void>(), decode_meta_host.as<void>(),
                                               static_cast<size_t>(count) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                               stream));

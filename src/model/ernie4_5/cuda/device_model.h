@@ -23,6 +23,7 @@
 #include "backend/cpu/reference_kernels.h"
 #include "backend/cuda/kernels.h"
 #include "base/status.h"
+#include "model/ernie4_5/device_step_plan.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 #include "model/runner_options.h"
@@ -55,10 +56,12 @@ struct HostWeights {
   std::vector<float> rope_inv_freq;  // head_dim / 2, as the CPU reference computes them
 };
 
-// How forward_step turns a row with logits into a token.
-constexpr uint8_t kPickOnHost = 0;  // the logits go to the host
-constexpr uint8_t kPickArgmax = 1;  // the argmax, folded into the LM head
-constexpr uint8_t kPickSample = 2;  // sample_rows on the device
+// How forward_step turns a row with logits into a token (device_step_plan.h):
+// kPickOnHost (the logits go to the host), kPickArgmax (folded into the LM
+// head), kPickSample (sample_rows on the device).
+using ::tern::kPickArgmax;
+using ::tern::kPickOnHost;
+using ::tern::kPickSample;
 
 // The engine's options (RunnerOptions: block size, KV pool sizing, step
 // limits, graphs, the one-token kernel) and the device paths' tuning knobs.
@@ -77,7 +80,7 @@ struct DeviceModelOptions : RunnerOptions {
   // alone, as decode tokens are.
   bool prefill_tiles = true;
   // Decode steps past the GEMV's sizes rotate q and k and write the token's
-  // K/V inside the attention kernel (PagedAttentionParams::rope_inv_freq),
+  // K/V inside the attention kernel (PagedAttentionParams::rope_kv),
   // where its tensor-core form takes the shape; off: rope_store_kv, one
   // kernel more per layer. Bit-identical either way.
   bool rope_in_attention = true;

@@ -16,6 +16,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "model/ernie4_5/cuda/device_model.h"
+#include "model/ernie4_5/device_step_plan.h"
 
 namespace tern::cuda {
 
@@ -31,7 +32,8 @@ constexpr int64_t kMaxDecodeBucket = 256;
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 
 // Device pointers to one step's metadata, laid out in one int32 buffer as
-// [ids T][positions T][slots T][token_seq T][logit_rows R][table_offsets S][tables].
+// StepMetaLayout says (device_step_plan.h): [ids T][positions T][slots T]
+// [token_seq T][logit_rows R][table_offsets S][tables][singles][tiles].
 // A decode step (T = R = S = bucket) always has the same pointers for one
 // bucket, which is what lets a captured graph replay it.
 struct StepView {
@@ -89,7 +91,7 @@ struct DeviceModel::Impl {
   // where the shapes and the GPU allow, else why not.
   bool layers_kernel = false;
   std::string layers_kernel_off_reason;
-  DecodeLayersParams layers_params;  // all but the step's metadata
+  DecodeLayersParams layers_params;  // all but the step's metadata (places' positions and slots, tables' pointers)
   DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 
   struct Layer {
@@ -160,6 +162,10 @@ struct DeviceModel::Impl {
   }
 
   int64_t qkv_dim() const { return config.q_dim() + 2 * config.kv_dim(); }
+  HeadShape head_shape() const {
+    return {static_cast<int>(config.num_heads), static_cast<int>(config.num_kv_heads),
+            static_cast<int>(config.head_dim)};
+  }
   int64_t plane_elems() const { return pool_blocks * options.block_size * config.kv_dim(); }
   bf16* k_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2) * plane_elems(); }
   bf16* v_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2 + 1) * plane_elems(); }
@@ -181,10 +187,17 @@ struct DeviceModel::Impl {
   // Room for n sample rows and m logit ops, host staging and device.
   Status ensure_sampling(size_t n, size_t m);
   int splits_for(int64_t num_tokens, int64_t max_ctx) const;
-  StepView view_of(const int32_t* meta, int64_t T, int64_t R, int64_t S) const;
+  StepView view_of(const int32_t* meta, const StepMetaLayout& layout, int64_t T, int64_t R) const;
   StepView decode_view(int64_t bucket) const;
-  // Writes the metadata of a decode step of `batch` padded to `bucket` rows into decode_meta_host.
-  int64_t pack_decode(std::span<const SequenceChunk> batch, int64_t bucket);
+  // What plan_device_step needs from this model (fixed at creation).
+  StepPlanLimits plan_limits() const;
+  // launch's phases, in order.
+  int32_t* meta_of(const DeviceStepPlan& plan) const;
+  Result<StepView> upload_meta(const DeviceStepPlan& plan);
+  Status upload_samples(const DeviceStepPlan& plan, std::span<const SampleRow> samples, std::span<const LogitOp> ops);
+  Status run_layers(const DeviceStepPlan& plan, const StepView& v);
+  Status run_heads(const DeviceStepPlan& plan, const StepView& v);
+  Status copy_out(const DeviceStepPlan& plan);
   Status enqueue_layers(const StepView& v);
   Status enqueue_head(const StepView& v, int64_t first, int64_t rows, bool argmax, bool after_layers);
   // The decode graph's (or eager twin's) kernels: the layers, and the head when it fits one pass.

@@ -1,9 +1,11 @@
-// One engine step on the GPU. The step's metadata (ids, positions, KV slots,
-// block tables) goes up in one copy; then the layers' kernels are enqueued,
-// or, for a decode step, one CUDA graph replays them over fixed metadata
-// buffers padded to a batch-size bucket; then the LM head with the argmax
-// of the greedy rows folded in (or after it, past GEMV sizes), and the copies of the picks and of the host-sampled logits
-// into pinned memory; then the call waits for the stream.
+// One engine step on the GPU. The step is planned on the host first
+// (model/ernie4_5/device_step_plan.h: checks, the decode bucket, the packed
+// metadata); its metadata (ids, positions, KV slots, block tables) goes up
+// in one copy; then the layers' kernels are enqueued, or, for a decode
+// step, one CUDA graph replays them over fixed metadata buffers padded to a
+// batch-size bucket; then the LM head with the argmax of the greedy rows
+// folded in (or after it, past GEMV sizes), and the copies of the picks and
+// of the host-sampled logits into pinned memory.
 //
 // With options.decode_kernel, one-token steps run all layers as one
 // persistent kernel (decode_layers) where the shapes fit. Otherwise steps
@@ -16,21 +18,12 @@
 // streams its weights) while the one before it finishes.
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
-namespace {
-
-struct StepCounts {
-  int64_t tokens = 0, rows = 0, table_entries = 0, host_rows = 0, sample_rows = 0, max_ctx = 0, fed = 0;
-  bool any_argmax = false;
-};
-
-}  // namespace
 
 Status DeviceModel::Impl::ensure_meta(size_t count) {
   const size_t bytes = count * sizeof(int32_t);
@@ -58,63 +51,39 @@ int DeviceModel::Impl::splits_for(int64_t num_tokens, int64_t max_ctx) const {
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
-StepView DeviceModel::Impl::view_of(const int32_t* meta, int64_t T, int64_t R, int64_t S) const {
+StepView DeviceModel::Impl::view_of(const int32_t* meta, const StepMetaLayout& l, int64_t T, int64_t R) const {
   StepView v;
   v.num_tokens = T;
   v.num_rows = R;
-  v.ids = meta;
-  v.positions = meta + T;
-  v.slots = meta + 2 * T;
-  v.token_seq = meta + 3 * T;
-  v.logit_rows = meta + 4 * T;
-  v.table_offsets = meta + 4 * T + R;
-  v.tables = meta + 4 * T + R + S;
+  v.ids = meta + l.ids;
+  v.positions = meta + l.positions;
+  v.slots = meta + l.slots;
+  v.token_seq = meta + l.token_seq;
+  v.logit_rows = meta + l.logit_rows;
+  v.table_offsets = meta + l.table_offsets;
+  v.tables = meta + l.tables;
   return v;
 }
 
 StepView DeviceModel::Impl::decode_view(int64_t bucket) const {
-  StepView v = view_of(decode_meta_dev.as<int32_t>(), bucket, bucket, bucket);
+  const StepMetaLayout l = StepMetaLayout::of(bucket, bucket, bucket, 0, 0, 0, 0);
+  StepView v = view_of(decode_meta_dev.as<int32_t>(), l, bucket, bucket);
   v.num_splits = splits_for(bucket, -1);
   v.one_token = true;
   return v;
 }
 
-// Rows past the batch are padding: token 0 at position 0, writing and
-// reading slot 0 of the pad block, their logits and picks ignored.
-int64_t DeviceModel::Impl::pack_decode(std::span<const SequenceChunk> batch, int64_t bucket) {
-  const int64_t bs = options.block_size, B = bucket;
-  int32_t* hm = decode_meta_host.as<int32_t>();
-  int32_t* ids = hm;
-  int32_t* positions = hm + B;
-  int32_t* slots = hm + 2 * B;
-  int32_t* token_seq = hm + 3 * B;
-  int32_t* logit_rows = hm + 4 * B;
-  int32_t* table_offsets = hm + 5 * B;
-  int32_t* tables = hm + 6 * B;
-  int64_t entry = 0;
-  const auto S = static_cast<int64_t>(batch.size());
-  for (int64_t s = 0; s < S; ++s) {
-    const SequenceChunk& chunk = batch[static_cast<size_t>(s)];
-    const int64_t pos = chunk.start_pos, used = pos / bs + 1;
-    table_offsets[s] = static_cast<int32_t>(entry);
-    std::memcpy(tables + entry, chunk.block_table.data(), static_cast<size_t>(used) * sizeof(int32_t));
-    entry += used;
-    ids[s] = chunk.tokens[0];
-    positions[s] = static_cast<int32_t>(pos);
-    slots[s] = static_cast<int32_t>(chunk.block_table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
-    token_seq[s] = static_cast<int32_t>(s);
-    logit_rows[s] = static_cast<int32_t>(s);
-  }
-  tables[entry] = pad_block;
-  for (int64_t s = S; s < B; ++s) {
-    ids[s] = 0;
-    positions[s] = 0;
-    slots[s] = static_cast<int32_t>(pad_block * bs);
-    token_seq[s] = static_cast<int32_t>(s);
-    logit_rows[s] = static_cast<int32_t>(s);
-    table_offsets[s] = static_cast<int32_t>(entry);
-  }
-  return 6 * B + entry + 1;
+StepPlanLimits DeviceModel::Impl::plan_limits() const {
+  StepPlanLimits l;
+  l.vocab_size = config.vocab_size;
+  l.block_size = options.block_size;
+  l.num_blocks = num_blocks;
+  l.pad_block = pad_block;
+  l.max_tokens = max_tokens;
+  l.decode_buckets = buckets;
+  l.decode_capacity = decode_meta_capacity;
+  l.prefill_tile = prefill_tile;
+  return l;
 }
 
 Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
@@ -125,6 +94,10 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
+  // What every layer's kernels share (kernels.h): the heads, where the step's tokens sit, their block tables.
+  const HeadShape heads = head_shape();
+  const TokenPlaces places{v.positions, v.slots, inv_freq.as<float>()};
+  const KvTables tables{v.token_seq, v.table_offsets, v.tables, static_cast<int>(options.block_size)};
   auto gemv_of = [&](GemvInput in, GemvOutput out, int64_t K, int64_t N, const bf16* w, void* y) {
     GemvParams g;
     g.input = in;
@@ -145,73 +118,45 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       embedding_gather(embed.as<bf16>(), v.ids, T, H, x.as<float>(), stream, false, picks.as<uint64_t>(), v.num_rows));
   if (T == 1 && layers_kernel) {
     DecodeLayersParams p = layers_params;
-    p.positions = v.positions;
-    p.slots = v.slots;
-    p.token_seq = v.token_seq;
-    p.table_offsets = v.table_offsets;
-    p.block_tables = v.tables;
+    p.places = places;
+    p.tables = tables;
     TERN_CUDA_RETURN_IF_ERROR(decode_layers(p, sm_count, stream));
     return Status::ok();
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[static_cast<size_t>(l)];
-    RopeKvParams rp;
-    rp.qkv = qkv.as<bf16>();
-    rp.row_stride = QKV;
-    rp.positions = v.positions;
-    rp.slots = v.slots;
-    rp.inv_freq = inv_freq.as<float>();
-    rp.num_tokens = T;
-    rp.num_heads = static_cast<int>(c.num_heads);
-    rp.num_kv_heads = static_cast<int>(c.num_kv_heads);
-    rp.head_dim = static_cast<int>(c.head_dim);
-    rp.k_cache = k_plane(l);
-    rp.v_cache = v_plane(l);
+    const KvPlanes planes{k_plane(l), v_plane(l)};  // written by the RoPE + KV write, read by the attention
     if (small) {
       GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kQkvRope, H, QKV, w.qkv.as<bf16>(), qkv.as<void>());
       g.norm_weight = w.input_norm.as<float>();
-      g.positions = rp.positions;
-      g.slots = rp.slots;
-      g.inv_freq = rp.inv_freq;
-      g.num_heads = rp.num_heads;
-      g.num_kv_heads = rp.num_kv_heads;
-      g.head_dim = rp.head_dim;
-      g.k_cache = rp.k_cache;
-      g.v_cache = rp.v_cache;
+      g.heads = heads;
+      g.places = places;
+      g.planes = planes;
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
     } else {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear(cublas, h.as<bf16>(), T, H, w.qkv.as<bf16>(), QKV, qkv.as<void>(), GemmOut::kBf16));
+      const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
+                            .places = places, .planes = planes};
       if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
     }
 
     PagedAttentionParams ap;
     ap.q = qkv.as<bf16>();
     ap.q_row_stride = QKV;
-    ap.k_cache = k_plane(l);
-    ap.v_cache = v_plane(l);
-    ap.positions = v.positions;
-    ap.token_seq = v.token_seq;
-    ap.table_offsets = v.table_offsets;
-    ap.block_tables = v.tables;
+    ap.heads = heads;
+    ap.places = places;  // slots and inv_freq read only with rope_kv
+    ap.planes = planes;
+    ap.tables = tables;
     ap.num_tokens = T;
-    ap.num_heads = rp.num_heads;
-    ap.num_kv_heads = rp.num_kv_heads;
-    ap.head_dim = rp.head_dim;
-    ap.block_size = static_cast<int>(options.block_size);
     ap.num_splits = v.num_splits;
     ap.partial_out = partial_out.as<float>();
     ap.partial_ml = partial_ml.as<float>();
     ap.split_counters = split_counters.as<int>();
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
-    if (rope_fused) {
-      ap.rope_inv_freq = rp.inv_freq;
-      ap.slots = rp.slots;
-      ap.k_out = rp.k_cache;
-      ap.v_out = rp.v_cache;
-    }
+    ap.rope_kv = rope_fused;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
@@ -302,63 +247,24 @@ Status DeviceModel::Impl::enqueue_decode(int64_t bucket) {
   return Status::ok();
 }
 
+Status DeviceModel::Impl::ensure_sampling(size_t n, size_t m) {
+  const size_t row_bytes = std::max<size_t>(n, 1) * sizeof(SampleRow), op_bytes = std::max<size_t>(m, 1) * sizeof(LogitOp);
+  if (sample_rows_host.bytes() < row_bytes) {
+    TERN_RETURN_IF_ERROR(sample_rows_host.allocate(2 * row_bytes, "sample rows (host)"));
+    TERN_RETURN_IF_ERROR(sample_rows_dev.allocate(2 * row_bytes, "sample rows"));
+  }
+  if (sample_ops_host.bytes() < op_bytes) {
+    TERN_RETURN_IF_ERROR(sample_ops_host.allocate(2 * op_bytes, "logit ops (host)"));
+    TERN_RETURN_IF_ERROR(sample_ops_dev.allocate(2 * op_bytes, "logit ops"));
+  }
+  return Status::ok();
+}
+
 namespace {
 
-Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
-                std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> feedback,
-                StepCounts* counts) {
-  if (batch.empty()) return invalid_argument("forward_step: empty batch");
-  const int64_t bs = m.options.block_size;
-  StepCounts n;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceChunk& chunk = batch[i];
-    auto bad = [i](const std::string& what) {
-      return invalid_argument("forward_step: chunk " + std::to_string(i) + ": " + what);
-    };
-    const auto len = static_cast<int64_t>(chunk.tokens.size());
-    if (len == 0) return bad("no tokens");
-    for (int64_t t = 0; t < len; ++t) {
-      const int32_t id = chunk.tokens[static_cast<size_t>(t)];
-      if (id < 0 || id >= m.config.vocab_size) {
-        return bad("token id " + std::to_string(id) + " at index " + std::to_string(t) +
-                   " outside the vocabulary [0, " + std::to_string(m.config.vocab_size) + ")");
-      }
-    }
-    if (chunk.start_pos < 0 || chunk.start_pos > std::numeric_limits<int32_t>::max() - len) {
-      return bad("start_pos " + std::to_string(chunk.start_pos) + " out of range");
-    }
-    const int64_t used = (chunk.start_pos + len + bs - 1) / bs;
-    if (static_cast<int64_t>(chunk.block_table.size()) < used) {
-      return bad("block table has " + std::to_string(chunk.block_table.size()) + " entries; positions up to " +
-                 std::to_string(chunk.start_pos + len) + " need " + std::to_string(used));
-    }
-    for (int64_t b = 0; b < used; ++b) {
-      const int32_t block = chunk.block_table[static_cast<size_t>(b)];
-      if (block < 0 || block >= m.num_blocks) {
-        return bad("block table entry " + std::to_string(b) + " names block " + std::to_string(block) +
-                   " outside the pool of " + std::to_string(m.num_blocks));
-      }
-    }
-    n.tokens += len;
-    n.table_entries += used;
-    n.max_ctx = std::max(n.max_ctx, chunk.start_pos + len);
-    if (chunk.want_logits) {
-      const uint8_t mode = static_cast<size_t>(n.rows) < modes.size() ? modes[static_cast<size_t>(n.rows)] : kPickOnHost;
-      if (mode > kPickSample) return bad("row mode " + std::to_string(mode) + " is not one of 0, 1, 2");
-      n.any_argmax = n.any_argmax || mode == kPickArgmax;
-      n.host_rows += mode == kPickOnHost ? 1 : 0;
-      n.sample_rows += mode == kPickSample ? 1 : 0;
-      ++n.rows;
-    }
-  }
-  if (n.tokens > m.max_tokens) {
-    return invalid_argument("forward_step: " + std::to_string(n.tokens) + " tokens in one step; the GPU workspace " +
-                            "was planned for max_num_batched_tokens = " + std::to_string(m.max_tokens));
-  }
-  if (!modes.empty() && static_cast<int64_t>(modes.size()) != n.rows) {
-    return invalid_argument("forward_step: " + std::to_string(modes.size()) + " row modes for " +
-                            std::to_string(n.rows) + " rows with logits");
-  }
+// The device-sampled rows' parameters (SampleRow is a kernel type, so these
+// checks stay here rather than in the plan).
+Status check_samples(const StepCounts& n, std::span<const SampleRow> samples, std::span<const LogitOp> ops) {
   if (static_cast<int64_t>(samples.size()) != n.sample_rows) {
     return invalid_argument("forward_step: " + std::to_string(samples.size()) + " sample rows for " +
                             std::to_string(n.sample_rows) + " rows sampled on the device");
@@ -374,42 +280,16 @@ Status validate(const DeviceModel::Impl& m, std::span<const SequenceChunk> batch
       return invalid_argument("forward_step: sample row " + std::to_string(i) + " has bad parameters");
     }
   }
-  if (!feedback.empty() && feedback.size() != batch.size()) {
-    return invalid_argument("forward_step: " + std::to_string(feedback.size()) + " feedback entries for " +
-                            std::to_string(batch.size()) + " chunks");
-  }
-  for (size_t i = 0; i < feedback.size(); ++i) {
-    const int32_t r = feedback[i];
-    if (r < 0) continue;
-    if (static_cast<size_t>(r) >= m.last_picked.size() || m.last_picked[static_cast<size_t>(r)] == 0) {
-      return invalid_argument("forward_step: chunk " + std::to_string(i) + " takes the pick of row " +
-                              std::to_string(r) + ", which the step before did not pick on the device");
-    }
-    ++n.fed;
-  }
-  *counts = n;
   return Status::ok();
 }
 
 }  // namespace
 
-Status DeviceModel::Impl::ensure_sampling(size_t n, size_t m) {
-  const size_t row_bytes = std::max<size_t>(n, 1) * sizeof(SampleRow), op_bytes = std::max<size_t>(m, 1) * sizeof(LogitOp);
-  if (sample_rows_host.bytes() < row_bytes) {
-    TERN_RETURN_IF_ERROR(sample_rows_host.allocate(2 * row_bytes, "sample rows (host)"));
-    TERN_RETURN_IF_ERROR(sample_rows_dev.allocate(2 * row_bytes, "sample rows"));
-  }
-  if (sample_ops_host.bytes() < op_bytes) {
-    TERN_RETURN_IF_ERROR(sample_ops_host.allocate(2 * op_bytes, "logit ops (host)"));
-    TERN_RETURN_IF_ERROR(sample_ops_dev.allocate(2 * op_bytes, "logit ops"));
-  }
-  return Status::ok();
-}
-
-// Enqueues one step: uploads (metadata, the fed tokens' places, sampling
-// rows), the fed tokens taken from the last step's picks, the layers (a
-// decode graph or kernel by kernel), the head, sampling, and the copies of
-// picks and host logits out; the event done[slot] follows them.
+// Enqueues one step: the plan (checks, bucket, packed metadata), the
+// uploads (metadata, sampling rows), the fed tokens taken from the last
+// step's picks, the layers (a decode graph or kernel by kernel), the head
+// passes with sampling, and the copies of picks and host logits out; the
+// event done[slot] follows them.
 Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
                                  std::span<const SampleRow> samples, std::span<const LogitOp> ops,
                                  std::span<const int32_t> feedback) {
@@ -417,164 +297,94 @@ Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span
   if (!launched.empty() && launched.back().host_rows > 0) {
     return invalid_argument("forward_step: the step in flight has rows for the host; finish it first");
   }
-  StepCounts n;
-  TERN_RETURN_IF_ERROR(validate(*this, batch, modes, samples, ops, feedback, &n));
-  const auto S = static_cast<int64_t>(batch.size());
-  const int64_t T = n.tokens, R = n.rows, V = config.vocab_size;
+  TERN_ASSIGN_OR_RETURN(const DeviceStepPlan plan,
+                        plan_device_step(plan_limits(), {batch, modes, feedback, last_picked}));
+  TERN_RETURN_IF_ERROR(check_samples(plan.counts, samples, ops));
   // The staging buffers below are rewritten: the last launch's uploads must be done.
   TERN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged));
-
-  // A decode step: one token and one logits row per sequence, a bucket that
-  // takes the batch, and block tables (and fed-token places) that fit the fixed buffer.
-  int64_t bucket = 0;
-  size_t bucket_index = 0;
-  if (T == S && R == S) {
-    while (bucket_index < buckets.size() && buckets[bucket_index] < S) ++bucket_index;
-    if (bucket_index < buckets.size()) bucket = buckets[bucket_index];
-    if (bucket > 0 && 6 * bucket + n.table_entries + 1 + 2 * n.fed > decode_meta_capacity) bucket = 0;
-  }
-  last_was_decode = bucket > 0;
-
-  // Pairs (token row, pick row) for the fed tokens, after the metadata.
-  auto pack_fed = [&](int32_t* at) {
-    int64_t row = 0, k = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      const int32_t r = feedback.empty() ? -1 : feedback[static_cast<size_t>(s)];
-      if (r >= 0) {
-        at[2 * k] = static_cast<int32_t>(row);
-        at[2 * k + 1] = r;
-        ++k;
-      }
-      row += static_cast<int64_t>(batch[static_cast<size_t>(s)].tokens.size());
-    }
-  };
-  StepView v;
-  bool head_done = false;
-  int32_t* meta_ids = nullptr;
-  const int32_t* fed_pairs = nullptr;
-  if (bucket > 0) {
-    const int64_t count = pack_decode(batch, bucket);
-    pack_fed(decode_meta_host.as<int32_t>() + count);
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(decode_meta_dev.as<void>(), decode_meta_host.as<void>(),
-                                              static_cast<size_t>(count + 2 * n.fed) * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, stream));
-    v = decode_view(bucket);
-    meta_ids = decode_meta_dev.as<int32_t>();
-    fed_pairs = meta_ids + count;
-  } else {
-    // Pack the step's metadata (StepView's layout) and upload it in one copy.
-    const int64_t bs = options.block_size;
-    // Attention query tiles when some chunk has several tokens: its tokens
-    // in tiles, the one-token chunks' tokens listed for the decode kernel.
-    int64_t num_tiles = 0, num_singles = 0;
-    if (prefill_tile > 0 && T > S) {
-      for (const SequenceChunk& chunk : batch) {
-        const auto len = static_cast<int64_t>(chunk.tokens.size());
-        if (len == 1) {
-          ++num_singles;
-        } else {
-          num_tiles += (len + prefill_tile - 1) / prefill_tile;
-        }
-      }
-    }
-    const int64_t layout = 4 * T + R + S + n.table_entries;
-    const int64_t count = layout + num_singles + 2 * num_tiles;
-    TERN_RETURN_IF_ERROR(ensure_meta(static_cast<size_t>(count + 2 * n.fed)));
-    int32_t* hm = meta_host.as<int32_t>();
-    int32_t* ids = hm;
-    int32_t* positions = ids + T;
-    int32_t* slots = positions + T;
-    int32_t* token_seq = slots + T;
-    int32_t* logit_rows = token_seq + T;
-    int32_t* table_offsets = logit_rows + R;
-    int32_t* tables = table_offsets + S;
-    int64_t row = 0, want = 0, entry = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      const SequenceChunk& chunk = batch[static_cast<size_t>(s)];
-      const auto len = static_cast<int64_t>(chunk.tokens.size());
-      const int64_t used = (chunk.start_pos + len + bs - 1) / bs;
-      table_offsets[s] = static_cast<int32_t>(entry);
-      std::memcpy(tables + entry, chunk.block_table.data(), static_cast<size_t>(used) * sizeof(int32_t));
-      for (int64_t i = 0; i < len; ++i, ++row) {
-        const int64_t pos = chunk.start_pos + i;
-        ids[row] = chunk.tokens[static_cast<size_t>(i)];
-        positions[row] = static_cast<int32_t>(pos);
-        slots[row] = static_cast<int32_t>(chunk.block_table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
-        token_seq[row] = static_cast<int32_t>(s);
-      }
-      if (chunk.want_logits) logit_rows[want++] = static_cast<int32_t>(row - 1);
-      entry += used;
-    }
-    if (num_tiles > 0) {
-      int32_t* singles = hm + layout;
-      int32_t* tiles = singles + num_singles;
-      int64_t first_row = 0, si = 0, ti = 0;
-      for (const SequenceChunk& chunk : batch) {
-        const auto len = static_cast<int64_t>(chunk.tokens.size());
-        if (len == 1) singles[si++] = static_cast<int32_t>(first_row);
-        for (int64_t at = 0; len > 1 && at < len; at += prefill_tile, ++ti) {
-          tiles[2 * ti] = static_cast<int32_t>(first_row + at);
-          tiles[2 * ti + 1] = static_cast<int32_t>(std::min<int64_t>(prefill_tile, len - at));
-        }
-        first_row += len;
-      }
-    }
-    pack_fed(hm + count);
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_dev.as<void>(), hm,
-                                              static_cast<size_t>(count + 2 * n.fed) * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, stream));
-    v = view_of(meta_dev.as<int32_t>(), T, R, S);
-    v.num_splits = splits_for(num_tiles > 0 ? std::max<int64_t>(num_singles, 1) : T, n.max_ctx);
-    v.one_token = T == S;
-    if (num_tiles > 0) {
-      v.singles = meta_dev.as<int32_t>() + layout;
-      v.num_singles = num_singles;
-      v.tiles = v.singles + num_singles;
-      v.num_tiles = num_tiles;
-    }
-    meta_ids = meta_dev.as<int32_t>();
-    fed_pairs = meta_ids + count;
-  }
-
-  auto mode_of = [&](int64_t r) { return modes.empty() ? kPickOnHost : modes[static_cast<size_t>(r)]; };
-  auto is_host = [&](int64_t r) { return mode_of(r) == kPickOnHost; };
-  // The sampled rows' parameters go up in one copy, each row told where its
-  // logits sit in its head pass and where its pick goes.
-  if (n.sample_rows > 0) {
-    TERN_RETURN_IF_ERROR(ensure_sampling(samples.size(), ops.size()));
-    SampleRow* staged_rows = sample_rows_host.as<SampleRow>();
-    for (int64_t r = 0, i = 0; r < R; ++r) {
-      if (mode_of(r) != kPickSample) continue;
-      staged_rows[i] = samples[static_cast<size_t>(i)];
-      staged_rows[i].row = static_cast<int32_t>(r % max_logit_rows);
-      staged_rows[i].pick = static_cast<int32_t>(r);
-      ++i;
-    }
-    if (!ops.empty()) std::memcpy(sample_ops_host.as<void>(), ops.data(), ops.size() * sizeof(LogitOp));
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rows_dev.as<void>(), staged_rows,
-                                              samples.size() * sizeof(SampleRow), cudaMemcpyHostToDevice, stream));
-    if (!ops.empty()) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_ops_dev.as<void>(), sample_ops_host.as<void>(),
-                                                ops.size() * sizeof(LogitOp), cudaMemcpyHostToDevice, stream));
-    }
-  }
+  last_was_decode = plan.decode();
+  TERN_ASSIGN_OR_RETURN(const StepView v, upload_meta(plan));
+  TERN_RETURN_IF_ERROR(upload_samples(plan, samples, ops));
   TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(staged, stream));
   // The fed tokens, from the last step's picks, before this step's embedding clears them.
-  if (n.fed > 0) TERN_CUDA_RETURN_IF_ERROR(feed_picks(meta_ids, fed_pairs, n.fed, picks.as<uint64_t>(), stream));
-
-  if (bucket > 0) {
-    if (!graphs.empty()) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs[bucket_index].exec, stream));
-    } else {
-      TERN_RETURN_IF_ERROR(enqueue_decode(bucket));
-    }
-    head_done = head_in_decode(bucket);
-  } else {
-    TERN_RETURN_IF_ERROR(enqueue_layers(v));
+  if (plan.counts.fed > 0) {
+    int32_t* meta = meta_of(plan);
+    TERN_CUDA_RETURN_IF_ERROR(
+        feed_picks(meta + plan.layout.ids, meta + plan.layout.fed, plan.counts.fed, picks.as<uint64_t>(), stream));
   }
+  TERN_RETURN_IF_ERROR(run_layers(plan, v));
+  TERN_RETURN_IF_ERROR(run_heads(plan, v));
+  return copy_out(plan);
+}
 
-  // The head in passes of max_logit_rows (unless the decode graph ran it),
-  // each pass's host-sampled rows copied out in contiguous runs.
+// The device copy of the step's metadata: the decode buffers (fixed, for the graphs) or the general ones.
+int32_t* DeviceModel::Impl::meta_of(const DeviceStepPlan& plan) const {
+  return plan.decode() ? decode_meta_dev.as<int32_t>() : meta_dev.as<int32_t>();
+}
+
+// Packs the plan's metadata into pinned staging and uploads it in one copy;
+// the view points into the device copy at the plan's offsets.
+Result<StepView> DeviceModel::Impl::upload_meta(const DeviceStepPlan& plan) {
+  const auto entries = static_cast<size_t>(plan.layout.end);
+  if (!plan.decode()) TERN_RETURN_IF_ERROR(ensure_meta(entries));
+  int32_t* staging = plan.decode() ? decode_meta_host.as<int32_t>() : meta_host.as<int32_t>();
+  plan.pack({staging, entries});
+  int32_t* meta = meta_of(plan);
+  TERN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta, staging, entries * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  StepView v = view_of(meta, plan.layout, plan.meta_tokens, plan.meta_rows);
+  v.num_splits = splits_for(plan.split_tokens, plan.split_ctx);
+  v.one_token = plan.one_token;
+  if (plan.num_tiles > 0) {
+    v.singles = meta + plan.layout.singles;
+    v.num_singles = plan.num_singles;
+    v.tiles = meta + plan.layout.tiles;
+    v.num_tiles = plan.num_tiles;
+  }
+  return v;
+}
+
+// The sampled rows' parameters go up in one copy, each row told where its
+// logits sit in its head pass and where its pick goes.
+Status DeviceModel::Impl::upload_samples(const DeviceStepPlan& plan, std::span<const SampleRow> samples,
+                                         std::span<const LogitOp> ops) {
+  if (plan.counts.sample_rows == 0) return Status::ok();
+  TERN_RETURN_IF_ERROR(ensure_sampling(samples.size(), ops.size()));
+  SampleRow* staged_rows = sample_rows_host.as<SampleRow>();
+  for (int64_t r = 0, i = 0; r < plan.counts.rows; ++r) {
+    if (plan.mode(r) != kPickSample) continue;
+    staged_rows[i] = samples[static_cast<size_t>(i)];
+    staged_rows[i].row = static_cast<int32_t>(r % max_logit_rows);
+    staged_rows[i].pick = static_cast<int32_t>(r);
+    ++i;
+  }
+  if (!ops.empty()) std::memcpy(sample_ops_host.as<void>(), ops.data(), ops.size() * sizeof(LogitOp));
+  TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rows_dev.as<void>(), staged_rows,
+                                            samples.size() * sizeof(SampleRow), cudaMemcpyHostToDevice, stream));
+  if (!ops.empty()) {
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_ops_dev.as<void>(), sample_ops_host.as<void>(),
+                                              ops.size() * sizeof(LogitOp), cudaMemcpyHostToDevice, stream));
+  }
+  return Status::ok();
+}
+
+// A decode step replays its bucket's graph (or enqueues the same kernels
+// eagerly); any other step enqueues its layers kernel by kernel.
+Status DeviceModel::Impl::run_layers(const DeviceStepPlan& plan, const StepView& v) {
+  if (!plan.decode()) return enqueue_layers(v);
+  if (graphs.empty()) return enqueue_decode(plan.bucket);
+  TERN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs[plan.bucket_index].exec, stream));
+  return Status::ok();
+}
+
+// The head in passes of max_logit_rows (unless the decode graph ran it),
+// each pass's device-sampled rows sampled and its host-sampled rows copied
+// out in contiguous runs.
+Status DeviceModel::Impl::run_heads(const DeviceStepPlan& plan, const StepView& v) {
+  const StepCounts& n = plan.counts;
+  const int64_t R = n.rows, V = config.vocab_size;
+  const bool head_done = plan.decode() && head_in_decode(plan.bucket);
+  auto is_host = [&](int64_t r) { return plan.mode(r) == kPickOnHost; };
   if (n.host_rows > 0 && logits_host.bytes() < static_cast<size_t>(n.host_rows * V) * sizeof(float)) {
     TERN_RETURN_IF_ERROR(logits_host.allocate(static_cast<size_t>(n.host_rows * V) * sizeof(float),
                                               "host-sampled logits (host)"));
@@ -583,10 +393,10 @@ Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span
   for (int64_t first = 0; first < R; first += max_logit_rows) {
     const int64_t rows = std::min(max_logit_rows, R - first);
     if (!head_done) {
-      TERN_RETURN_IF_ERROR(enqueue_head(v, first, rows, n.any_argmax, bucket == 0 && first == 0));
+      TERN_RETURN_IF_ERROR(enqueue_head(v, first, rows, n.any_argmax, !plan.decode() && first == 0));
     }
     int64_t pass_samples = 0;
-    for (int64_t r = first; r < first + rows; ++r) pass_samples += mode_of(r) == kPickSample ? 1 : 0;
+    for (int64_t r = first; r < first + rows; ++r) pass_samples += plan.mode(r) == kPickSample ? 1 : 0;
     if (pass_samples > 0) {
       TERN_CUDA_RETURN_IF_ERROR(sample_rows(logits.as<float>(), V, sample_rows_dev.as<SampleRow>() + sample_index,
                                             pass_samples, sample_ops_dev.as<LogitOp>(), picks.as<uint64_t>(),
@@ -608,20 +418,29 @@ Status DeviceModel::Impl::launch(std::span<const SequenceChunk> batch, std::span
       r = end;
     }
   }
+  return Status::ok();
+}
+
+// The picks' copy into this step's slot of pinned memory and the event
+// after it; the step joins `launched` for finish(), and last_picked names
+// the rows the next step's feedback may take.
+Status DeviceModel::Impl::copy_out(const DeviceStepPlan& plan) {
+  const int64_t R = plan.counts.rows;
   Launched l;
   l.rows = R;
-  l.host_rows = n.host_rows;
+  l.host_rows = plan.counts.host_rows;
   l.slot = next_slot;
   l.host.resize(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) l.host[static_cast<size_t>(r)] = is_host(r) ? 1 : 0;
-  if (n.host_rows < R) {
+  for (int64_t r = 0; r < R; ++r) l.host[static_cast<size_t>(r)] = plan.mode(r) == kPickOnHost ? 1 : 0;
+  if (l.host_rows < R) {
     TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(picks_host.as<uint64_t>() + l.slot * max_tokens, picks.as<void>(),
                                               static_cast<size_t>(R) * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                               stream));
   }
   TERN_CUDA_RETURN_IF_ERROR(cudaEventRecord(done[l.slot], stream));
+  // plan.in.last_picked views this vector: the plan is not read past here.
   last_picked.assign(static_cast<size_t>(R), 0);
-  for (int64_t r = 0; r < R; ++r) last_picked[static_cast<size_t>(r)] = is_host(r) ? 0 : 1;
+  for (int64_t r = 0; r < R; ++r) last_picked[static_cast<size_t>(r)] = l.host[static_cast<size_t>(r)] ? 0 : 1;
   next_slot ^= 1;
   launched.push_back(std::move(l));
   return Status::ok();
