@@ -260,6 +260,39 @@ def test_chat_fields_not_honoured_are_refused_by_name(client, field, extra):
     assert e.value.body["param"] == field, e.value.body
 
 
+@pytest.mark.parametrize("field,extra", [
+    ("use_beam_search", {"use_beam_search": True}), ("prompt_logprobs", {"prompt_logprobs": 1}),
+    ("allowed_token_ids", {"allowed_token_ids": [5, 6]}), ("bad_words", {"bad_words": ["sea"]}),
+    ("guided_choice", {"guided_choice": ["a", "b"]}), ("guided_regex", {"guided_regex": "[ab]"}),
+    ("tool_choice", {"tool_choice": "required"}), ("chat_template", {"chat_template": "{{ x }}"}),
+    ("documents", {"documents": [{"text": "d"}]}), ("spaces_between_special_tokens",
+                                                   {"spaces_between_special_tokens": False}),
+    ("modalities", {"modalities": ["text", "audio"]}), ("logits_processors", {"logits_processors": ["x"]}),
+])
+def test_unimplemented_vllm_fields_are_refused_by_name(client, field, extra):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, max_tokens=2, extra_body=extra)
+    assert e.value.body["param"] == field, e.value.body
+    assert "not supported" in e.value.body["message"]
+
+
+def test_neutral_values_of_unimplemented_fields_are_served(client):
+    neutral = {"use_beam_search": False, "prompt_logprobs": 0, "allowed_token_ids": [], "bad_words": [],
+               "tool_choice": "none", "spaces_between_special_tokens": True, "modalities": ["text"],
+               "continue_final_message": False, "length_penalty": 1.0, "guided_regex": None}
+    assert chat(client, max_tokens=2, extra_body=neutral).choices
+
+
+def test_add_special_tokens_is_honoured(client, server):
+    # The prompt is tokenized as /tokenize does with the same flag (this model's tokenizer adds no BOS, so
+    # both agree on the count; a model that adds one gets it only when asked).
+    for flag in (True, False):
+        status, _, tok = server.post_json("/tokenize", {"prompt": "Once upon a time", "add_special_tokens": flag})
+        assert status == 200
+        used = complete(client, max_tokens=1, extra_body={"add_special_tokens": flag}).usage.prompt_tokens
+        assert used == tok["count"], flag
+
+
 @pytest.mark.parametrize("field,extra", [("suffix", {"suffix": " the end."}), ("best_of", {"best_of": 3}),
                                          ("best_of", {"best_of": 2, "n": 1})])
 def test_completion_fields_not_honoured_are_refused_by_name(client, field, extra):
