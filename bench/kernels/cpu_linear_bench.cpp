@@ -1,12 +1,16 @@
 // Microbenchmark of the CPU linear layers at ERNIE-4.5-0.3B's shapes:
 // reference cpu::linear against linear_fast (exact and, where the CPU has
 // AVX512_BF16, bf16 activations), for T = 1 (decode) and T = 512 (prefill),
-// on 1 and 2 threads, bf16 weights. Also measures the machine's read
-// bandwidth (STREAM-style sum over 1 GiB) so decode can be read as a share of it.
-// Weights are cycled over copies totalling >= 512 MiB so decode reads DRAM,
-// as a real model does, not a last-level cache holding one matrix.
+// on 1 and 2 threads, for bf16 weights and the quantized types (Q8_0, Q4_0,
+// Q4_K, Q5_K, Q6_K: GB/s counts the quantized bytes). Also measures the
+// machine's read bandwidth (STREAM-style sum over 1 GiB) so decode can be
+// read as a share of it. Weights are cycled over copies totalling >= 512 MiB
+// so decode reads DRAM, as a real model does, not a last-level cache holding
+// one matrix. Quantized matrices repeat 64 quantized rows (the values do not
+// change the speed; quantizing the lm head would take longer than the run).
 //
 //   tern_cpu_linear_bench [--threads 1,2] [--tokens 1,512] [--isa avx512|avx2]
+//                         [--dtypes bf16,q8_0,q4_0,q4_k,q5_k,q6_k]
 //                         [--seconds 0.5] [--all] [--cpu-clock]
 // --all: also the slow reference runs. --cpu-clock: time by the process's CPU
 // time divided by the thread count instead of wall time, for A/B comparisons
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "backend/cpu/linear_kernels.h"
+#include "backend/cpu/quant_reference.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
 #include "base/thread_pool.h"
@@ -49,6 +54,52 @@ std::vector<int> parse_list(const char* s) {
     if (*p == ',') ++p;
   }
   return v;
+}
+
+struct NamedDtype {
+  const char* name;
+  tern::DType dtype;
+};
+const NamedDtype kDtypes[] = {
+    {"bf16", tern::DType::kBF16}, {"q8_0", tern::DType::kQ8_0}, {"q4_0", tern::DType::kQ4_0},
+    {"q4_k", tern::DType::kQ4_K}, {"q5_k", tern::DType::kQ5_K}, {"q6_k", tern::DType::kQ6_K},
+};
+
+std::vector<NamedDtype> parse_dtypes(const char* s) {
+  std::vector<NamedDtype> v;
+  std::string list = s;
+  for (size_t pos = 0; pos <= list.size();) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(pos, end - pos);
+    for (const NamedDtype& d : kDtypes) {
+      if (item == d.name) v.push_back(d);
+    }
+    pos = end + 1;
+  }
+  return v;
+}
+
+// `copies` matrices of [out, in] weights of `dtype` back to back, as bytes.
+std::vector<uint8_t> make_weights(tern::DType dtype, int64_t out, int64_t in, int copies, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t row_bytes = tern::cpu::row_bytes(dtype, in);
+  std::vector<uint8_t> w(static_cast<size_t>(row_bytes * out * copies));
+  if (dtype == tern::DType::kBF16) {
+    auto* h = reinterpret_cast<uint16_t*>(w.data());
+    for (size_t i = 0; i < w.size() / 2; ++i) h[i] = tern::f32_to_bf16(dist(rng) * 0.05f);
+    return w;
+  }
+  const int64_t distinct = std::min<int64_t>(out, 64);
+  std::vector<float> row(static_cast<size_t>(in));
+  for (int64_t r = 0; r < distinct; ++r) {
+    for (auto& v : row) v = dist(rng) * 0.05f;
+    tern::cpu::quantize_row(dtype, row.data(), in, w.data() + r * row_bytes);
+  }
+  for (int64_t r = distinct; r < out * copies; ++r) {
+    std::memcpy(w.data() + r * row_bytes, w.data() + (r % distinct) * row_bytes, static_cast<size_t>(row_bytes));
+  }
+  return w;
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -117,6 +168,7 @@ int main(int argc, char** argv) {
   double budget = 0.5;
   bool all = false;
   bool cpu_clock = false;
+  std::vector<NamedDtype> dtypes = {kDtypes[0]};
   CpuIsa isa = best_cpu_isa();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -124,6 +176,8 @@ int main(int argc, char** argv) {
       threads_list = parse_list(argv[++i]);
     } else if (a == "--tokens" && i + 1 < argc) {
       tokens_list = parse_list(argv[++i]);
+    } else if (a == "--dtypes" && i + 1 < argc) {
+      dtypes = parse_dtypes(argv[++i]);
     } else if (a == "--seconds" && i + 1 < argc) {
       budget = std::atof(argv[++i]);
     } else if (a == "--isa" && i + 1 < argc) {
@@ -135,7 +189,7 @@ int main(int argc, char** argv) {
       cpu_clock = true;
     } else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--tokens 1,512] [--isa avx512|avx2|portable] "
-                   "[--seconds S] [--all] [--cpu-clock]\n", argv[0]);
+                   "[--dtypes bf16,q8_0,q4_0,q4_k,q5_k,q6_k] [--seconds S] [--all] [--cpu-clock]\n", argv[0]);
       return 2;
     }
   }
@@ -150,42 +204,44 @@ int main(int argc, char** argv) {
     ThreadPool pool(threads);
     const int cpu_threads = cpu_clock ? threads : 0;
     std::printf("\nthreads %d: read bandwidth %.1f GB/s\n", threads, read_bandwidth(pool));
-    std::printf("%-8s %5s %-10s %10s %9s %8s %8s\n", "layer", "T", "kernel", "ms/call", "GFLOP/s", "GB/s", "speedup");
+    std::printf("%-8s %-5s %5s %-10s %10s %9s %8s %8s\n", "layer", "dtype", "T", "kernel", "ms/call", "GFLOP/s",
+                "GB/s", "speedup");
     for (const LayerShape& s : kShapes) {
-      const int64_t matrix_elems = s.in * s.out;
-      const int64_t matrix_bytes = matrix_elems * 2;
-      const int copies = static_cast<int>(std::max<int64_t>(1, (int64_t{512} << 20) / matrix_bytes));
-      std::vector<uint16_t> w(static_cast<size_t>(matrix_elems * copies));
-      for (auto& v : w) v = tern::f32_to_bf16(dist(rng) * 0.05f);
-      for (int tokens : tokens_list) {
-        std::vector<float> x(static_cast<size_t>(tokens * s.in));
-        for (auto& v : x) v = dist(rng);
-        std::vector<float> y(static_cast<size_t>(tokens * s.out));
-        const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(matrix_elems);
-        auto matrix = [&](int copy) {
-          return WeightMatrix{tern::DType::kBF16, w.data() + copy * matrix_elems, s.out, s.in};
-        };
-        double ref_seconds = 0.0;
-        auto report = [&](const char* kernel, Timing t) {
-          double speedup = ref_seconds > 0 ? ref_seconds / t.seconds_per_call : 0.0;
-          std::printf("%-8s %5d %-10s %10.3f %9.1f %8.1f %8s\n", s.name, tokens, kernel, t.seconds_per_call * 1e3,
-                      flops / t.seconds_per_call / 1e9, static_cast<double>(matrix_bytes) / t.seconds_per_call / 1e9,
-                      speedup > 0 ? (std::to_string(speedup).substr(0, 5) + "x").c_str() : "-");
-          std::fflush(stdout);
-        };
-        if (all || flops < 2e10) {
-          Timing ref = time_calls(copies, budget, cpu_threads, [&](int c) { linear(pool, x.data(), tokens, matrix(c), y.data()); });
-          ref_seconds = ref.seconds_per_call;
-          report("reference", ref);
-        }
-        LinearOptions exact{.max_isa = isa, .activations = Activations::kExact};
-        report("fast", time_calls(copies, budget, cpu_threads,
-                                  [&](int c) { linear_fast(pool, x.data(), tokens, matrix(c), y.data(), exact); }));
-        if (bf16_dot) {
-          LinearOptions rounded{.max_isa = isa, .activations = Activations::kBf16};
-          report("fast-bf16x", time_calls(copies, budget, cpu_threads, [&](int c) {
-                   linear_fast(pool, x.data(), tokens, matrix(c), y.data(), rounded);
-                 }));
+      for (const NamedDtype& d : dtypes) {
+        const int64_t matrix_elems = s.in * s.out;
+        const int64_t matrix_bytes = row_bytes(d.dtype, s.in) * s.out;
+        const int copies = static_cast<int>(std::max<int64_t>(1, (int64_t{512} << 20) / matrix_bytes));
+        const std::vector<uint8_t> w = make_weights(d.dtype, s.out, s.in, copies, rng);
+        for (int tokens : tokens_list) {
+          std::vector<float> x(static_cast<size_t>(tokens * s.in));
+          for (auto& v : x) v = dist(rng);
+          std::vector<float> y(static_cast<size_t>(tokens * s.out));
+          const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(matrix_elems);
+          auto matrix = [&](int copy) { return WeightMatrix{d.dtype, w.data() + copy * matrix_bytes, s.out, s.in}; };
+          double ref_seconds = 0.0;
+          auto report = [&](const char* kernel, Timing t) {
+            double speedup = ref_seconds > 0 ? ref_seconds / t.seconds_per_call : 0.0;
+            std::printf("%-8s %-5s %5d %-10s %10.3f %9.1f %8.1f %8s\n", s.name, d.name, tokens, kernel,
+                        t.seconds_per_call * 1e3, flops / t.seconds_per_call / 1e9,
+                        static_cast<double>(matrix_bytes) / t.seconds_per_call / 1e9,
+                        speedup > 0 ? (std::to_string(speedup).substr(0, 5) + "x").c_str() : "-");
+            std::fflush(stdout);
+          };
+          if (all || flops < 2e10) {
+            Timing ref = time_calls(copies, budget, cpu_threads,
+                                    [&](int c) { linear(pool, x.data(), tokens, matrix(c), y.data()); });
+            ref_seconds = ref.seconds_per_call;
+            report("reference", ref);
+          }
+          LinearOptions exact{.max_isa = isa, .activations = Activations::kExact};
+          report("fast", time_calls(copies, budget, cpu_threads,
+                                    [&](int c) { linear_fast(pool, x.data(), tokens, matrix(c), y.data(), exact); }));
+          if (bf16_dot && d.dtype == tern::DType::kBF16) {
+            LinearOptions rounded{.max_isa = isa, .activations = Activations::kBf16};
+            report("fast-bf16x", time_calls(copies, budget, cpu_threads, [&](int c) {
+                     linear_fast(pool, x.data(), tokens, matrix(c), y.data(), rounded);
+                   }));
+          }
         }
       }
     }

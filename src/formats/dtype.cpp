@@ -1,5 +1,6 @@
 // Names and sizes of tensor element types. The names are the safetensors
-// spellings, which GGUF conversion and error messages reuse.
+// spellings (and llama.cpp's for the quantized types), which GGUF conversion
+// and error messages reuse.
 #include "formats/dtype.h"
 
 #include <array>
@@ -11,10 +12,10 @@ namespace {
 struct DTypeInfo {
   DType type;
   std::string_view name;
-  size_t size;
+  size_t size;  // 0: block-quantized, not a safetensors dtype
 };
 
-constexpr std::array<DTypeInfo, 10> kDTypes = {{
+constexpr std::array<DTypeInfo, 16> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -25,6 +26,12 @@ constexpr std::array<DTypeInfo, 10> kDTypes = {{
     {DType::kI32, "I32", 4},
     {DType::kI64, "I64", 8},
     {DType::kBool, "BOOL", 1},
+    {DType::kQ8_0, "Q8_0", 0},
+    {DType::kQ4_0, "Q4_0", 0},
+    {DType::kQ4_K, "Q4_K", 0},
+    {DType::kQ5_K, "Q5_K", 0},
+    {DType::kQ6_K, "Q6_K", 0},
+    {DType::kQ8_K, "Q8_K", 0},
 }};
 
 const DTypeInfo* info_of(DType t) {
@@ -43,7 +50,7 @@ std::string_view dtype_name(DType t) {
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const auto& info : kDTypes) {
-    if (info.name == name) return info.type;
+    if (info.size != 0 && info.name == name) return info.type;
   }
   return std::nullopt;
 }

@@ -56,7 +56,7 @@ struct DTypePair {
   DType dtype;
 };
 
-constexpr std::array<DTypePair, 8> kDTypePairs = {{
+constexpr std::array<DTypePair, 14> kDTypePairs = {{
     {GgmlType::kF32, DType::kF32},
     {GgmlType::kF16, DType::kF16},
     {GgmlType::kBF16, DType::kBF16},
@@ -65,6 +65,12 @@ constexpr std::array<DTypePair, 8> kDTypePairs = {{
     {GgmlType::kI16, DType::kI16},
     {GgmlType::kI32, DType::kI32},
     {GgmlType::kI64, DType::kI64},
+    {GgmlType::kQ8_0, DType::kQ8_0},
+    {GgmlType::kQ4_0, DType::kQ4_0},
+    {GgmlType::kQ4_K, DType::kQ4_K},
+    {GgmlType::kQ5_K, DType::kQ5_K},
+    {GgmlType::kQ6_K, DType::kQ6_K},
+    {GgmlType::kQ8_K, DType::kQ8_K},
 }};
 
 }  // namespace

@@ -96,8 +96,10 @@ std::string_view ggml_type_name(GgmlType t);
 // does not fit in 64 bits. An empty `ne` is a scalar (one element).
 std::optional<uint64_t> ggml_tensor_bytes(GgmlType t, std::span<const int64_t> ne);
 
-// The plain element types that both worlds share (F32, F16, BF16, F64, I8,
-// I16, I32, I64); nullopt for block-quantized types.
+// The element types that both worlds share: the plain ones (F32, F16, BF16,
+// F64, I8, I16, I32, I64) and the block-quantized ones tern computes with
+// (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q8_K: same block bytes as ggml, so a tensor's
+// data is used as is); nullopt for the others.
 std::optional<DType> ggml_type_to_dtype(GgmlType t);
 std::optional<GgmlType> dtype_to_ggml_type(DType t);
 

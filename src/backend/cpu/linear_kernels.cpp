@@ -1,13 +1,15 @@
 // linear_fast: picks the instruction set and weight format, lays out the
 // activations the chosen kernel reads (once per call, on the calling thread,
 // into that thread's reused scratch), then splits the weight rows over the
-// pool. The SIMD loops themselves live in linear_avx2.cpp / linear_avx512.cpp.
+// pool. The SIMD loops themselves live in linear_avx2.cpp / linear_avx512.cpp;
+// quantized weights go to quant_linear.cpp.
 #include "backend/cpu/linear_kernels.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/linear_isa.h"
+#include "backend/cpu/quant_linear.h"
 #include "base/bf16.h"
 
 namespace tern::cpu {
@@ -134,6 +136,10 @@ CpuIsa best_cpu_isa() {
 void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
                  const LinearOptions& options) {
   if (num_tokens <= 0 || w.rows <= 0) return;
+  if (is_quantized_weight_dtype(w.dtype)) {
+    linear_quantized(pool, x, num_tokens, w, y, options.max_isa);
+    return;
+  }
   const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
   const IsaKernels* kernels = kernels_for(isa);
   if (kernels == nullptr) {

@@ -3,6 +3,9 @@
 // the reference kernel as the portable fallback). Same contract as
 // cpu::linear, but the summation order differs from the reference, so results
 // agree with it to a tolerance (stated in linear_kernels_test.cpp), not bitwise.
+// Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) take int8 dot products
+// with the activations quantized to 8 bits per block (quant_linear.h; AVX2 or
+// portable C++; the tolerance is in quant_linear_test.cpp).
 #pragma once
 
 #include <cstdint>

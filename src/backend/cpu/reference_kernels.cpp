@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/quant_reference.h"
 #include "base/bf16.h"
 
 namespace tern::cpu {
@@ -143,6 +144,32 @@ template <typename W>
   }
 }
 
+// linear_rows for a quantized matrix: per token tile, each group of kRowTile
+// rows is dequantized into `rows_f32` (kRowTile * cols floats) and then
+// multiplied exactly as an fp32 matrix would be.
+[[gnu::always_inline]] inline void linear_rows_quant(const float* x, int64_t num_tokens, const WeightMatrix& w,
+                                                     float* y, int64_t r_begin, int64_t r_end, float* rows_f32) {
+  const int64_t cols = w.cols, rows = w.rows;
+  const int64_t stride = row_bytes(w.dtype, cols);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  float out[kRowTile];
+  for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenTile) {
+    const int64_t t1 = std::min(num_tokens, t0 + kTokenTile);
+    int64_t r0 = r_begin;
+    for (; r0 + kRowTile <= r_end; r0 += kRowTile) {
+      for (int r = 0; r < kRowTile; ++r) dequantize_row(w.dtype, base + (r0 + r) * stride, cols, rows_f32 + r * cols);
+      for (int64_t t = t0; t < t1; ++t) {
+        dot_rows<F32Weights>(x + t * cols, rows_f32, cols, out);
+        for (int r = 0; r < kRowTile; ++r) y[t * rows + r0 + r] = out[r];
+      }
+    }
+    for (int64_t r = r0; r < r_end; ++r) {
+      dequantize_row(w.dtype, base + r * stride, cols, rows_f32);
+      for (int64_t t = t0; t < t1; ++t) y[t * rows + r] = dot<F32Weights>(x + t * cols, rows_f32, cols);
+    }
+  }
+}
+
 // The same loops compiled twice: for baseline x86-64 (SSE2) and, chosen at
 // run time, for AVX2. FMA stays off in both, so no multiply-add is fused and
 // both give identical bits: the oracle does not depend on the machine.
@@ -159,11 +186,33 @@ __attribute__((target("avx2"))) void linear_rows_avx2(const float* x, int64_t nu
                                                       float* y, int64_t r_begin, int64_t r_end) {
   linear_rows<W>(x, num_tokens, w, rows, cols, y, r_begin, r_end);
 }
+__attribute__((target("avx2"))) void linear_rows_quant_avx2(const float* x, int64_t num_tokens,
+                                                            const WeightMatrix& w, float* y, int64_t r_begin,
+                                                            int64_t r_end, float* rows_f32) {
+  linear_rows_quant(x, num_tokens, w, y, r_begin, r_end, rows_f32);
+}
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has;
 }
 #endif
+void linear_rows_quant_portable(const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
+                                int64_t r_begin, int64_t r_end, float* rows_f32) {
+  linear_rows_quant(x, num_tokens, w, y, r_begin, r_end, rows_f32);
+}
+
+void linear_rows_quant_dispatch(bool portable, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
+                                int64_t r_begin, int64_t r_end) {
+  std::vector<float> rows_f32(static_cast<size_t>(kRowTile * w.cols));
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!portable && cpu_has_avx2()) {
+    linear_rows_quant_avx2(x, num_tokens, w, y, r_begin, r_end, rows_f32.data());
+    return;
+  }
+#endif
+  (void)portable;
+  linear_rows_quant_portable(x, num_tokens, w, y, r_begin, r_end, rows_f32.data());
+}
 
 template <typename W>
 void linear_rows_dispatch(bool portable, const float* x, int64_t num_tokens, const void* w, int64_t rows,
@@ -184,6 +233,10 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
   // Enough rows per chunk that waking a worker is worth it.
   const int64_t grain = std::max<int64_t>(16, 65536 / std::max<int64_t>(1, w.cols * num_tokens));
   pool.parallel_for(w.rows, grain, [&](int64_t begin, int64_t end) {
+    if (is_quantized_weight_dtype(w.dtype)) {
+      linear_rows_quant_dispatch(portable, x, num_tokens, w, y, begin, end);
+      return;
+    }
     switch (w.dtype) {
       case DType::kBF16:
         linear_rows_dispatch<Bf16Weights>(portable, x, num_tokens, w.data, w.rows, w.cols, y, begin, end);
@@ -265,7 +318,24 @@ size_t weight_element_size(DType dtype) {
   }
 }
 
+bool is_quantized_weight_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out) {
+  if (is_quantized_weight_dtype(w.dtype)) {
+    dequantize_row(w.dtype, static_cast<const uint8_t*>(w.data) + row * row_bytes(w.dtype, w.cols), w.cols, out);
+    return;
+  }
   int64_t offset = row * w.cols;
   switch (w.dtype) {
     case DType::kBF16:

@@ -16,7 +16,10 @@ namespace tern::cpu {
 
 // A weight matrix in PyTorch [out, in] layout, row-major: row r holds the
 // `cols` input weights of output feature r. dtype is kF32, kF16 or kBF16 and
-// `data` must be aligned to the element size. Borrowed (usually a memory map).
+// `data` must be aligned to the element size, or one of the quantized weight
+// dtypes (is_quantized_weight_dtype): then each row is cols / block_size
+// whole blocks (quant_blocks.h; cols a multiple of the block size) and `data`
+// is 2-byte aligned. Borrowed (usually a memory map).
 struct WeightMatrix {
   DType dtype = DType::kF32;
   const void* data = nullptr;
@@ -31,10 +34,14 @@ struct WeightVector {
   int64_t size = 0;
 };
 
-// True for the element types these kernels read weights in.
+// True for the element types these kernels read weights in (vectors and matrices).
 bool is_weight_dtype(DType dtype);
 // Bytes per element of a weight dtype (0 for any other dtype).
 size_t weight_element_size(DType dtype);
+// True for the block-quantized types a WeightMatrix may have: Q8_0, Q4_0,
+// Q4_K, Q5_K, Q6_K (the reference kernels dequantize them; linear_fast
+// multiplies them with 8-bit-quantized activations).
+bool is_quantized_weight_dtype(DType dtype);
 
 // Where the K (or V) rows of one layer of one sequence live. Position p is at
 // blocks[p / block_size] + (p % block_size) * row_stride. A contiguous cache
@@ -61,7 +68,7 @@ struct AttentionShape {
 // The caller has checked every id is in [0, table.rows).
 void embedding_lookup(const WeightMatrix& table, std::span<const int32_t> ids, float* out);
 
-// One weight row converted to fp32 (cols floats). For tests and lm-head checks.
+// One weight row converted to fp32 (cols floats; quantized rows dequantized).
 void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out);
 // The whole vector converted to fp32.
 std::vector<float> weight_vector_to_f32(const WeightVector& w);
@@ -69,6 +76,8 @@ std::vector<float> weight_vector_to_f32(const WeightVector& w);
 // y[T, w.rows] = x[T, w.cols] . W^T with fp32 accumulation. Parallel over
 // weight rows; tokens are processed in tiles so each weight row is read from
 // memory once per tile rather than once per token. y must not alias x.
+// Quantized rows are dequantized to fp32 (once per token tile) and then take
+// the same fp32 dot product, so the result is that of the dequantized matrix.
 // Uses AVX2 when the CPU has it, with the same bits as the portable path.
 void linear(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y);
 // linear() restricted to baseline x86-64 instructions (for tests of the above).
