@@ -50,4 +50,14 @@ struct BenchOptions {
 void add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);
 
+struct ConvertOptions {
+  std::string model;            // Hugging Face folder
+  std::string outfile;          // the GGUF to write
+  std::string outtype = "auto";  // f32, f16, bf16 or auto
+  std::string log_level = "warn";
+};
+
+void add_convert_command(CLI::App& app, ConvertOptions& options);
+int run_convert(const ConvertOptions& options);
+
 }  // namespace tern::cli

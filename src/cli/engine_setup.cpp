@@ -7,7 +7,10 @@
 #include <filesystem>
 
 #include "backend/cpu/kernel_set.h"
+#include "base/logging.h"
 #include "base/mapped_file.h"
+#include "formats/checkpoint.h"
+#include "formats/gguf.h"
 #include "engine/runner.h"
 #include "runners/cpu_runner.h"
 #include "runners/cuda_runner.h"
@@ -15,7 +18,7 @@
 namespace tern::cli {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-  cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout)")->required()->envname("TERN_MODEL");
+  cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout) or GGUF file")->required()->envname("TERN_MODEL");
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: optimized (AVX-512/AVX2 by what the CPU has) or reference (plain loops, the oracle)")
@@ -78,20 +81,55 @@ Result<int64_t> parse_bytes(const std::string& text) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+GenerationDefaults generation_defaults_from_gguf(const GgufFile& gguf) {
+  GenerationDefaults d;
+  std::string found;
+  auto number = [&](const char* key, std::optional<double>& out) {
+    if (auto v = gguf.get_f32(key); v.is_ok() && std::isfinite(*v)) {
+      out = *v;
+      found += std::string(found.empty() ? "" : ", ") + key;
+    }
+  };
+  number("general.sampling.temp", d.temperature);
+  number("general.sampling.top_p", d.top_p);
+  number("general.sampling.penalty_repeat", d.repetition_penalty);
+  if (auto k = gguf.get_i32("general.sampling.top_k"); k.is_ok() && *k >= 0) {
+    d.top_k = *k;
+    found += std::string(found.empty() ? "" : ", ") + "general.sampling.top_k";
+  }
+  if (found.empty()) {
+    spdlog::info("{}: no generation defaults in the GGUF (no general.sampling.* keys); requests that leave "
+                 "sampling out use temperature 1, top_p 1",
+                 gguf.name());
+  } else {
+    spdlog::info("{}: generation defaults from {} (GGUF has no do_sample: sampling is on)", gguf.name(), found);
+  }
+  return d;
+}
+
 Result<LoadedEngine> load_engine(const EngineOptions& o) {
   auto start = std::chrono::steady_clock::now();
   LoadedEngine le;
-  TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
-  le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
   if (kernels == nullptr) {
     return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
   }
   TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads, *kernels));
-  std::string gen_path = o.model + "/generation_config.json";
-  if (std::filesystem::exists(gen_path)) {
-    TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));
-    TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));
+  if (is_gguf_file(o.model)) {
+    // The GGUF's own tokenizer keys; the model holds the file open already,
+    // but the tokenizer copies what it needs, so a second parse is simplest.
+    TERN_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::open(o.model));
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_gguf(gguf));
+    le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+    le.generation_defaults = generation_defaults_from_gguf(gguf);
+  } else {
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
+    le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+    std::string gen_path = o.model + "/generation_config.json";
+    if (std::filesystem::exists(gen_path)) {
+      TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));
+      TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));
+    }
   }
   const ModelConfig& cfg = le.model->config();
   std::string device = o.device;

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "formats/gguf.h"
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "model/model_config.h"
 #include "model/runner_options.h"
@@ -51,6 +52,15 @@ struct LoadedEngine {
   std::string kv_sizing;  // how the KV cache was sized, for the start-up log
 };
 
+// o.model is a Hugging Face folder, or a GGUF file (is_gguf_file), whose
+// tokenizer comes from its tokenizer.ggml.* keys and whose generation
+// defaults from its general.sampling.* keys (logged either way).
 Result<LoadedEngine> load_engine(const EngineOptions& o);
+
+// The general.sampling.* keys llama.cpp's converter copies from
+// generation_config.json (temp, top_p, top_k, penalty_repeat); keys that are
+// absent or of another type are left out. Logs what it found, or that
+// there is nothing. GGUF has no do_sample.
+GenerationDefaults generation_defaults_from_gguf(const GgufFile& gguf);
 
 }  // namespace tern::cli

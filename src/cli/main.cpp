@@ -17,10 +17,13 @@ int main(int argc, char** argv) {
   tern::cli::add_serve_command(app, serve);
   tern::cli::BenchOptions bench;
   tern::cli::add_bench_command(app, bench);
+  tern::cli::ConvertOptions convert;
+  tern::cli::add_convert_command(app, convert);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("generate")) return tern::cli::run_generate(generate);
   if (app.got_subcommand("bench")) return tern::cli::run_bench(bench);
   if (app.got_subcommand("serve")) return tern::cli::run_serve(serve);
+  if (app.got_subcommand("convert")) return tern::cli::run_convert(convert);
   return 0;
 }

@@ -1,9 +1,12 @@
 // Opens a Hugging Face model folder's weights, single-file or sharded, and
 // indexes every tensor by name. The index file is untrusted like the shards:
-// shard names may not leave the folder, and each shard is opened once.
+// shard names may not leave the folder, and each shard is opened once. A GGUF
+// file is the other source: its tensors become TensorViews in PyTorch order.
 #include "formats/checkpoint.h"
 
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -120,9 +123,47 @@ Result<const TensorView*> Checkpoint::require(std::string_view name, const std::
   return t;
 }
 
+Result<Checkpoint> Checkpoint::open_gguf(const std::string& path) {
+  TERN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+  Checkpoint ckpt;
+  ckpt.gguf_ = std::make_unique<GgufFile>(std::move(file));
+  ckpt.source_ = path;
+  const std::vector<GgufTensor>& tensors = ckpt.gguf_->tensors();
+  ckpt.gguf_views_ = std::make_unique<std::vector<TensorView>>();
+  ckpt.gguf_views_->reserve(tensors.size());
+  for (const GgufTensor& t : tensors) {
+    std::optional<DType> dtype = ggml_type_to_dtype(t.type);
+    if (!dtype) {
+      return unsupported(path + ": tensor '" + t.name + "' has type " + std::string(ggml_type_name(t.type)) +
+                         "; tern reads F32, F16 and BF16 GGUF tensors (quantized types are not supported yet)");
+    }
+    TensorView v;
+    v.name = t.name;
+    v.dtype = *dtype;
+    v.shape.assign(t.dims.rbegin(), t.dims.rend());
+    v.data = t.data;
+    ckpt.gguf_views_->push_back(std::move(v));
+  }
+  // The reader refuses duplicate names, so every insertion succeeds.
+  for (const TensorView& v : *ckpt.gguf_views_) ckpt.by_name_.emplace(v.name, Entry{&v, kGgufEntry});
+  return ckpt;
+}
+
 std::string Checkpoint::file_of(std::string_view name) const {
   auto it = by_name_.find(name);
-  return it == by_name_.end() ? std::string() : files_[it->second.file]->name();
+  if (it == by_name_.end()) return std::string();
+  return it->second.file == kGgufEntry ? gguf_->name() : files_[it->second.file]->name();
+}
+
+bool is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) return true;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char magic[4] = {};
+  if (!in.read(reinterpret_cast<char*>(magic), 4)) return false;
+  const uint32_t word = uint32_t{magic[0]} | uint32_t{magic[1]} << 8 | uint32_t{magic[2]} << 16 | uint32_t{magic[3]} << 24;
+  return word == kGgufMagic;
 }
 
 size_t Checkpoint::num_tensors() const { return by_name_.size(); }

@@ -1,6 +1,7 @@
-// The weights of a Hugging Face model folder: model.safetensors, or the
-// shards named by model.safetensors.index.json. Looks tensors up by name
-// across shards. Owns the memory maps; views stay valid while it lives.
+// The weights of a model: a Hugging Face folder (model.safetensors, or the
+// shards named by model.safetensors.index.json) or one GGUF file. Looks
+// tensors up by name across shards. Owns the memory maps; views stay valid
+// while it lives.
 #pragma once
 
 #include <functional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 
 namespace tern {
@@ -23,6 +25,13 @@ class Checkpoint {
   // shard name that leaves the folder, or one tensor in two shards; shard
   // parse errors pass through unchanged (they name the shard file).
   static Result<Checkpoint> open(const std::string& dir);
+  // A GGUF file: its tensors under their GGUF names ("blk.0.attn_q.weight"),
+  // each shape in PyTorch order (GGUF's ne reversed: ne {in, out} is [out,
+  // in]), so require() reads the same for both sources. The data stay in the
+  // file's memory map. GgufFile::open's errors pass through; a tensor of a
+  // type tern cannot compute with (the block-quantized ones) is kUnsupported,
+  // naming the tensor and its type.
+  static Result<Checkpoint> open_gguf(const std::string& path);
 
   // nullptr when absent.
   const TensorView* find(std::string_view name) const;
@@ -37,17 +46,27 @@ class Checkpoint {
   std::vector<std::string> tensor_names() const;
   // model.safetensors or the index file: what "missing" errors name.
   const std::string& source() const { return source_; }
+  // The GGUF file and its metadata when opened by open_gguf, else nullptr.
+  const GgufFile* gguf() const { return gguf_.get(); }
 
  private:
   struct Entry {
-    const TensorView* view;  // owned by files_[file], whose address is stable
-    size_t file;
+    const TensorView* view;  // owned by files_[file] or gguf_views_, whose addresses are stable
+    size_t file;             // index into files_; kGgufEntry for a tensor of gguf_
   };
+  static constexpr size_t kGgufEntry = static_cast<size_t>(-1);
   Status add_file(std::unique_ptr<SafetensorsFile> file);
 
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<std::vector<TensorView>> gguf_views_;  // never resized once filled
   std::string source_;
   std::map<std::string, Entry, std::less<>> by_name_;
 };
+
+// True when `path` names a regular file that is GGUF: its name ends in
+// ".gguf" or its first four bytes are the GGUF magic. How callers that take
+// "a model folder or a .gguf file" tell the two apart.
+bool is_gguf_file(const std::string& path);
 
 }  // namespace tern

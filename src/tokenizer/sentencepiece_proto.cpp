@@ -13,6 +13,7 @@ enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFix
 
 // ModelProto field numbers (sentencepiece_model.proto).
 constexpr uint32_t kModelPieces = 1;
+constexpr uint32_t kModelTrainerSpec = 2;
 constexpr uint32_t kModelNormalizerSpec = 3;
 constexpr uint32_t kModelDenormalizerSpec = 5;
 
@@ -241,6 +242,45 @@ NormalizerSettings hf_compatible_normalizer() {
   n.remove_extra_whitespaces = false;
   n.escape_whitespaces = true;
   return n;
+}
+
+Result<std::string> serialize_sentencepiece_model(std::span<const SentencePieceEntry> pieces,
+                                                  SentencePieceModelType type, bool byte_fallback,
+                                                  const NormalizerSettings& normalizer) {
+  std::string out;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const SentencePieceEntry& p = pieces[i];
+    if (p.piece.empty()) return invalid_argument("SentencePiece model: piece " + std::to_string(i) + " is empty");
+    std::string msg;
+    write_tag(msg, 1, kLengthDelimited);
+    write_varint(msg, p.piece.size());
+    msg += p.piece;
+    write_tag(msg, 2, kFixed32);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &p.score, sizeof(bits));
+    for (int b = 0; b < 4; ++b) msg += static_cast<char>((bits >> (8 * b)) & 0xff);
+    write_tag(msg, 3, kVarint);
+    write_varint(msg, static_cast<uint64_t>(p.type));
+    write_tag(out, kModelPieces, kLengthDelimited);
+    write_varint(out, msg.size());
+    out += msg;
+  }
+  // TrainerSpec fields 3 (model_type), 4 (vocab_size), 35 (byte_fallback).
+  std::string trainer;
+  write_tag(trainer, 3, kVarint);
+  write_varint(trainer, static_cast<uint64_t>(type));
+  write_tag(trainer, 4, kVarint);
+  write_varint(trainer, pieces.size());
+  write_tag(trainer, 35, kVarint);
+  write_varint(trainer, byte_fallback ? 1 : 0);
+  write_tag(out, kModelTrainerSpec, kLengthDelimited);
+  write_varint(out, trainer.size());
+  out += trainer;
+  std::string spec = serialize_normalizer(normalizer);
+  write_tag(out, kModelNormalizerSpec, kLengthDelimited);
+  write_varint(out, spec.size());
+  out += spec;
+  return out;
 }
 
 Result<std::string> rewrite_sentencepiece_normalizer(std::span<const uint8_t> bytes, std::string_view name,

@@ -60,4 +60,16 @@ Result<std::string> rewrite_sentencepiece_normalizer(std::span<const uint8_t> by
                                                      const NormalizerSettings& normalizer);
 NormalizerSettings hf_compatible_normalizer();
 
+// ModelProto.TrainerSpec.ModelType, numbered as in sentencepiece_model.proto.
+enum class SentencePieceModelType : uint8_t { kUnigram = 1, kBpe = 2, kWord = 3, kChar = 4 };
+
+// A whole ModelProto built from a piece list (a GGUF's vocabulary): the
+// pieces in id order, a TrainerSpec holding only what encoding reads
+// (model_type, vocab_size, byte_fallback) and `normalizer`. What
+// libsentencepiece then rejects (no or two unknown pieces, duplicate pieces)
+// is its error to report; an empty piece is refused here (kInvalidArgument).
+Result<std::string> serialize_sentencepiece_model(std::span<const SentencePieceEntry> pieces,
+                                                  SentencePieceModelType type, bool byte_fallback,
+                                                  const NormalizerSettings& normalizer);
+
 }  // namespace tern

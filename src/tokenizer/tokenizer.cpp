@@ -84,15 +84,7 @@ Result<Tokenizer> Tokenizer::load(const std::string& dir) {
                                                                                 hf_compatible_normalizer()));
 
   Tokenizer tok;
-  auto st = tok.sp_->LoadFromSerializedProto(rewritten);
-  if (!st.ok()) return parse_error(model_path + ": SentencePiece rejected the model: " + st.ToString());
-  if (tok.sp_->GetPieceSize() != static_cast<int>(proto.pieces.size())) {
-    return internal_error(model_path + ": SentencePiece and tern disagree on the piece count");
-  }
-  tok.pieces_ = std::move(proto.pieces);
-  tok.sp_size_ = static_cast<int32_t>(tok.pieces_.size());
-  for (size_t i = 0; i < tok.pieces_.size(); ++i)
-    tok.piece_ids_.emplace(tok.pieces_[i].piece, static_cast<int32_t>(i));
+  TERN_RETURN_IF_ERROR(tok.init_sentencepiece(rewritten, std::move(proto.pieces), model_path));
 
   TERN_ASSIGN_OR_RETURN(TokenizerFiles files, read_tokenizer_files(dir));
 
@@ -182,23 +174,40 @@ Result<Tokenizer> Tokenizer::load(const std::string& dir) {
     }
   }
 
+  tok.chat_template_ = std::move(files.chat_template);
+  tok.finish(std::move(added));
+  return tok;
+}
+
+Status Tokenizer::init_sentencepiece(const std::string& serialized, std::vector<SentencePieceEntry> pieces,
+                                     const std::string& name) {
+  auto st = sp_->LoadFromSerializedProto(serialized);
+  if (!st.ok()) return parse_error(name + ": SentencePiece rejected the model: " + st.ToString());
+  if (sp_->GetPieceSize() != static_cast<int>(pieces.size())) {
+    return internal_error(name + ": SentencePiece and tern disagree on the piece count");
+  }
+  pieces_ = std::move(pieces);
+  sp_size_ = static_cast<int32_t>(pieces_.size());
+  for (size_t i = 0; i < pieces_.size(); ++i) piece_ids_.emplace(pieces_[i].piece, static_cast<int32_t>(i));
+  return Status::ok();
+}
+
+void Tokenizer::finish(std::vector<AddedToken> added) {
   std::stable_sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) {
     return a.content.size() > b.content.size();
   });
-  tok.added_tokens_ = std::move(added);
-  tok.trie_.assign(1, TrieNode{});
-  int32_t max_id = tok.sp_size_ - 1;
-  for (size_t i = 0; i < tok.added_tokens_.size(); ++i) {
-    const AddedToken& a = tok.added_tokens_[i];
-    tok.added_by_id_[a.id] = i;
-    tok.added_by_content_[a.content] = i;
-    tok.trie_insert(a.content, static_cast<int32_t>(i));
+  added_tokens_ = std::move(added);
+  trie_.assign(1, TrieNode{});
+  int32_t max_id = sp_size_ - 1;
+  for (size_t i = 0; i < added_tokens_.size(); ++i) {
+    const AddedToken& a = added_tokens_[i];
+    added_by_id_[a.id] = i;
+    added_by_content_[a.content] = i;
+    trie_insert(a.content, static_cast<int32_t>(i));
     max_id = std::max(max_id, a.id);
   }
-  tok.vocab_size_ = max_id + 1;
-  tok.chat_template_ = std::move(files.chat_template);
-  tok.build_id_tables();
-  return tok;
+  vocab_size_ = max_id + 1;
+  build_id_tables();
 }
 
 void Tokenizer::build_id_tables() {

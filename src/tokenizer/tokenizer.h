@@ -24,6 +24,8 @@ class SentencePieceProcessor;
 
 namespace tern {
 
+class GgufFile;
+
 struct AddedToken {
   int32_t id = 0;
   std::string content;
@@ -40,6 +42,11 @@ class Tokenizer {
 
   // Loads tokenizer.model and the tokenizer JSON files from a model folder.
   static Result<Tokenizer> load(const std::string& dir);
+  // Builds the tokenizer from a GGUF's tokenizer.ggml.* keys (a SentencePiece
+  // "llama" vocabulary, as llama.cpp's converter writes it), giving the same
+  // ids as load() on the folder it was converted from; gguf_vocab.cpp says
+  // what does not round-trip. The GgufFile may go once this returns.
+  static Result<Tokenizer> from_gguf(const GgufFile& file);
 
   // Text -> ids. Special tokens written in the text become their ids (as HF
   // does). A BOS is prepended only when add_bos_token is set in the config
@@ -91,6 +98,13 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // Loads `serialized` (a ModelProto with tern's normalizer) into sp_ and
+  // keeps `pieces`, its vocabulary; `name` is for messages.
+  Status init_sentencepiece(const std::string& serialized, std::vector<SentencePieceEntry> pieces,
+                            const std::string& name);
+  // Indexes the added tokens (longest first, in the trie), sets vocab_size_
+  // and builds the id tables.
+  void finish(std::vector<AddedToken> added);
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
   // The longest added token whose content starts at text[pos], or nullptr.
   const AddedToken* match_added(std::string_view text, size_t pos) const;

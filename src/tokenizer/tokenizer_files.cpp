@@ -124,6 +124,7 @@ Status read_tokenizer_json(const json& j, const std::string& file, TokenizerFile
     if (!v.is_object() || !v.contains("id")) return parse_error(file + ": added token without \"id\"");
     TERN_ASSIGN_OR_RETURN(int32_t id, json_id(v["id"], file + ": added_tokens"));
     TERN_ASSIGN_OR_RETURN(AddedTokenSpec t, read_added_token(v, id, file + ": added_tokens"));
+    t.source = AddedTokenSource::kTokenizerJson;
     out.added.push_back(std::move(t));
   }
   return Status::ok();
@@ -137,6 +138,7 @@ Status read_added_tokens_json(const json& j, const std::string& file, TokenizerF
     TERN_ASSIGN_OR_RETURN(int32_t id, json_id(it.value(), file + ": \"" + it.key() + "\""));
     AddedTokenSpec t;
     t.id = id;
+    t.source = AddedTokenSource::kAddedTokensJson;
     t.content = it.key();
     out.added.push_back(std::move(t));
   }
@@ -172,6 +174,7 @@ Status read_config(const json& j, const std::string& file, TokenizerFiles& out) 
   TERN_RETURN_IF_ERROR(read_bool(j, "add_prefix_space", file, out.add_prefix_space));
   if (auto it = j.find("chat_template"); it != j.end()) {
     TERN_RETURN_IF_ERROR(read_chat_template(*it, file, out.chat_template));
+    if (!it->is_null()) out.config_chat_template = out.chat_template;
   }
   auto it = j.find("added_tokens_decoder");
   if (it == j.end() || it->is_null()) return Status::ok();
@@ -198,6 +201,7 @@ Result<TokenizerFiles> read_tokenizer_files(const std::string& dir) {
   TERN_ASSIGN_OR_RETURN(auto tok_json, read_json_file(base + "tokenizer.json"));
   if (tok_json) {
     TERN_RETURN_IF_ERROR(read_tokenizer_json(*tok_json, base + "tokenizer.json", out));
+    out.has_tokenizer_json = true;
     out.files_read.push_back("tokenizer.json");
   }
   TERN_ASSIGN_OR_RETURN(auto added_json, read_json_file(base + "added_tokens.json"));

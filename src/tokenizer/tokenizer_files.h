@@ -14,8 +14,12 @@
 
 namespace tern {
 
+// Which file an added token came from (llama.cpp's converter treats them apart).
+enum class AddedTokenSource { kTokenizerJson, kAddedTokensJson, kConfigDecoder };
+
 struct AddedTokenSpec {
   int32_t id = 0;
+  AddedTokenSource source = AddedTokenSource::kConfigDecoder;
   std::string content;
   bool special = false;
   bool lstrip = false;  // HF: swallow whitespace to the left of a match
@@ -32,6 +36,13 @@ struct TokenizerFiles {
   std::vector<std::string> additional_special;
   std::optional<bool> add_bos_token, add_eos_token, add_prefix_space;
   std::string chat_template;
+  // tokenizer_config.json's own "chat_template" (chat_template above prefers
+  // chat_template.jinja/.json as transformers does; llama.cpp's converter
+  // prefers this one).
+  std::optional<std::string> config_chat_template;
+  // tokenizer.json was present (llama.cpp's converter reads special ids from
+  // its added tokens only then).
+  bool has_tokenizer_json = false;
   std::vector<std::string> files_read;  // for logging
 };
 

@@ -15,7 +15,7 @@ ALLOWED = {
     "base": set(),
     "formats": {"base"},
     "jinja": {"base"},
-    "tokenizer": {"base"},
+    "tokenizer": {"base", "formats"},
     "chat": {"base", "jinja", "tokenizer"},
     "kv": {"base"},
     "backend/cpu": {"base", "formats"},

@@ -28,10 +28,6 @@ Status check_config(const ModelConfig& c, const std::string& source) {
   return Status::ok();
 }
 
-std::string layer_name(int64_t layer, const char* suffix) {
-  return "model.layers." + std::to_string(layer) + "." + suffix;
-}
-
 void add_in_place(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -58,23 +54,47 @@ Ernie45Model::Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_th
       kernels_(&kernels),
       pool_(num_threads > 0 ? num_threads : default_thread_count()) {}
 
-Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& dir, int num_threads,
+Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& path, int num_threads,
                                                          const cpu::KernelSet& kernels) {
-  const std::string config_path = dir + "/config.json";
-  TERN_ASSIGN_OR_RETURN(std::string config_text, read_text_file(config_path));
-  TERN_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(config_text, config_path));
-  TERN_RETURN_IF_ERROR(check_config(config, config_path));
-  TERN_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir));
+  ModelConfig config;
+  Checkpoint checkpoint;
+  if (is_gguf_file(path)) {
+    TERN_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open_gguf(path));
+    TERN_ASSIGN_OR_RETURN(config, ernie45::config_from_gguf(*checkpoint.gguf()));
+    TERN_RETURN_IF_ERROR(check_config(config, path));
+  } else {
+    const std::string config_path = path + "/config.json";
+    TERN_ASSIGN_OR_RETURN(std::string config_text, read_text_file(config_path));
+    TERN_ASSIGN_OR_RETURN(config, parse_model_config(config_text, config_path));
+    TERN_RETURN_IF_ERROR(check_config(config, config_path));
+    TERN_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open(path));
+  }
   std::unique_ptr<Ernie45Model> model(
       new Ernie45Model(std::move(config), std::move(checkpoint), num_threads, kernels));
   TERN_RETURN_IF_ERROR(model->bind_weights());
+  if (model->checkpoint_.gguf() != nullptr) TERN_RETURN_IF_ERROR(model->check_all_tensors_used());
   model->inv_freq_ = cpu::rope_inv_freq(model->config_.head_dim, model->config_.rope_theta);
   return model;
+}
+
+std::string Ernie45Model::weight_name(ernie45::Weight w, int64_t layer) const {
+  return checkpoint_.gguf() != nullptr ? ernie45::gguf_weight_name(w, layer) : ernie45::hf_weight_name(w, layer);
+}
+
+Status Ernie45Model::check_all_tensors_used() const {
+  for (const std::string& name : checkpoint_.tensor_names()) {
+    if (std::find(bound_.begin(), bound_.end(), name) == bound_.end()) {
+      return unsupported(checkpoint_.source() + ": tensor '" + name + "' is not part of a dense ERNIE 4.5 model " +
+                         "without biases (llama.cpp would refuse the file too)");
+    }
+  }
+  return Status::ok();
 }
 
 Result<const void*> Ernie45Model::tensor_data(const std::string& name, const std::vector<int64_t>& shape,
                                               DType* dtype) {
   TERN_ASSIGN_OR_RETURN(const TensorView* t, checkpoint_.require(name, shape));
+  bound_.push_back(name);
   const std::string where = checkpoint_.file_of(name) + ": tensor " + name;
   if (!cpu::is_weight_dtype(t->dtype)) {
     return unsupported(where + " has dtype " + std::string(dtype_name(t->dtype)) + "; expected BF16, F16 or F32");
@@ -109,33 +129,40 @@ Result<cpu::WeightVector> Ernie45Model::vector(const std::string& name, int64_t 
   return v;
 }
 
+// Shapes are PyTorch's [out, in] for both sources (a GGUF's ne {in, out}
+// arrives reversed from Checkpoint), and no GGUF weight needs un-permuting
+// (gguf_names.h says why), so one binding serves both.
 Status Ernie45Model::bind_weights() {
+  using ernie45::Weight;
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
-  TERN_ASSIGN_OR_RETURN(embed_, matrix("model.embed_tokens.weight", c.vocab_size, hidden));
-  TERN_ASSIGN_OR_RETURN(final_norm_, vector("model.norm.weight", hidden));
+  TERN_ASSIGN_OR_RETURN(embed_, matrix(weight_name(Weight::kTokenEmbedding), c.vocab_size, hidden));
+  TERN_ASSIGN_OR_RETURN(final_norm_, vector(weight_name(Weight::kOutputNorm), hidden));
   // As HF (and vLLM): a tied model's head is the embedding even if the file
   // also carries an lm_head.weight; an untied one must carry it.
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
+    // A GGUF is tied exactly when it has no output.weight, so nothing is left over.
   } else {
-    if (checkpoint_.find("lm_head.weight") == nullptr) {
-      return not_found("lm_head.weight missing from the checkpoint but config.json has tie_word_embeddings=false");
+    const std::string head = weight_name(Weight::kOutput);
+    if (checkpoint_.find(head) == nullptr) {
+      return not_found(checkpoint_.source() + ": " + head +
+                       " is missing but config.json has tie_word_embeddings=false");
     }
-    TERN_ASSIGN_OR_RETURN(lm_head_, matrix("lm_head.weight", c.vocab_size, hidden));
+    TERN_ASSIGN_OR_RETURN(lm_head_, matrix(head, c.vocab_size, hidden));
   }
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerWeights& w = layers_[static_cast<size_t>(l)];
-    TERN_ASSIGN_OR_RETURN(w.input_norm, vector(layer_name(l, "input_layernorm.weight"), hidden));
-    TERN_ASSIGN_OR_RETURN(w.q, matrix(layer_name(l, "self_attn.q_proj.weight"), c.q_dim(), hidden));
-    TERN_ASSIGN_OR_RETURN(w.k, matrix(layer_name(l, "self_attn.k_proj.weight"), c.kv_dim(), hidden));
-    TERN_ASSIGN_OR_RETURN(w.v, matrix(layer_name(l, "self_attn.v_proj.weight"), c.kv_dim(), hidden));
-    TERN_ASSIGN_OR_RETURN(w.o, matrix(layer_name(l, "self_attn.o_proj.weight"), hidden, c.q_dim()));
-    TERN_ASSIGN_OR_RETURN(w.post_attention_norm, vector(layer_name(l, "post_attention_layernorm.weight"), hidden));
-    TERN_ASSIGN_OR_RETURN(w.gate, matrix(layer_name(l, "mlp.gate_proj.weight"), inter, hidden));
-    TERN_ASSIGN_OR_RETURN(w.up, matrix(layer_name(l, "mlp.up_proj.weight"), inter, hidden));
-    TERN_ASSIGN_OR_RETURN(w.down, matrix(layer_name(l, "mlp.down_proj.weight"), hidden, inter));
+    TERN_ASSIGN_OR_RETURN(w.input_norm, vector(weight_name(Weight::kAttnNorm, l), hidden));
+    TERN_ASSIGN_OR_RETURN(w.q, matrix(weight_name(Weight::kAttnQ, l), c.q_dim(), hidden));
+    TERN_ASSIGN_OR_RETURN(w.k, matrix(weight_name(Weight::kAttnK, l), c.kv_dim(), hidden));
+    TERN_ASSIGN_OR_RETURN(w.v, matrix(weight_name(Weight::kAttnV, l), c.kv_dim(), hidden));
+    TERN_ASSIGN_OR_RETURN(w.o, matrix(weight_name(Weight::kAttnOutput, l), hidden, c.q_dim()));
+    TERN_ASSIGN_OR_RETURN(w.post_attention_norm, vector(weight_name(Weight::kFfnNorm, l), hidden));
+    TERN_ASSIGN_OR_RETURN(w.gate, matrix(weight_name(Weight::kFfnGate, l), inter, hidden));
+    TERN_ASSIGN_OR_RETURN(w.up, matrix(weight_name(Weight::kFfnUp, l), inter, hidden));
+    TERN_ASSIGN_OR_RETURN(w.down, matrix(weight_name(Weight::kFfnDown, l), hidden, inter));
   }
   return Status::ok();
 }

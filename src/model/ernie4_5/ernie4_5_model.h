@@ -1,6 +1,7 @@
 // Ernie45Model: the ERNIE 4.5 dense decoder (MODEL.md) on a CPU kernel set
-// (the reference kernels unless told otherwise). Loads a Hugging Face folder (config.json + safetensors), checks
-// every tensor's name, shape and dtype, and runs the forward pass over a
+// (the reference kernels unless told otherwise). Loads a Hugging Face folder
+// (config.json + safetensors) or a GGUF file as llama.cpp writes it
+// (gguf_names.h), checks every tensor's name, shape and dtype, and runs the forward pass over a
 // KvCache (one sequence) or a PagedKvPool (a batch of sequences, one engine
 // step). Weights stay in the checkpoint's memory map (zero copy).
 // Thread: one caller at a time (forward uses internal scratch and a pool).
@@ -17,6 +18,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "formats/checkpoint.h"
+#include "model/ernie4_5/gguf_names.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
@@ -36,10 +38,12 @@ struct ForwardProfile {
 
 class Ernie45Model {
  public:
-  // Reads dir/config.json and the checkpoint in `dir`. num_threads <= 0
-  // means default_thread_count(); `kernels` runs the forward pass. Errors
-  // name the file and tensor at fault.
-  static Result<std::unique_ptr<Ernie45Model>> load(const std::string& dir, int num_threads,
+  // `path` is a model folder (config.json and its checkpoint) or a GGUF
+  // file (is_gguf_file: the config from its keys, the weights from its
+  // tensors, every tensor of the file used). num_threads <= 0 means
+  // default_thread_count(); `kernels` runs the forward pass. Errors name the
+  // file and the key or tensor at fault.
+  static Result<std::unique_ptr<Ernie45Model>> load(const std::string& path, int num_threads,
                                                     const cpu::KernelSet& kernels = cpu::reference_kernel_set());
 
   Ernie45Model(const Ernie45Model&) = delete;
@@ -104,6 +108,10 @@ class Ernie45Model {
   Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads, const cpu::KernelSet& kernels);
 
   Status bind_weights();
+  // The checkpoint's name of a weight: Hugging Face's, or GGUF's for a GGUF file.
+  std::string weight_name(ernie45::Weight w, int64_t layer = 0) const;
+  // GGUF: every tensor of the file must be a weight the model bound, as llama.cpp requires.
+  Status check_all_tensors_used() const;
   // The tensor `name` with exactly `shape`, as a kernel view (copied only if
   // its bytes are misaligned for its dtype).
   Result<const void*> tensor_data(const std::string& name, const std::vector<int64_t>& shape, DType* dtype);
@@ -126,6 +134,7 @@ class Ernie45Model {
 
   ModelConfig config_;
   Checkpoint checkpoint_;  // owns the memory maps the weight views point into
+  std::vector<std::string> bound_;  // names of the tensors bind_weights took
   std::vector<std::unique_ptr<uint64_t[]>> owned_;  // aligned copies of misaligned tensors
   cpu::WeightMatrix embed_;
   cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings

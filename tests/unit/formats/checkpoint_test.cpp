@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "formats/gguf_writer.h"
+
 namespace tern {
 namespace {
 
@@ -192,6 +194,45 @@ TEST_F(CheckpointTest, BrokenShardErrorNamesTheShard) {
   auto r = Checkpoint::open(dir_);
   EXPECT_EQ(r.status().code(), ErrorCode::kParse);
   EXPECT_THAT(r.status().message(), HasSubstr(dir_ + "/bad.safetensors: header length 16 past end of file"));
+}
+
+// A GGUF file as a checkpoint: GGUF names, shapes in PyTorch order (ne
+// reversed), the bytes in place; quantized tensors refused by name and type.
+TEST_F(CheckpointTest, GgufFileTensorsInPyTorchOrder) {
+  std::vector<uint8_t> matrix(3 * 2 * 2), norm(3 * 4);
+  for (size_t i = 0; i < matrix.size(); ++i) matrix[i] = static_cast<uint8_t>(i + 1);
+  GgufWriter w;
+  ASSERT_TRUE(w.add("general.architecture", GgufValue("ernie4_5")).is_ok());
+  ASSERT_TRUE(w.add_tensor("blk.0.attn_q.weight", GgmlType::kBF16, {3, 2}, matrix).is_ok());  // [out 2, in 3]
+  ASSERT_TRUE(w.add_tensor("blk.0.attn_norm.weight", GgmlType::kF32, {3}, norm).is_ok());
+  const std::string path = dir_ + "/model.bin";  // no .gguf suffix: found by its magic
+  ASSERT_TRUE(w.write_file(path).is_ok());
+  EXPECT_TRUE(is_gguf_file(path));
+  EXPECT_FALSE(is_gguf_file(dir_));
+
+  auto ckpt = Checkpoint::open_gguf(path);
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  ASSERT_NE(ckpt->gguf(), nullptr);
+  EXPECT_EQ(ckpt->num_tensors(), 2u);
+  auto q = ckpt->require("blk.0.attn_q.weight", {2, 3});
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_EQ((*q)->dtype, DType::kBF16);
+  EXPECT_EQ(std::vector<uint8_t>((*q)->data.begin(), (*q)->data.end()), matrix);
+  EXPECT_EQ(ckpt->file_of("blk.0.attn_q.weight"), path);
+  auto wrong = ckpt->require("blk.0.attn_q.weight", {3, 2});
+  EXPECT_EQ(wrong.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("blk.0.attn_q.weight"));
+  auto missing = ckpt->require("blk.1.attn_q.weight", {2, 3});
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("blk.1.attn_q.weight"));
+
+  GgufWriter quantized;
+  std::vector<uint8_t> q4(18 * 2);  // Q4_0: 32 elements in 18 bytes
+  ASSERT_TRUE(quantized.add_tensor("blk.0.ffn_up.weight", GgmlType::kQ4_0, {32, 2}, q4).is_ok());
+  ASSERT_TRUE(quantized.write_file(dir_ + "/q.gguf").is_ok());
+  auto refused = Checkpoint::open_gguf(dir_ + "/q.gguf");
+  EXPECT_EQ(refused.status().code(), ErrorCode::kUnsupported);
+  EXPECT_THAT(refused.status().message(), HasSubstr("'blk.0.ffn_up.weight' has type Q4_0"));
 }
 
 }  // namespace
