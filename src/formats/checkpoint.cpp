@@ -135,7 +135,7 @@ Result<Checkpoint> Checkpoint::open_gguf(const std::string& path) {
     std::optional<DType> dtype = ggml_type_to_dtype(t.type);
     if (!dtype) {
       return unsupported(path + ": tensor '" + t.name + "' has type " + std::string(ggml_type_name(t.type)) +
-                         "; tern reads F32, F16 and BF16 GGUF tensors (quantized types are not supported yet)");
+                         "; tern reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K GGUF tensors");
     }
     TensorView v;
     v.name = t.name;

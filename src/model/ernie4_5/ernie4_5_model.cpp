@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 
+#include "backend/cpu/quant_reference.h"
 #include "base/checked_math.h"
 #include "base/mapped_file.h"
 
@@ -92,21 +94,37 @@ Status Ernie45Model::check_all_tensors_used() const {
 }
 
 Result<const void*> Ernie45Model::tensor_data(const std::string& name, const std::vector<int64_t>& shape,
-                                              DType* dtype) {
+                                              DType* dtype, bool matrix) {
   TERN_ASSIGN_OR_RETURN(const TensorView* t, checkpoint_.require(name, shape));
   bound_.push_back(name);
   const std::string where = checkpoint_.file_of(name) + ": tensor " + name;
-  if (!cpu::is_weight_dtype(t->dtype)) {
-    return unsupported(where + " has dtype " + std::string(dtype_name(t->dtype)) + "; expected BF16, F16 or F32");
+  const bool quantized = cpu::is_quantized_weight_dtype(t->dtype);
+  if (!cpu::is_weight_dtype(t->dtype) && !(matrix && quantized)) {
+    return unsupported(where + " has dtype " + std::string(dtype_name(t->dtype)) + "; expected BF16, F16 or F32" +
+                       (matrix ? " or one of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K" : " (norm weights are never quantized)"));
   }
-  const size_t elem = cpu::weight_element_size(t->dtype);
-  auto bytes = checked_mul(t->num_elements(), elem);
+  // A quantized row is whole blocks: cols a multiple of the block size, and
+  // its fp16 scales read as 2-byte values.
+  size_t align = 0;
+  std::optional<uint64_t> bytes;
+  if (quantized) {
+    const int64_t cols = shape.back(), block = dtype_block_size(t->dtype);
+    if (cols % block != 0) {
+      return parse_error(where + ": " + std::string(dtype_name(t->dtype)) + " rows of " + std::to_string(cols) +
+                         " values are not whole blocks of " + std::to_string(block));
+    }
+    bytes = checked_mul(static_cast<uint64_t>(shape.front()), static_cast<uint64_t>(cpu::row_bytes(t->dtype, cols)));
+    align = 2;
+  } else {
+    align = cpu::weight_element_size(t->dtype);
+    bytes = checked_mul(t->num_elements(), align);
+  }
   if (!bytes || *bytes != t->data.size()) {
-    return parse_error(where + " holds " + std::to_string(t->data.size()) + " bytes, not " +
-                       t->shape_string() + " x " + std::to_string(elem));
+    return parse_error(where + " holds " + std::to_string(t->data.size()) + " bytes, not what " + t->shape_string() +
+                       " of " + std::string(dtype_name(t->dtype)) + " takes");
   }
   *dtype = t->dtype;
-  if (reinterpret_cast<uintptr_t>(t->data.data()) % elem == 0) return static_cast<const void*>(t->data.data());
+  if (reinterpret_cast<uintptr_t>(t->data.data()) % align == 0) return static_cast<const void*>(t->data.data());
   // safetensors only promises byte offsets; reading a misaligned uint16/float is UB.
   auto copy = std::make_unique<uint64_t[]>((t->data.size() + 7) / 8);
   std::memcpy(copy.get(), t->data.data(), t->data.size());
@@ -118,14 +136,14 @@ Result<cpu::WeightMatrix> Ernie45Model::matrix(const std::string& name, int64_t 
   cpu::WeightMatrix m;
   m.rows = rows;
   m.cols = cols;
-  TERN_ASSIGN_OR_RETURN(m.data, tensor_data(name, {rows, cols}, &m.dtype));
+  TERN_ASSIGN_OR_RETURN(m.data, tensor_data(name, {rows, cols}, &m.dtype, /*matrix=*/true));
   return m;
 }
 
 Result<cpu::WeightVector> Ernie45Model::vector(const std::string& name, int64_t size) {
   cpu::WeightVector v;
   v.size = size;
-  TERN_ASSIGN_OR_RETURN(v.data, tensor_data(name, {size}, &v.dtype));
+  TERN_ASSIGN_OR_RETURN(v.data, tensor_data(name, {size}, &v.dtype, /*matrix=*/false));
   return v;
 }
 

@@ -113,8 +113,9 @@ class Ernie45Model {
   // GGUF: every tensor of the file must be a weight the model bound, as llama.cpp requires.
   Status check_all_tensors_used() const;
   // The tensor `name` with exactly `shape`, as a kernel view (copied only if
-  // its bytes are misaligned for its dtype).
-  Result<const void*> tensor_data(const std::string& name, const std::vector<int64_t>& shape, DType* dtype);
+  // its bytes are misaligned for its dtype); matrices may be block-quantized.
+  Result<const void*> tensor_data(const std::string& name, const std::vector<int64_t>& shape, DType* dtype,
+                                  bool matrix);
   Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols);
   Result<cpu::WeightVector> vector(const std::string& name, int64_t size);
 

@@ -230,9 +230,20 @@ TEST_F(CheckpointTest, GgufFileTensorsInPyTorchOrder) {
   std::vector<uint8_t> q4(18 * 2);  // Q4_0: 32 elements in 18 bytes
   ASSERT_TRUE(quantized.add_tensor("blk.0.ffn_up.weight", GgmlType::kQ4_0, {32, 2}, q4).is_ok());
   ASSERT_TRUE(quantized.write_file(dir_ + "/q.gguf").is_ok());
-  auto refused = Checkpoint::open_gguf(dir_ + "/q.gguf");
+  auto read = Checkpoint::open_gguf(dir_ + "/q.gguf");
+  ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+  auto q4_view = read->require("blk.0.ffn_up.weight", {2, 32});
+  ASSERT_TRUE(q4_view.is_ok()) << q4_view.status().to_string();
+  EXPECT_EQ((*q4_view)->dtype, DType::kQ4_0);
+  EXPECT_EQ((*q4_view)->data.size(), q4.size());
+
+  GgufWriter unread;  // a ggml type tern has no kernels for
+  std::vector<uint8_t> q41(20 * 2);  // Q4_1: 32 elements in 20 bytes
+  ASSERT_TRUE(unread.add_tensor("blk.0.ffn_up.weight", GgmlType::kQ4_1, {32, 2}, q41).is_ok());
+  ASSERT_TRUE(unread.write_file(dir_ + "/q41.gguf").is_ok());
+  auto refused = Checkpoint::open_gguf(dir_ + "/q41.gguf");
   EXPECT_EQ(refused.status().code(), ErrorCode::kUnsupported);
-  EXPECT_THAT(refused.status().message(), HasSubstr("'blk.0.ffn_up.weight' has type Q4_0"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("'blk.0.ffn_up.weight' has type Q4_1"));
 }
 
 }  // namespace

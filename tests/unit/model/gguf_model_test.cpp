@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
+#include "backend/cpu/kernel_set.h"
+#include "backend/cpu/quant_reference.h"
 #include "base/bf16.h"
 #include "formats/checkpoint.h"
 #include "model/ernie4_5/ernie4_5_model.h"
@@ -357,20 +360,89 @@ TEST_F(GgufRefusals, MissingWrongAndExtraTensorsAreNamed) {
   EXPECT_NE(st.message().find("blk.0.attn_output.bias"), std::string::npos) << st.to_string();
 }
 
-TEST_F(GgufRefusals, QuantizedTensorsAreRefusedNamingTensorAndType) {
-  test::GgufEdits q8;
-  q8.tensor = [](test::GgufEdits::Tensor& t) {
-    if (t.name == "blk.0.attn_q.weight") {
-      // Q8_0: blocks of 32 elements in 34 bytes (an f16 scale and 32 int8).
+// Every matrix of the bf16 file requantized to `type` (ne0 = the row's values).
+test::GgufEdits quantize_matrices(DType type, GgmlType ggml) {
+  test::GgufEdits e;
+  e.tensor = [type, ggml](test::GgufEdits::Tensor& t) {
+    if (t.dims.size() != 2) return true;
+    const int64_t cols = t.dims[0], rows = t.dims[1];
+    std::vector<float> row(static_cast<size_t>(cols));
+    std::vector<uint8_t> out(static_cast<size_t>(rows * cpu::row_bytes(type, cols)));
+    const auto* src = reinterpret_cast<const uint16_t*>(t.data.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = bf16_to_f32(src[r * cols + c]);
+      cpu::quantize_row(type, row.data(), cols, out.data() + r * cpu::row_bytes(type, cols));
+    }
+    t.type = ggml;
+    t.data = std::move(out);
+    return true;
+  };
+  return e;
+}
+
+TEST_F(GgufRefusals, QuantizedMatricesLoadAndRunCloseToTheBf16File) {
+  auto reference = Ernie45Model::load(base_, 1);
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  const std::vector<int32_t> ids = {5, 17, 99, 3, 42, 7, 250, 11};
+  const auto vocab = static_cast<size_t>(reference.value()->config().vocab_size);
+  std::vector<float> want(vocab);
+  KvCache c0 = reference.value()->make_cache(16);
+  ASSERT_TRUE(reference.value()->forward(ids, c0, want).is_ok());
+  // Q8_0 keeps ~8 bits, Q4_0 ~4: the logits of this random tiny model move by
+  // a few percent and by a few tens of percent (the optimized set quantizes
+  // the activations to 8 bits as well), and Q8_0 always by less.
+  std::map<std::string, double> errors;
+  for (auto [type, ggml, bound] : {std::tuple{DType::kQ8_0, GgmlType::kQ8_0, 0.05},
+                                   std::tuple{DType::kQ4_0, GgmlType::kQ4_0, 0.3}}) {
+    const std::string path = tmp_.file(std::string(dtype_name(type)) + ".gguf");
+    ASSERT_TRUE(test::rewrite_gguf(base_, path, quantize_matrices(type, ggml)).is_ok());
+    for (const char* set : {"reference", "optimized"}) {
+      auto m = Ernie45Model::load(path, 2, *cpu::kernel_set_named(set));
+      ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+      EXPECT_EQ(m.value()->layer_weights()[0].q.dtype, type);
+      EXPECT_EQ(m.value()->embedding().dtype, type);
+      std::vector<float> got(vocab);
+      KvCache c = m.value()->make_cache(16);
+      ASSERT_TRUE(m.value()->forward(ids, c, got).is_ok());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        den += double(want[i]) * want[i];
+      }
+      EXPECT_LT(std::sqrt(num / den), bound) << dtype_name(type) << " " << set;
+      EXPECT_GT(num, 0.0) << "the quantized weights were used";
+      errors[std::string(dtype_name(type)) + set] = std::sqrt(num / den);
+    }
+  }
+  EXPECT_LT(errors["Q8_0reference"], errors["Q4_0reference"]);
+  EXPECT_LT(errors["Q8_0optimized"], errors["Q4_0optimized"]);
+}
+
+TEST_F(GgufRefusals, QuantizedNormsAndUnreadTypesAreRefusedNamingTensorAndType) {
+  test::GgufEdits norm;  // norms stay float in every llama.cpp file
+  norm.tensor = [](test::GgufEdits::Tensor& t) {
+    if (t.name == "blk.0.attn_norm.weight") {
       t.type = GgmlType::kQ8_0;
-      t.data.assign(static_cast<size_t>(t.dims[0] / 32 * 34 * t.dims[1]), 1);
+      t.data.assign(static_cast<size_t>(t.dims[0] / 32 * 34), 1);
     }
     return true;
   };
-  Status st = load_edited(q8);
+  Status st = load_edited(norm);
+  EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << st.to_string();
+  EXPECT_NE(st.message().find("blk.0.attn_norm.weight"), std::string::npos) << st.to_string();
+
+  test::GgufEdits q41;  // a ggml type tern does not read
+  q41.tensor = [](test::GgufEdits::Tensor& t) {
+    if (t.name == "blk.0.attn_q.weight") {
+      t.type = GgmlType::kQ4_1;  // blocks of 32 in 20 bytes
+      t.data.assign(static_cast<size_t>(t.dims[0] / 32 * 20 * t.dims[1]), 1);
+    }
+    return true;
+  };
+  st = load_edited(q41);
   EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << st.to_string();
   EXPECT_NE(st.message().find("blk.0.attn_q.weight"), std::string::npos) << st.to_string();
-  EXPECT_NE(st.message().find("Q8_0"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("Q4_1"), std::string::npos) << st.to_string();
 }
 
 TEST(GgufNames, HuggingFaceNamesMapToLlamaCppNames) {
