@@ -10,6 +10,7 @@
 
 #include "backend/cpu/linear_isa.h"
 #include "backend/cpu/quant_linear.h"
+#include "backend/cpu/row_split.h"
 #include "base/bf16.h"
 
 namespace tern::cpu {
@@ -41,12 +42,8 @@ bool cpu_has_avx512() { return false; }
 bool cpu_has_avx512_bf16() { return false; }
 #endif
 
-// Rows per unit of the parallel split, so a thread's range starts on a
-// multiple of every tile width and only its last tile is narrow.
+// Rows per unit of the parallel split: a multiple of every tile width.
 constexpr int64_t kRowUnit = 48;
-// Multiply-adds a second thread must get before waking it pays: a wake-up
-// costs about as much as streaming a few hundred KB of weights.
-constexpr int64_t kMinMacsPerThread = int64_t{1} << 18;
 
 // Activations rearranged for a kernel. Per thread, grown and never shrunk, so
 // steady-state calls do not allocate.
@@ -150,12 +147,8 @@ void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
   const bool has_bf16_dot = isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16();
   const RowsFn rows_fn = prepare(*kernels, x, num_tokens, w, options.activations, has_bf16_dot, task);
 
-  const int64_t units = (w.rows + kRowUnit - 1) / kRowUnit;
-  const int64_t macs_per_unit = std::max<int64_t>(1, kRowUnit * w.cols * num_tokens);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerThread / macs_per_unit);
-  pool.parallel_for(units, grain, [&](int64_t begin, int64_t end) {
-    rows_fn(task, begin * kRowUnit, std::min(end * kRowUnit, w.rows));
-  });
+  split_rows(pool, w.rows, w.cols, num_tokens, kRowUnit,
+             [&](int64_t first, int64_t end) { rows_fn(task, first, end); });
 }
 
 }  // namespace tern::cpu

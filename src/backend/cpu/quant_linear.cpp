@@ -11,6 +11,7 @@
 
 #include "backend/cpu/quant_isa.h"
 #include "backend/cpu/quant_tiling.h"
+#include "backend/cpu/row_split.h"
 #include "base/bf16.h"
 
 namespace tern::cpu {
@@ -160,10 +161,8 @@ namespace {
 
 using quant_isa::QuantKernels;
 
-// Output rows per unit of the parallel split, and the work a second thread
-// must get before waking it pays (as in linear_kernels.cpp).
+// Output rows per unit of the parallel split (row_split.h).
 constexpr int64_t kRowUnit = 16;
-constexpr int64_t kMinMacsPerThread = int64_t{1} << 18;
 
 std::vector<uint8_t>& thread_scratch() {
   thread_local std::vector<uint8_t> scratch;
@@ -223,12 +222,8 @@ void linear_quantized(ThreadPool& pool, const float* x, int64_t num_tokens, cons
       rows_fn = k.q6_k;
       break;
   }
-  const int64_t units = (w.rows + kRowUnit - 1) / kRowUnit;
-  const int64_t macs_per_unit = std::max<int64_t>(1, kRowUnit * w.cols * num_tokens);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerThread / macs_per_unit);
-  pool.parallel_for(units, grain, [&](int64_t begin, int64_t end) {
-    rows_fn(task, begin * kRowUnit, std::min(end * kRowUnit, w.rows));
-  });
+  split_rows(pool, w.rows, w.cols, num_tokens, kRowUnit,
+             [&](int64_t first, int64_t end) { rows_fn(task, first, end); });
 }
 
 }  // namespace tern::cpu

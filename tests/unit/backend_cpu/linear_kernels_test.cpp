@@ -21,6 +21,7 @@
 
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
+#include "support/random_values.h"
 
 namespace tern::cpu {
 namespace {
@@ -37,16 +38,7 @@ const Shape kShapes[] = {
     {17, 257, 50}, {64, 1024, 13}, {64, 96, 100},  {130, 1024, 61}, {130, 65, 130}, {130, 3000, 21},
 };
 
-std::vector<float> random_floats(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    do {
-      x = d(rng);
-    } while (x == 0.0f);
-  }
-  return v;
-}
+using testing::random_floats;
 
 // A weight matrix in one dtype plus its values as fp32 (exact for each dtype).
 struct TestWeights {

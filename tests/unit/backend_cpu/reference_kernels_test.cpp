@@ -15,20 +15,12 @@
 #include <vector>
 
 #include "base/bf16.h"
+#include "support/random_values.h"
 
 namespace tern::cpu {
 namespace {
 
-std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    do {
-      x = d(rng);
-    } while (x == 0.0f);
-  }
-  return v;
-}
+using testing::random_floats;
 
 // A weight matrix in one dtype plus its exact values as doubles.
 struct TestWeights {
