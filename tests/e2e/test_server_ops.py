@@ -129,8 +129,23 @@ def value(samples, name, **labels):
     return samples[(name, tuple(sorted(labels.items())))]
 
 
+def scrape_when_idle(server):
+    """A scrape once no request runs or waits: the server is shared by the whole session, and a request an
+    earlier test left (a dropped stream still being cancelled) would add its tokens to the deltas below."""
+    deadline = time.monotonic() + 10
+    while True:
+        samples, families = scrape(server)
+        busy = value(samples, "vllm:num_requests_running") + value(samples, "vllm:num_requests_waiting")
+        if busy == 0:
+            again, _ = scrape(server)
+            if value(again, "vllm:generation_tokens_total") == value(samples, "vllm:generation_tokens_total"):
+                return again, families
+        assert time.monotonic() < deadline, "the server never went idle"
+        time.sleep(0.02)
+
+
 def test_metrics_names_labels_and_monotonic_counters(server):
-    before, families = scrape(server)
+    before, families = scrape_when_idle(server)
     for name in VLLM_GAUGES:
         assert families[name] == "gauge"
     for name in VLLM_COUNTERS:  # the parser names counter families without _total
