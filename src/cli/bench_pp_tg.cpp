@@ -130,8 +130,11 @@ int run_bench_pp_tg(const BenchOptions& o) {
               name.c_str(), weights.c_str(), model.num_threads(), kernels->name, TERN_GIT_COMMIT,
               static_cast<long long>(o.repetitions));
   std::printf("| test   |              t/s |\n|--------|------------------|\n");
-  if (o.n_prompt > 0) std::printf("| pp%-4lld | %8.2f ± %6.2f |\n", static_cast<long long>(o.n_prompt), pp.mean, pp.stddev);
-  if (o.n_gen > 0) std::printf("| tg%-4lld | %8.2f ± %6.2f |\n", static_cast<long long>(o.n_gen), tg.mean, tg.stddev);
+  const auto row = [](const char* test, int64_t n, const RunStats& s) {
+    std::printf("| %s%-4lld | %8.2f ± %6.2f |\n", test, static_cast<long long>(n), s.mean, s.stddev);
+  };
+  if (o.n_prompt > 0) row("pp", o.n_prompt, pp);
+  if (o.n_gen > 0) row("tg", o.n_gen, tg);
 
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"scenario", "pp-tg"},
