@@ -14,7 +14,8 @@
 # (build/bin/tern_cpu_linear_bench), MODEL (models/ernie-4.5-0.3b-random), GGUF_DIR
 # (models/gguf), THREADS (2), PP (512), TG (128), REPS (3), PASSES (2), QUANTS
 # ("Q8_0 Q4_0 Q4_K_M"), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
-# PYTHON (.venv/bin/python, for the report).
+# PYTHON (.venv/bin/python, for the report and client), SERVE (0; 1 adds llama-server -np 8
+# against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -107,4 +108,26 @@ fi
 
 # 6. The table.
 "$PY" bench/serving/baselines/cpu_report.py "$OUT" | tee "$OUT/cpu-llama.md"
+
+# 7. SERVE=1: llama-server (BF16 GGUF, 8 slots) against tern serve through the same client
+#    (serve_bench.py), closed loops of 1, 4 and 8 streams (SERVE_SCENARIOS, SERVE_BUDGET s each server).
+if [ "${SERVE:-0}" = 1 ]; then
+  stop_leftovers() {  # a server left by a killed serve_bench, by the pid it wrote
+    for f in "$OUT"/*-server.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
+  }
+  trap stop_leftovers EXIT
+  scen=${SERVE_SCENARIOS:-conc-1:4,conc-4:8,conc-8:16}
+  budget=${SERVE_BUDGET:-300}
+  export TERN_COMMIT=$(cat "$OUT/commit.txt")
+  note "tern serve: $scen"
+  "$PY" bench/serving/serve_bench.py --label tern-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
+    --launch "$TERN_BIN serve --model $MODEL --device cpu --threads $THREADS --host 127.0.0.1 --port 0" \
+    --scenarios "$scen" --time-budget "$budget" || note "serve_bench tern: rc $?"
+  stop_leftovers
+  note "llama-server: $scen"
+  "$PY" bench/serving/serve_bench.py --label llama.cpp-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
+    --launch "$bin/llama-server -m $bf16 -np 8 -t $THREADS -c 8192 --host 127.0.0.1 --port 0 --no-webui" \
+    --launch-timeout 120 --scenarios "$scen" --time-budget "$budget" || note "serve_bench llama.cpp: rc $?"
+  stop_leftovers
+fi
 note "done: $OUT/cpu-llama.md"
