@@ -110,7 +110,8 @@ bench: build random-model
 # Q4_K_M), all cached; then alternating passes of llama-bench and `tern bench pp-tg`.
 # JSON, logs and the markdown table land in bench/results/cpu-llama/ (about 20 minutes
 # on 2 cores once built; the first run also builds llama.cpp and installs torch).
-bench-cpu: configure random-model
+bench-cpu: configure
+	@[ -s models/ernie-4.5-0.3b-random/model.safetensors ] || $(MAKE) --no-print-directory random-model
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tern tern_cpu_linear_bench
 	@TERN_BIN=$(TERN) BW_BIN=$(BUILD_DIR)/bin/tern_cpu_linear_bench PYTHON=$(PY) \
 	  bench/serving/baselines/llama_cpp_cpu_bench.sh bench/results/cpu-llama

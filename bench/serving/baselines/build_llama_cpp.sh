@@ -6,6 +6,7 @@
 #
 #   LLAMA_DIR=/work/llama bench/serving/baselines/build_llama_cpp.sh
 #
+# LLAMA_TOOLS: the targets wanted (default all four; a caller that needs fewer names them).
 # Prints the source dir and the bin dir on its last two lines (src=..., bin=...).
 set -euo pipefail
 
@@ -19,7 +20,7 @@ tarball="$LLAMA_DIR/$pkg.tar.gz"
 src="$LLAMA_DIR/$pkg/vendor/llama.cpp"
 build="$LLAMA_DIR/build-$LLAMA_CPP_PYTHON_VERSION-cpu"
 bin="$build/bin"
-tools=(llama-bench llama-server llama-quantize llama-cli)
+read -r -a tools <<< "${LLAMA_TOOLS:-llama-bench llama-server llama-quantize llama-cli}"
 
 mkdir -p "$LLAMA_DIR"
 

@@ -40,7 +40,9 @@ note() { echo "[llama_cpp_cpu_bench +$(($(date +%s) - START))s] $*"; }
 [ -s "$MODEL/model.safetensors" ] || { note "no $MODEL/model.safetensors (make random-model)"; exit 1; }
 
 # 1. llama.cpp (cached).
-eval "$(bench/serving/baselines/build_llama_cpp.sh | tail -n 2)"  # sets src= and bin=
+tools="llama-bench llama-quantize"
+[ "${SERVE:-0}" = 1 ] && tools="$tools llama-server"
+eval "$(LLAMA_TOOLS=$tools bench/serving/baselines/build_llama_cpp.sh | tail -n 2)"  # sets src= and bin=
 LLAMA_DIR=${LLAMA_DIR:-$HOME/.cache/tern/llama.cpp}
 
 # 2. The converter's own environment: torch (PyPI's wheel), the pins of its
