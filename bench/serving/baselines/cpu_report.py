@@ -111,7 +111,7 @@ def main():
     print(f"| llama.cpp weights | size GB | llama.cpp pp{n_prompt} | llama.cpp tg{n_gen} | "
           f"tern bf16 pp{n_prompt} | tern bf16 tg{n_gen} | pp tern/llama | tg tern/llama | llama.cpp tg read |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for quant, e in llama.items():
+    for quant, e in sorted(llama.items(), key=lambda kv: -kv[1]["size"]):
         pp, tg = rate(e["pp"]), rate(e["tg"])
         label = quant + ("" if quant == "BF16" else " (tern has no quantized weights: tern bf16 against it)")
         print(f"| {label} | {e['size'] / 1e9:.2f} | {fmt(pp)} | {fmt(tg)} | {fmt(tern['pp'])} | {fmt(tern['tg'])} "
