@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
-.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench random-model clean
+.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench bench-cpu random-model clean
 
 all: build
 
@@ -103,6 +103,18 @@ bench: build random-model
 	@$(PY) bench/serving/serve_bench.py --label cpu-serve --model-dir models/ernie-4.5-0.3b-random \
 	  --launch "$(TERN) serve --model models/ernie-4.5-0.3b-random --host 127.0.0.1 --port 0" \
 	  --scenarios single:3,conc-8:8 --single-input 128 --output-len 32 --conc-input 32:128 --time-budget 120
+
+# tern against llama.cpp on the CPU, llama-bench's pp512 / tg128 at 2 threads on the
+# random full-size model: builds llama.cpp from llama-cpp-python's source package into
+# LLAMA_DIR (outside the repo), converts and quantizes the weights (BF16, Q8_0, Q4_0,
+# Q4_K_M), all cached; then alternating passes of llama-bench and `tern bench pp-tg`.
+# JSON, logs and the markdown table land in bench/results/cpu-llama/ (about 20 minutes
+# on 2 cores once built; the first run also builds llama.cpp and installs torch).
+bench-cpu: configure
+	@[ -s models/ernie-4.5-0.3b-random/model.safetensors ] || $(MAKE) --no-print-directory random-model
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tern tern_cpu_linear_bench
+	@TERN_BIN=$(TERN) BW_BIN=$(BUILD_DIR)/bin/tern_cpu_linear_bench PYTHON=$(PY) \
+	  bench/serving/baselines/llama_cpp_cpu_bench.sh bench/results/cpu-llama
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)

@@ -11,10 +11,12 @@
 //
 //   tern_cpu_linear_bench [--threads 1,2] [--tokens 1,512] [--isa avx512|avx2]
 //                         [--dtypes bf16,q8_0,q4_0,q4_k,q5_k,q6_k]
-//                         [--seconds 0.5] [--all] [--cpu-clock]
+//                         [--seconds 0.5] [--all] [--cpu-clock] [--bandwidth-only]
 // --all: also the slow reference runs. --cpu-clock: time by the process's CPU
 // time divided by the thread count instead of wall time, for A/B comparisons
 // on a machine shared with other jobs (idle waits are then not counted).
+// --bandwidth-only: just the read bandwidth at each thread count, one
+// "threads N: read bandwidth X GB/s" line each (bench/serving/baselines reads it).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -169,6 +171,7 @@ int main(int argc, char** argv) {
   bool all = false;
   bool cpu_clock = false;
   std::vector<NamedDtype> dtypes = {kDtypes[0]};
+  bool bandwidth_only = false;
   CpuIsa isa = best_cpu_isa();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -187,11 +190,21 @@ int main(int argc, char** argv) {
       all = true;
     } else if (a == "--cpu-clock") {
       cpu_clock = true;
+    } else if (a == "--bandwidth-only") {
+      bandwidth_only = true;
     } else {
       std::fprintf(stderr, "usage: %s [--threads 1,2] [--tokens 1,512] [--isa avx512|avx2|portable] "
-                   "[--dtypes bf16,q8_0,q4_0,q4_k,q5_k,q6_k] [--seconds S] [--all] [--cpu-clock]\n", argv[0]);
+                   "[--dtypes bf16,q8_0,q4_0,q4_k,q5_k,q6_k] [--seconds S] [--all] [--cpu-clock] "
+                   "[--bandwidth-only]\n", argv[0]);
       return 2;
     }
+  }
+  if (bandwidth_only) {
+    for (int threads : threads_list) {
+      ThreadPool pool(threads);
+      std::printf("threads %d: read bandwidth %.1f GB/s\n", threads, read_bandwidth(pool));
+    }
+    return 0;
   }
   const bool bf16_dot = isa == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
   std::printf("best isa %d, using %d (0 portable, 1 avx2, 2 avx512), avx512bf16 %s\n",

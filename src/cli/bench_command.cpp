@@ -6,7 +6,8 @@
 // conc-N figure through HTTP can be split into engine and HTTP. Both report
 // request and token throughput and where step time went. Random prompts of
 // plain tokens, EOS ignored so outputs have the asked length; greedy unless
-// --temperature (with --top-p / --top-k) asks for sampling.
+// --temperature (with --top-p / --top-k) asks for sampling. pp-tg
+// (bench_pp_tg.cpp): llama-bench's pp and tg tests on the model alone.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -23,10 +24,20 @@ namespace tern::cli {
 
 void add_bench_command(CLI::App& app, BenchOptions& o) {
   auto* cmd = app.add_subcommand("bench", "Measure the engine's throughput without HTTP; scenario 'offline': "
-                                          "N requests at once, 'conc': a closed loop of --concurrency streams");
+                                          "N requests at once, 'conc': a closed loop of --concurrency streams, "
+                                          "'pp-tg': llama-bench's prompt (-p) and generation (-n) tests on the "
+                                          "CPU model alone, -r runs each");
   add_engine_options(*cmd, o.engine);
-  cmd->add_option("scenario", o.scenario, "offline | conc")->check(CLI::IsMember({"offline", "conc"}))
-      ->capture_default_str();
+  cmd->add_option("scenario", o.scenario, "offline | conc | pp-tg")
+      ->check(CLI::IsMember({"offline", "conc", "pp-tg"}))->capture_default_str();
+  cmd->add_option("-p,--n-prompt", o.n_prompt,
+                  "pp-tg: prompt tokens run as one forward into an empty cache (0: skip the pp test)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("-n,--n-gen", o.n_gen,
+                  "pp-tg: tokens generated one forward at a time from an empty cache (0: skip the tg test)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("-r,--repetitions", o.repetitions, "pp-tg: timed runs of each test, after one warm-up")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--concurrency", o.concurrency,
                   "conc: sequences kept running (sets --max-num-seqs); its defaults: 4 x this many requests "
                   "(at least 32), prompts 50-500 tokens, 128 output tokens")
@@ -65,6 +76,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
 }
 
 int run_bench(const BenchOptions& o) {
+  if (o.scenario == "pp-tg") return run_bench_pp_tg(o);
   configure_logging(LogFormat::kText, o.log_level);
   if (o.input_min < 1 || o.input_max < o.input_min || o.output_min < 1 || o.output_max < o.output_min) {
     std::fprintf(stderr, "tern bench: need 1 <= --input-min <= --input-max and 1 <= --output-min <= --output-max\n");

@@ -43,12 +43,16 @@ struct BenchOptions {
   double temperature = 0;  // 0: greedy
   double top_p = 1.0;
   int64_t top_k = 0;
+  // pp-tg (llama-bench's -p, -n, -r): prompt tokens, generated tokens, timed runs.
+  int64_t n_prompt = 512, n_gen = 128, repetitions = 3;
   std::string json_out;
   std::string log_level = "warn";
 };
 
 void add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);
+// bench pp-tg (bench_pp_tg.cpp): llama-bench's prompt and generation tests on the model alone.
+int run_bench_pp_tg(const BenchOptions& options);
 
 struct ConvertOptions {
   std::string model;            // Hugging Face folder

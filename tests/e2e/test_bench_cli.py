@@ -1,5 +1,5 @@
-"""`tern bench` end to end on the tiny model (CPU): the offline and conc
-scenarios' workloads, their JSON, and the error for conflicting limits."""
+"""`tern bench` end to end on the tiny model (CPU): the offline, conc and
+pp-tg scenarios' workloads, their JSON, and the errors for bad limits."""
 
 import json
 
@@ -47,3 +47,37 @@ def test_conc_refuses_a_different_max_num_seqs(tern_bin, tiny_model):
                  "--device", "cpu")
     assert r.returncode != 0
     assert b"--concurrency" in r.stderr
+
+
+def test_pp_tg_reports_llama_bench_style_rates(tern_bin, tiny_model, tmp_path):
+    j, text = bench_json(tern_bin, tiny_model, tmp_path, "pp-tg", "-p", 16, "-n", 8, "-r", 3)
+    assert j["scenario"] == "pp-tg"
+    assert (j["n_prompt"], j["n_gen"], j["repetitions"]) == (16, 8, 3)
+    assert (j["device"], j["threads"], j["cpu_kernels"]) == ("cpu", 2, "optimized")
+    assert j["model"] == str(tiny_model)
+    assert j["commit"] and j["commit"] != "unknown"
+    # One rate per timed run (the warm-up not among them), mean and stddev over them.
+    for test in ("pp", "tg"):
+        samples = j[f"{test}_samples_tokens_per_s"]
+        assert len(samples) == 3 and all(s > 0 for s in samples)
+        assert min(samples) <= j[f"{test}_tokens_per_s"] <= max(samples)
+        assert 0 <= j[f"{test}_tokens_per_s_stddev"] <= max(samples) - min(samples)
+    # The tiny model's 16-token prefill is one forward: far more tokens/s than one token per forward.
+    assert j["pp_tokens_per_s"] > j["tg_tokens_per_s"]
+    assert "| pp16 " in text and "| tg8 " in text
+
+
+def test_pp_tg_runs_one_test_alone_and_the_reference_kernels(tern_bin, tiny_model, tmp_path):
+    j, text = bench_json(tern_bin, tiny_model, tmp_path, "pp-tg", "-p", 0, "-n", 4, "-r", 1, "--cpu-kernels",
+                         "reference")
+    assert j["cpu_kernels"] == "reference"
+    assert j["pp_samples_tokens_per_s"] == [] and j["tg_tokens_per_s"] > 0
+    assert j["tg_tokens_per_s_stddev"] == 0  # one run: no spread
+    assert "pp" not in text.split("\n", 1)[1]
+
+
+def test_pp_tg_refuses_no_work_and_too_long_prompts(tern_bin, tiny_model):
+    r = run_tern(tern_bin, "bench", "pp-tg", "-p", 0, "-n", 0, "--model", tiny_model, "--device", "cpu")
+    assert r.returncode != 0 and b"-p" in r.stderr
+    r = run_tern(tern_bin, "bench", "pp-tg", "-p", 1 << 20, "-n", 1, "--model", tiny_model, "--device", "cpu")
+    assert r.returncode != 0 and b"positions" in r.stderr

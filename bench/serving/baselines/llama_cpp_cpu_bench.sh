@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# tern against llama.cpp on the CPU, llama-bench's way: pp512 and tg128 at 2
+# threads, 3 runs each, on the same random full-size ERNIE-4.5-0.3B weights.
+# One command does it all, each step cached: build llama.cpp (build_llama_cpp.sh),
+# convert the HF folder to a BF16 GGUF with llama.cpp's own convert_hf_to_gguf.py
+# (in a venv of its own with torch), quantize to Q8_0 / Q4_0 / Q4_K_M, measure the
+# machine's read bandwidth, then PASSES passes that alternate `llama-bench` on every
+# GGUF with `tern bench pp-tg` on the HF folder (bf16), plus one tern run with the
+# reference kernels. JSON per run and a markdown table (cpu_report.py) go to OUT_DIR.
+#
+#   bench/serving/baselines/llama_cpp_cpu_bench.sh [OUT_DIR]     (make bench-cpu)
+#
+# Env: LLAMA_DIR (build_llama_cpp.sh's), TERN_BIN (build/bin/tern), BW_BIN
+# (build/bin/tern_cpu_linear_bench), MODEL (models/ernie-4.5-0.3b-random), GGUF_DIR
+# (models/gguf), THREADS (2), PP (512), TG (128), REPS (3), PASSES (2), QUANTS
+# ("Q8_0 Q4_0 Q4_K_M"), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
+# PYTHON (.venv/bin/python, for the report and client), SERVE (0; 1 adds llama-server -np 8
+# against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+OUT=${1:-bench/results/cpu-llama}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+TERN_BIN=${TERN_BIN:-build/bin/tern}
+BW_BIN=${BW_BIN:-build/bin/tern_cpu_linear_bench}
+MODEL=${MODEL:-models/ernie-4.5-0.3b-random}
+GGUF_DIR=${GGUF_DIR:-models/gguf}
+THREADS=${THREADS:-2}
+PP=${PP:-512}
+TG=${TG:-128}
+REPS=${REPS:-3}
+PASSES=${PASSES:-2}
+QUANTS=${QUANTS:-Q8_0 Q4_0 Q4_K_M}
+PY=${PYTHON:-.venv/bin/python}
+START=$(date +%s)
+exec > >(tee -a "$OUT/run.log") 2>&1
+note() { echo "[llama_cpp_cpu_bench +$(($(date +%s) - START))s] $*"; }
+
+[ -x "$TERN_BIN" ] || { note "no tern binary at $TERN_BIN (set TERN_BIN)"; exit 1; }
+[ -s "$MODEL/model.safetensors" ] || { note "no $MODEL/model.safetensors (make random-model)"; exit 1; }
+
+# 1. llama.cpp (cached).
+tools="llama-bench llama-quantize"
+[ "${SERVE:-0}" = 1 ] && tools="$tools llama-server"
+eval "$(LLAMA_TOOLS=$tools bench/serving/baselines/build_llama_cpp.sh | tail -n 2)"  # sets src= and bin=
+LLAMA_DIR=${LLAMA_DIR:-$HOME/.cache/tern/llama.cpp}
+
+# 2. The converter's own environment: torch (PyPI's wheel), the pins of its
+#    requirements-convert_*.txt, and gguf-py from the same source tree.
+CONVERT_VENV=${CONVERT_VENV:-$LLAMA_DIR/convert-venv}
+if ! "$CONVERT_VENV/bin/python" -c "import torch, transformers, sentencepiece, safetensors, google.protobuf" \
+    2>/dev/null; then
+  note "setting up $CONVERT_VENV (torch and the converter's requirements; large download)"
+  python3 -m venv "$CONVERT_VENV"
+  "$CONVERT_VENV/bin/pip" install -q "torch==2.11.0" "numpy~=2.2.6" "sentencepiece>=0.1.98,<0.3.0" \
+    "transformers==4.57.6" safetensors "protobuf>=4.21.0,<5.0.0" pyyaml
+fi
+
+# 3. GGUF files (cached; redone when the checkpoint is newer).
+mkdir -p "$GGUF_DIR"
+name=$(basename "$MODEL")
+bf16="$GGUF_DIR/$name-BF16.gguf"
+if [ ! -s "$bf16" ] || [ "$MODEL/model.safetensors" -nt "$bf16" ]; then
+  note "converting $MODEL to $bf16"
+  "$CONVERT_VENV/bin/python" "$src/convert_hf_to_gguf.py" "$MODEL" --outtype bf16 --outfile "$bf16.tmp" \
+    > "$OUT/convert.log" 2>&1 || { tail -n 20 "$OUT/convert.log"; exit 1; }
+  mv "$bf16.tmp" "$bf16"
+fi
+ggufs=("$bf16")
+for q in $QUANTS; do
+  f="$GGUF_DIR/$name-$q.gguf"
+  if [ ! -s "$f" ] || [ "$bf16" -nt "$f" ]; then
+    note "quantizing to $q"
+    "$bin/llama-quantize" "$bf16" "$f.tmp" "$q" "$THREADS" > "$OUT/quantize-$q.log" 2>&1 \
+      || { tail -n 20 "$OUT/quantize-$q.log"; exit 1; }
+    mv "$f.tmp" "$f"
+  fi
+  ggufs+=("$f")
+done
+
+# 4. The machine: CPU, memory, read bandwidth (best of 5 sums over 1 GiB).
+{ lscpu; free -g; } > "$OUT/machine.txt" 2>&1 || true
+if [ -x "$BW_BIN" ]; then
+  "$BW_BIN" --bandwidth-only --threads "1,$THREADS" | tee "$OUT/bandwidth.txt"
+else
+  note "no $BW_BIN: no bandwidth figure (cmake --build build --target tern_cpu_linear_bench)"
+fi
+git rev-parse --short=12 HEAD > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
+date -u +%Y-%m-%dT%H:%MZ > "$OUT/date.txt"
+rm -f "$OUT"/llama-*.json "$OUT"/tern-*.json
+
+# 5. Alternating passes: tern, then llama.cpp on each file, PASSES times.
+tern_run() {  # kernels label
+  note "tern bench pp-tg ($1 kernels) -> $2.json"
+  "$TERN_BIN" bench pp-tg --model "$MODEL" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "${3:-$REPS}" \
+    --cpu-kernels "$1" --json-out "$OUT/$2.json"
+}
+for pass in $(seq 1 "$PASSES"); do
+  tern_run optimized "tern-optimized-pass$pass"
+  for f in "${ggufs[@]}"; do
+    q=$(basename "$f" .gguf); q=${q#"$name-"}
+    note "llama-bench $q (pass $pass)"
+    "$bin/llama-bench" -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" -o json \
+      > "$OUT/llama-$q-pass$pass.json" 2> "$OUT/llama-$q-pass$pass.log" || { tail -n 5 "$OUT/llama-$q-pass$pass.log"; exit 1; }
+  done
+done
+if [ "${REFERENCE:-1}" = 1 ]; then
+  tern_run reference tern-reference "${REF_REPS:-1}"
+fi
+
+# 6. The table.
+"$PY" bench/serving/baselines/cpu_report.py "$OUT" | tee "$OUT/cpu-llama.md"
+
+# 7. SERVE=1: llama-server (BF16 GGUF, 8 slots) against tern serve through the same client
+#    (serve_bench.py), closed loops of 1, 4 and 8 streams (SERVE_SCENARIOS, SERVE_BUDGET s each server).
+if [ "${SERVE:-0}" = 1 ]; then
+  stop_leftovers() {  # a server left by a killed serve_bench, by the pid it wrote
+    for f in "$OUT"/*-server.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
+  }
+  trap stop_leftovers EXIT
+  scen=${SERVE_SCENARIOS:-conc-1:4,conc-4:8,conc-8:16}
+  budget=${SERVE_BUDGET:-300}
+  export TERN_COMMIT=$(cat "$OUT/commit.txt")
+  note "tern serve: $scen"
+  "$PY" bench/serving/serve_bench.py --label tern-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
+    --launch "$TERN_BIN serve --model $MODEL --device cpu --threads $THREADS --host 127.0.0.1 --port 0" \
+    --scenarios "$scen" --time-budget "$budget" || note "serve_bench tern: rc $?"
+  stop_leftovers
+  note "llama-server: $scen"
+  "$PY" bench/serving/serve_bench.py --label llama.cpp-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
+    --launch "$bin/llama-server -m $bf16 -np 8 -t $THREADS -c 8192 --host 127.0.0.1 --port 0 --no-webui" \
+    --launch-timeout 120 --scenarios "$scen" --time-budget "$budget" || note "serve_bench llama.cpp: rc $?"
+  stop_leftovers
+fi
+note "done: $OUT/cpu-llama.md"

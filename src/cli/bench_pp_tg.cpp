@@ -1,0 +1,162 @@
+// `tern bench pp-tg`: llama-bench's two tests on the model alone, so its
+// figures compare with `llama-bench -p P -n N -t T -r R` line by line. pp: one
+// forward of P random tokens into an empty cache (logits of the last token,
+// as llama_decode gives). tg: N one-token forwards starting from an empty
+// cache, each token random (llama-bench samples nothing either). Each test
+// runs once to warm up, then R times; tokens/s per run, mean and sample
+// stddev over the runs, as llama-bench reports them. No engine, scheduler
+// or sampler: what is timed is Ernie45Model::forward on a KvCache.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "base/logging.h"
+#include "cli/commands.h"
+#include "formats/dtype.h"
+#include "tern_git_commit.h"
+
+namespace tern::cli {
+namespace {
+
+struct RunStats {
+  std::vector<double> tokens_per_s;  // one per timed run
+  double mean = 0;
+  double stddev = 0;  // sample stddev (n - 1), 0 for one run
+};
+
+RunStats summarize(std::vector<double> samples) {
+  RunStats s;
+  s.tokens_per_s = std::move(samples);
+  const auto n = static_cast<double>(s.tokens_per_s.size());
+  if (n == 0) return s;
+  s.mean = std::accumulate(s.tokens_per_s.begin(), s.tokens_per_s.end(), 0.0) / n;
+  if (n > 1) {
+    double sq = 0;
+    for (double v : s.tokens_per_s) sq += (v - s.mean) * (v - s.mean);
+    s.stddev = std::sqrt(sq / (n - 1));
+  }
+  return s;
+}
+
+// Runs `test` (which does `tokens` tokens of work) once unmeasured, then
+// `reps` times measured; `reset` runs before each, outside the timing.
+Result<RunStats> time_test(int64_t tokens, int64_t reps, const std::function<void()>& reset,
+                           const std::function<Status()>& test) {
+  std::vector<double> samples;
+  for (int64_t r = 0; r <= reps; ++r) {
+    reset();
+    auto start = std::chrono::steady_clock::now();
+    TERN_RETURN_IF_ERROR(test());
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) samples.push_back(static_cast<double>(tokens) / s);
+  }
+  return summarize(std::move(samples));
+}
+
+}  // namespace
+
+int run_bench_pp_tg(const BenchOptions& o) {
+  configure_logging(LogFormat::kText, o.log_level);
+  if (o.n_prompt < 0 || o.n_gen < 0 || o.n_prompt + o.n_gen == 0 || o.repetitions < 1) {
+    std::fprintf(stderr, "tern bench pp-tg: need -p >= 0, -n >= 0, not both 0, and -r >= 1\n");
+    return 1;
+  }
+  if (o.engine.device == "cuda") {
+    std::fprintf(stderr, "tern bench pp-tg: runs the CPU forward only (--device cpu); "
+                         "on the GPU use bench offline / conc\n");
+    return 1;
+  }
+  const cpu::KernelSet* kernels = cpu::kernel_set_named(o.engine.cpu_kernels);
+  if (kernels == nullptr) {
+    std::fprintf(stderr, "tern bench pp-tg: unknown --cpu-kernels '%s'\n", o.engine.cpu_kernels.c_str());
+    return 1;
+  }
+  auto loaded = Ernie45Model::load(o.engine.model, o.engine.threads, *kernels);
+  if (!loaded.is_ok()) {
+    std::fprintf(stderr, "tern bench pp-tg: %s\n", loaded.status().to_string().c_str());
+    return 1;
+  }
+  Ernie45Model& model = **loaded;
+  const ModelConfig& cfg = model.config();
+  const int64_t capacity = std::max(o.n_prompt, o.n_gen);
+  if (capacity > cfg.max_position_embeddings) {
+    std::fprintf(stderr, "tern bench pp-tg: %lld tokens exceed the model's %lld positions\n",
+                 static_cast<long long>(capacity), static_cast<long long>(cfg.max_position_embeddings));
+    return 1;
+  }
+
+  KvCache cache = model.make_cache(capacity);
+  std::vector<float> logits(static_cast<size_t>(cfg.vocab_size));
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
+  const auto clear = [&cache] { cache.clear(); };
+
+  RunStats pp, tg;
+  if (o.n_prompt > 0) {
+    std::vector<int32_t> prompt(static_cast<size_t>(o.n_prompt));
+    for (auto& t : prompt) t = token(rng);
+    auto r = time_test(o.n_prompt, o.repetitions, clear, [&] { return model.forward(prompt, cache, logits); });
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "tern bench pp-tg: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    pp = *r;
+  }
+  if (o.n_gen > 0) {
+    auto r = time_test(o.n_gen, o.repetitions, clear, [&]() -> Status {
+      for (int64_t i = 0; i < o.n_gen; ++i) {
+        const int32_t t = token(rng);
+        TERN_RETURN_IF_ERROR(model.forward(std::span<const int32_t>(&t, 1), cache, logits));
+      }
+      return Status::ok();
+    });
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "tern bench pp-tg: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    tg = *r;
+  }
+
+  const std::string weights(dtype_name(model.layer_weights()[0].q.dtype));
+  const std::string name = std::filesystem::path(o.engine.model).lexically_normal().filename().string();
+  std::printf("model %s (%s weights), cpu, %d threads, %s kernels, commit %s, %lld runs after 1 warm-up\n",
+              name.c_str(), weights.c_str(), model.num_threads(), kernels->name, TERN_GIT_COMMIT,
+              static_cast<long long>(o.repetitions));
+  std::printf("| test   |              t/s |\n|--------|------------------|\n");
+  const auto row = [](const char* test, int64_t n, const RunStats& s) {
+    std::printf("| %s%-4lld | %8.2f ± %6.2f |\n", test, static_cast<long long>(n), s.mean, s.stddev);
+  };
+  if (o.n_prompt > 0) row("pp", o.n_prompt, pp);
+  if (o.n_gen > 0) row("tg", o.n_gen, tg);
+
+  if (!o.json_out.empty()) {
+    nlohmann::json j = {{"scenario", "pp-tg"},
+                        {"model", o.engine.model},
+                        {"model_name", name},
+                        {"weights_dtype", weights},
+                        {"device", "cpu"},
+                        {"cpu_kernels", kernels->name},
+                        {"threads", model.num_threads()},
+                        {"commit", TERN_GIT_COMMIT},
+                        {"n_prompt", o.n_prompt},
+                        {"n_gen", o.n_gen},
+                        {"repetitions", o.repetitions},
+                        {"pp_tokens_per_s", pp.mean},
+                        {"pp_tokens_per_s_stddev", pp.stddev},
+                        {"pp_samples_tokens_per_s", pp.tokens_per_s},
+                        {"tg_tokens_per_s", tg.mean},
+                        {"tg_tokens_per_s_stddev", tg.stddev},
+                        {"tg_samples_tokens_per_s", tg.tokens_per_s}};
+    std::ofstream(o.json_out) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace tern::cli
