@@ -57,11 +57,21 @@ int run_bench_pp_tg(const BenchOptions& options);
 struct ConvertOptions {
   std::string model;            // Hugging Face folder
   std::string outfile;          // the GGUF to write
-  std::string outtype = "auto";  // f32, f16, bf16 or auto
+  std::string outtype = "auto";  // f32, f16, bf16, q8_0 or auto
   std::string log_level = "warn";
 };
 
 void add_convert_command(CLI::App& app, ConvertOptions& options);
 int run_convert(const ConvertOptions& options);
+
+struct QuantizeOptions {
+  std::string input;   // GGUF to read
+  std::string output;  // GGUF to write
+  std::string type;    // q8_0, q4_0, q4_k_m, q5_k_m, q6_k
+  std::string log_level = "warn";
+};
+
+void add_quantize_command(CLI::App& app, QuantizeOptions& options);
+int run_quantize(const QuantizeOptions& options);
 
 }  // namespace tern::cli

@@ -27,8 +27,9 @@ void add_convert_command(CLI::App& app, ConvertOptions& o) {
   cmd->add_option("--model,-m", o.model, "Model folder (Hugging Face layout)")->required();
   cmd->add_option("--outfile,-o", o.outfile, "GGUF file to write")->required();
   cmd->add_option("--outtype", o.outtype,
-                  "Weight type: f32, f16, bf16, or auto (the checkpoint's 16-bit type, else f16); norms stay f32")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))->capture_default_str();
+                  "Weight type: f32, f16, bf16, q8_0 (every matrix, token_embd and output too), or auto (the "
+                  "checkpoint's 16-bit type, else f16); norms stay f32. Other quantized types: tern quantize")
+      ->capture_default_str();
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
 }
 

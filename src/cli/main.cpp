@@ -19,11 +19,14 @@ int main(int argc, char** argv) {
   tern::cli::add_bench_command(app, bench);
   tern::cli::ConvertOptions convert;
   tern::cli::add_convert_command(app, convert);
+  tern::cli::QuantizeOptions quantize;
+  tern::cli::add_quantize_command(app, quantize);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("generate")) return tern::cli::run_generate(generate);
   if (app.got_subcommand("bench")) return tern::cli::run_bench(bench);
   if (app.got_subcommand("serve")) return tern::cli::run_serve(serve);
   if (app.got_subcommand("convert")) return tern::cli::run_convert(convert);
+  if (app.got_subcommand("quantize")) return tern::cli::run_quantize(quantize);
   return 0;
 }

@@ -196,9 +196,10 @@ def test_convert_errors_name_the_problem(tern_bin, tmp_path):
     assert "nowhere" in r.stderr.decode()
     assert not (tmp_path / "x.gguf").exists()
     r = run_tern(tern_bin, "convert", "--model", DATA / "ernie-tiny", "--outfile", tmp_path / "x.gguf",
-                 "--outtype", "q8_0")
+                 "--outtype", "q4_k_m")
     assert r.returncode != 0
-    assert "q8_0" in r.stderr.decode()
+    assert "q4_k_m" in r.stderr.decode() and "tern quantize" in r.stderr.decode()
+    assert not (tmp_path / "x.gguf").exists()
 
 
 def test_generate_on_a_gguf_without_sampling_keys_says_so(tern_bin, converted, tmp_path):
@@ -250,3 +251,107 @@ def test_serve_gguf_answers_chat_completions_as_the_folder(converted, model):
             assert server.stop() == 0, server.logs()
     assert answers[0] == answers[1]
     assert answers[0][3] > 0
+
+
+# ---- Quantized files: `tern convert --outtype q8_0` and `tern quantize`.
+
+QTYPES = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}  # llama_ftype ids
+Q8_0, Q4_0 = GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0
+
+
+def tiny_quant_type(qtype, t, tied):
+    """What each type gives a tiny-model tensor: rows of 64 and 192 (48 and 96
+    untied) fit no K-quant block, so those fall back to Q8_0, and rows of 48
+    fit no block at all: F16. The output (the embedding when tied) is Q6_K
+    under q4_0, which does not fit either: Q8_0."""
+    name = t.name
+    if "norm" in name:
+        return GGMLQuantizationType.F32
+    if t.shape[0] % 32:
+        return GGMLQuantizationType.F16
+    is_output = name == "output.weight" or (tied and name == "token_embd.weight")
+    return Q4_0 if qtype == "q4_0" and not is_output else Q8_0
+
+
+def quantize(tern_bin, src, out, qtype):
+    r = run_tern(tern_bin, "quantize", src, out, qtype)
+    assert r.returncode == 0, r.stderr.decode()
+    assert out.exists()
+    return r.stderr.decode()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_convert_q8_0_then_quantize_q4_0_and_generate_on_each(tern_bin, converted, model, tmp_path):
+    from gguf.quants import dequantize
+
+    config = json.loads((DATA / model / "config.json").read_text())
+    tied = config["tie_word_embeddings"]
+    source = read_safetensors_bf16(DATA / model / "model.safetensors")
+    q8 = converted(model, "q8_0")
+    reader = GGUFReader(q8)
+    keys = [(name, f.types[0]) for name, f in reader.fields.items() if not name.startswith("GGUF.")]
+    assert keys == EXPECTED_KEYS
+    assert reader.fields["general.file_type"].contents() == 7
+    for hf, want in source.items():
+        t = next(t for t in reader.tensors if t.name == gguf_name(hf))
+        assert t.tensor_type == tiny_quant_type("q8_0", t, tied), t.name
+        got = dequantize(np.asarray(t.data), t.tensor_type).reshape(want.shape)
+        # Q8_0: at most half a step, max|x|/127/2 per block of 32, plus the fp16
+        # rounding of the scale (2^-11 relative) times up to 127 steps; F16: 2^-11 relative.
+        top = np.abs(want).max()
+        tol = top * (0.5 / 127 + 2.0**-10) if t.tensor_type == Q8_0 else top * 2.0**-10
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=t.name)
+
+    q4 = tmp_path / "q4_0.gguf"
+    log = quantize(tern_bin, q8, q4, "q4_0")
+    assert "Q4_0" in log
+    reader = GGUFReader(q4)
+    keys = [(name, f.types[0]) for name, f in reader.fields.items() if not name.startswith("GGUF.")]
+    moved = [("general.quantization_version", U32), ("general.file_type", U32)]
+    assert keys == [k for k in EXPECTED_KEYS if k not in moved] + moved  # where llama-quantize puts them
+    assert reader.fields["general.file_type"].contents() == 2
+    assert reader.fields["general.quantization_version"].contents() == 2
+    for t in reader.tensors:
+        assert t.tensor_type == tiny_quant_type("q4_0", t, tied), t.name
+
+    want, _ = generate(tern_bin, DATA / model, "Hello")
+    for path in (q8, q4):
+        got, _ = generate(tern_bin, path, "Hello")
+        assert got["prompt_token_ids"] == want["prompt_token_ids"]
+        assert len(got["token_ids"]) > 0
+        assert got["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_quantize_writes_each_type_that_gguf_py_reads(tern_bin, converted, qtype, tmp_path):
+    src = converted("ernie-tiny-untied", "bf16")
+    out = tmp_path / f"{qtype}.gguf"
+    quantize(tern_bin, src, out, qtype.upper() if qtype == "q4_k_m" else qtype)
+    before, after = GGUFReader(src), GGUFReader(out)
+    assert after.fields["general.file_type"].contents() == QTYPES[qtype]
+    for name, f in before.fields.items():
+        if name.startswith("GGUF.") or name in ("general.file_type", "general.quantization_version"):
+            continue
+        assert after.fields[name].contents() == f.contents(), name
+    for t in after.tensors:
+        assert t.tensor_type == tiny_quant_type(qtype, t, False), t.name
+    got, _ = generate(tern_bin, out, "Hello")
+    assert len(got["token_ids"]) > 0
+
+
+def test_quantize_refusals_name_the_problem(tern_bin, converted, tmp_path):
+    src = converted("ernie-tiny", "bf16")
+    r = run_tern(tern_bin, "quantize", src, tmp_path / "x.gguf", "q3_k_m")
+    assert r.returncode != 0
+    err = r.stderr.decode()
+    assert "'q3_k_m'" in err and all(t in err for t in QTYPES), err
+    r = run_tern(tern_bin, "quantize", tmp_path / "nowhere.gguf", tmp_path / "x.gguf", "q8_0")
+    assert r.returncode != 0 and "nowhere.gguf" in r.stderr.decode()
+    before = src.read_bytes()
+    r = run_tern(tern_bin, "quantize", src, src, "q4_0")
+    assert r.returncode != 0 and "is the input" in r.stderr.decode()
+    assert src.read_bytes() == before
+    assert not (tmp_path / "x.gguf").exists()
+    r = run_tern(tern_bin, "quantize", "--help")
+    assert r.returncode == 0
+    assert all(f"{t} (file type {i})" in r.stdout.decode() for t, i in QTYPES.items()), r.stdout.decode()

@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "backend/cpu/quant_reference.h"
 #include "base/bf16.h"
 #include "base/mapped_file.h"
 #include "formats/checkpoint.h"
@@ -27,6 +28,7 @@ namespace {
 // llama_ftype values of general.file_type.
 constexpr uint32_t kFileTypeAllF32 = 0;
 constexpr uint32_t kFileTypeMostlyF16 = 1;
+constexpr uint32_t kFileTypeMostlyQ8_0 = 7;
 constexpr uint32_t kFileTypeMostlyBF16 = 32;
 // general.quantization_version as gguf-py writes it (GGML_QUANT_VERSION).
 constexpr uint32_t kQuantizationVersion = 2;
@@ -63,9 +65,25 @@ GgmlType ggml_of(DType d) {
   return d == DType::kF32 ? GgmlType::kF32 : d == DType::kF16 ? GgmlType::kF16 : GgmlType::kBF16;
 }
 
+// The tensor's rows (the last PyTorch dim) quantized to Q8_0, into `owned`.
+std::span<const uint8_t> as_q8_0(const TensorView& t, std::vector<std::vector<uint8_t>>& owned) {
+  const int64_t cols = t.shape.back();
+  const int64_t rows = t.num_elements() / cols;
+  const int64_t row_bytes = cpu::row_bytes(DType::kQ8_0, cols);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = element(t, static_cast<size_t>(r * cols + c));
+    cpu::quantize_row(DType::kQ8_0, row.data(), cols, bytes.data() + r * row_bytes);
+  }
+  owned.push_back(std::move(bytes));
+  return owned.back();
+}
+
 // The tensor's bytes as `out`: a view of the checkpoint when it already is,
 // else a converted copy kept in `owned`.
 std::span<const uint8_t> as_type(const TensorView& t, GgmlType out, std::vector<std::vector<uint8_t>>& owned) {
+  if (out == GgmlType::kQ8_0) return as_q8_0(t, owned);
   if (ggml_of(t.dtype) == out) return t.data;
   const size_t n = static_cast<size_t>(t.num_elements());
   std::vector<uint8_t> bytes(n * (out == GgmlType::kF32 ? 4 : 2));
@@ -80,6 +98,15 @@ std::span<const uint8_t> as_type(const TensorView& t, GgmlType out, std::vector<
   }
   owned.push_back(std::move(bytes));
   return owned.back();
+}
+
+// The type a weight is written as: norms and 1-D tensors F32; under q8_0 a
+// matrix whose rows do not split into 32-element blocks F16, as gguf-py's
+// QuantError fallback writes it.
+GgmlType written_type(const std::string& gguf_name, const TensorView& t, GgmlType weight_type) {
+  if (gguf_keeps_f32(gguf_name, t.shape.size())) return GgmlType::kF32;
+  if (weight_type == GgmlType::kQ8_0 && t.shape.back() % cpu::kQK8_0 != 0) return GgmlType::kF16;
+  return weight_type;
 }
 
 // The checkpoint's tensors in the order the converter meets them: shards by
@@ -111,8 +138,9 @@ Result<OutType> parse_out_type(std::string_view name) {
   if (name == "f32") return OutType::kF32;
   if (name == "f16") return OutType::kF16;
   if (name == "bf16") return OutType::kBF16;
-  return invalid_argument("--outtype takes f32, f16, bf16 or auto, not '" + std::string(name) +
-                          "' (quantized types are not supported yet)");
+  if (name == "q8_0") return OutType::kQ8_0;
+  return invalid_argument("--outtype takes f32, f16, bf16, q8_0 or auto, not '" + std::string(name) +
+                          "' (for other quantized types, convert and then run tern quantize)");
 }
 
 std::string size_label(uint64_t num_params) {
@@ -165,6 +193,7 @@ Result<GgufConversion> convert_to_gguf(const std::string& dir, OutType outtype, 
   GgmlType weight_type = GgmlType::kF16;
   if (outtype == OutType::kF32) weight_type = GgmlType::kF32;
   if (outtype == OutType::kBF16) weight_type = GgmlType::kBF16;
+  if (outtype == OutType::kQ8_0) weight_type = GgmlType::kQ8_0;
   if (outtype == OutType::kAuto) {
     for (const TensorView* t : tensors) {
       if (t->shape.size() < 2) continue;
@@ -199,7 +228,7 @@ Result<GgufConversion> convert_to_gguf(const std::string& dir, OutType outtype, 
                               ", config.json gives " + format_shape(want));
     }
     const std::string gguf_name = gguf_weight_name(weight, layer);
-    const GgmlType type = gguf_keeps_f32(gguf_name, t->shape.size()) ? GgmlType::kF32 : weight_type;
+    const GgmlType type = written_type(gguf_name, *t, weight_type);
     std::vector<int64_t> ne(t->shape.rbegin(), t->shape.rend());
     TERN_RETURN_IF_ERROR(writer.add_tensor(gguf_name, type, std::move(ne), as_type(*t, type, owned)));
     written.insert(gguf_name);
@@ -223,6 +252,7 @@ Result<GgufConversion> convert_to_gguf(const std::string& dir, OutType outtype, 
   result.size_label = size_label(result.num_params);
   result.file_type = weight_type == GgmlType::kF32    ? kFileTypeAllF32
                      : weight_type == GgmlType::kBF16 ? kFileTypeMostlyBF16
+                     : weight_type == GgmlType::kQ8_0 ? kFileTypeMostlyQ8_0
                                                       : kFileTypeMostlyF16;
 
   // Keys in the converter's order: the writer's general.architecture, then

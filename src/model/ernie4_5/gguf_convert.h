@@ -17,9 +17,12 @@
 namespace tern::ernie45 {
 
 // --outtype. kAuto is the converter's default: BF16 or F16 after the first
-// tensor of two or more dims that is bf16 or f16, else F16.
-enum class OutType { kAuto, kF32, kF16, kBF16 };
-Result<OutType> parse_out_type(std::string_view name);  // "auto", "f32", "f16", "bf16"
+// tensor of two or more dims that is bf16 or f16, else F16. kQ8_0 is the
+// converter's q8_0: every matrix (token_embd and output too) Q8_0 as gguf-py
+// quantizes it, F16 for one whose rows do not split into 32-element blocks
+// (gguf-py's fallback).
+enum class OutType { kAuto, kF32, kF16, kBF16, kQ8_0 };
+Result<OutType> parse_out_type(std::string_view name);  // "auto", "f32", "f16", "bf16", "q8_0"
 
 struct GgufConversion {
   GgmlType weight_type = GgmlType::kF16;  // what the 2-D weights were written as
