@@ -12,32 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
 #include "model/ernie4_5/gguf_convert.h"
 #include "model/model_config.h"
-#include "base/mapped_file.h"
+#include "support/temp_dir.h"
 #include "tokenizer/gguf_vocab.h"
 
 namespace tern::test {
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("tern_gguf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = testing::TempDir;
 
 // `tern convert --model dir --outfile out --outtype type`, as a function.
 inline Status convert_folder(const std::string& dir, ernie45::OutType type, const std::string& out) {
