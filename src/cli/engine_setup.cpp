@@ -20,6 +20,11 @@ namespace tern::cli {
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout) or GGUF file")->required()->envname("TERN_MODEL");
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
+  cmd.add_option("--quantization,-q", o.quantization,
+                 "CPU: quantize the weights at load to a llama-quantize mix (q8_0, q4_0, q4_k_m, q5_k_m, q6_k), "
+                 "for a model without a quantized GGUF")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"}, CLI::ignore_case))
+      ->envname("TERN_QUANTIZATION");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: optimized (AVX-512/AVX2 by what the CPU has) or reference (plain loops, the oracle)")
       ->check(CLI::IsMember({"optimized", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
@@ -168,6 +173,14 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   RunnerOptions run = o.run;
   run.kv_cache_bytes = kv_bytes;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
+  if (!o.quantization.empty()) {
+    if (device != "cpu") {
+      return unsupported("--quantization " + o.quantization + " quantizes the CPU model; quantized weights on the "
+                         "GPU are not supported yet (run with --device cpu, or leave --quantization out)");
+    }
+    TERN_ASSIGN_OR_RETURN(QuantMix mix, parse_quant_mix(o.quantization));
+    TERN_RETURN_IF_ERROR(le.model->quantize(mix));
+  }
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));

@@ -22,7 +22,8 @@ namespace tern::cli {
 struct EngineOptions {
   std::string model;
   int threads = 0;
-  std::string cpu_kernels = "optimized";  // the CPU forward's kernel set (backend/cpu/kernel_set.h)
+  std::string cpu_kernels = "optimized";
+  std::string quantization;  // empty: the weights as loaded; else a llama-quantize mix applied at load (CPU)  // the CPU forward's kernel set (backend/cpu/kernel_set.h)
   // Block size, step limits, graphs, the one-token kernel; max_model_len 0:
   // the model's max_position_embeddings, capped by the KV cache. The KV
   // pool's bytes are worked out from kv_cache_memory by load_engine.

@@ -151,3 +151,20 @@ def test_kv_cache_sizing_errors_name_the_flag(tern_bin, tiny_model, flags, messa
     r = run_tern(tern_bin, "generate", "--model", tiny_model, "--prompt", "hi", "--max-tokens", 2, *flags)
     assert r.returncode != 0
     assert message in r.stderr.decode(), r.stderr.decode()
+
+
+@pytest.mark.parametrize("mix", ["q8_0", "Q4_0"])
+def test_quantization_at_load_generates(tern_bin, tiny_model, mix):
+    plain = run_tern(tern_bin, "generate", "--model", tiny_model, "--device", "cpu", "--prompt", "hi",
+                     "--max-tokens", 6, "--temperature", 0, "--ignore-eos", "--json")
+    quant = run_tern(tern_bin, "generate", "--model", tiny_model, "--device", "cpu", "--prompt", "hi",
+                     "--max-tokens", 6, "--temperature", 0, "--ignore-eos", "--json", "--quantization", mix)
+    assert plain.returncode == 0 and quant.returncode == 0, quant.stderr.decode()
+    a, b = json.loads(plain.stdout.decode().splitlines()[-1]), json.loads(quant.stdout.decode().splitlines()[-1])
+    assert len(b["token_ids"]) == 6 and b["prompt_token_ids"] == a["prompt_token_ids"]
+
+
+def test_quantization_names_are_checked(tern_bin, tiny_model):
+    r = run_tern(tern_bin, "generate", "--model", tiny_model, "--prompt", "hi", "--quantization", "q9")
+    assert r.returncode != 0
+    assert "q4_k_m" in r.stderr.decode()

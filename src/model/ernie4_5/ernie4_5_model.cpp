@@ -13,6 +13,8 @@
 #include "backend/cpu/quant_reference.h"
 #include "base/checked_math.h"
 #include "base/mapped_file.h"
+#include "formats/gguf_types.h"
+#include "model/ernie4_5/gguf_names.h"
 
 namespace tern {
 namespace {
@@ -145,6 +147,59 @@ Result<cpu::WeightVector> Ernie45Model::vector(const std::string& name, int64_t 
   v.size = size;
   TERN_ASSIGN_OR_RETURN(v.data, tensor_data(name, {size}, &v.dtype, /*matrix=*/false));
   return v;
+}
+
+Status Ernie45Model::quantize(QuantMix mix) {
+  // The matrices under their GGUF names in file order, as plan_quant_types reads a file.
+  std::vector<cpu::WeightMatrix*> matrices;
+  std::vector<GgufTensor> named;
+  auto add = [&](cpu::WeightMatrix* m, const std::string& name) {
+    GgufTensor t;
+    t.name = name;
+    std::optional<GgmlType> type = dtype_to_ggml_type(m->dtype);
+    if (!type) return unsupported("cannot requantize " + name + " of dtype " + std::string(dtype_name(m->dtype)));
+    t.type = *type;
+    t.dims = {m->cols, m->rows};
+    named.push_back(std::move(t));
+    matrices.push_back(m);
+    return Status::ok();
+  };
+  const bool tied = config_.tie_word_embeddings;
+  TERN_RETURN_IF_ERROR(add(&embed_, ernie45::gguf_weight_name(ernie45::Weight::kTokenEmbedding)));
+  if (!tied) TERN_RETURN_IF_ERROR(add(&lm_head_, ernie45::gguf_weight_name(ernie45::Weight::kOutput)));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerWeights& w = layers_[l];
+    const auto i = static_cast<int64_t>(l);
+    using ernie45::Weight;
+    for (auto [m, kind] : {std::pair{&w.q, Weight::kAttnQ}, {&w.k, Weight::kAttnK}, {&w.v, Weight::kAttnV},
+                           {&w.o, Weight::kAttnOutput}, {&w.gate, Weight::kFfnGate}, {&w.up, Weight::kFfnUp},
+                           {&w.down, Weight::kFfnDown}}) {
+      TERN_RETURN_IF_ERROR(add(m, ernie45::gguf_weight_name(kind, i)));
+    }
+  }
+  const std::vector<GgmlType> types = plan_quant_types(mix, named);
+  std::vector<float> row;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    cpu::WeightMatrix& m = *matrices[i];
+    std::optional<DType> to = ggml_type_to_dtype(types[i]);
+    if (!to || *to == m.dtype) continue;
+    if (!cpu::is_quantized_weight_dtype(*to)) continue;  // a fallback to a float type: keep the original
+    const int64_t row_bytes = cpu::row_bytes(*to, m.cols);
+    auto bytes = checked_mul(static_cast<uint64_t>(m.rows), static_cast<uint64_t>(row_bytes));
+    if (!bytes) return out_of_range(named[i].name + " is too large to quantize");
+    auto owned = std::make_unique<uint64_t[]>((*bytes + 7) / 8);
+    auto* out = reinterpret_cast<uint8_t*>(owned.get());
+    row.resize(static_cast<size_t>(m.cols));
+    for (int64_t r = 0; r < m.rows; ++r) {
+      cpu::weight_row_to_f32(m, r, row.data());
+      cpu::quantize_row(*to, row.data(), m.cols, out + r * row_bytes);
+    }
+    m.dtype = *to;
+    m.data = owned.get();
+    owned_.push_back(std::move(owned));
+  }
+  if (tied) lm_head_ = embed_;
+  return Status::ok();
 }
 
 // Shapes are PyTorch's [out, in] for both sources (a GGUF's ne {in, out}

@@ -20,6 +20,7 @@
 #include "formats/checkpoint.h"
 #include "model/ernie4_5/gguf_names.h"
 #include "model/forward_batch.h"
+#include "model/gguf_quantize.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/paged_kv_pool.h"
@@ -80,6 +81,12 @@ class Ernie45Model {
   std::span<const LayerWeights> layer_weights() const { return layers_; }
   // The rotary frequencies the reference forward uses (head_dim / 2 floats).
   std::span<const float> rope_inv_freq() const { return inv_freq_; }
+
+  // Requantizes the matrices in memory to `mix` (llama-quantize's per-tensor
+  // rules, model/gguf_quantize.h; norms stay as they are): vLLM's and
+  // llama.cpp's --quantization for a model loaded from bf16. The forward runs
+  // the quantized kernels from then on. Call before any forward.
+  Status quantize(QuantMix mix);
 
   const ForwardProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = ForwardProfile{}; }
