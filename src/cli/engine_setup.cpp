@@ -120,13 +120,11 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
   }
   TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads, *kernels));
-  if (is_gguf_file(o.model)) {
-    // The GGUF's own tokenizer keys; the model holds the file open already,
-    // but the tokenizer copies what it needs, so a second parse is simplest.
-    TERN_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::open(o.model));
-    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_gguf(gguf));
+  if (const GgufFile* gguf = le.model->gguf()) {
+    // The tokenizer and sampling keys of the file the model already parsed.
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_gguf(*gguf));
     le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
-    le.generation_defaults = generation_defaults_from_gguf(gguf);
+    le.generation_defaults = generation_defaults_from_gguf(*gguf);
   } else {
     TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
     le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));

@@ -12,18 +12,12 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
+#include "backend/cpu/avx2_sum.h"
 #include "backend/cpu/linear_isa.h"
 #include "backend/cpu/linear_tiling.h"
 
 namespace tern::cpu::linear_isa {
 namespace {
-
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // The scalar tails below use an explicit fma: left as `s += a * b`, g++ may
 // contract it in one tile instantiation and not another, and an output's bits

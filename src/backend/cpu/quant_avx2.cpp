@@ -15,18 +15,12 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
+#include "backend/cpu/avx2_sum.h"
 #include "backend/cpu/quant_isa.h"
 #include "backend/cpu/quant_tiling.h"
 
 namespace tern::cpu::quant_isa {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -149,7 +143,7 @@ struct Q8Family {
         acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[m][b].d), p, acc[m]);
       }
     }
-    for (int m = 0; m < MR; ++m) out[m] = hsum(acc[m]);
+    for (int m = 0; m < MR; ++m) out[m] = hsum256(acc[m]);
   }
 };
 
@@ -202,7 +196,7 @@ struct K4Family {
         acc[m] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * x[m][b].d), _mm256_cvtepi32_ps(summ), acc[m]);
       }
     }
-    for (int m = 0; m < MR; ++m) out[m] = hsum(acc[m]);
+    for (int m = 0; m < MR; ++m) out[m] = hsum256(acc[m]);
   }
 };
 
@@ -244,7 +238,7 @@ struct Q6KFamily {
         acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[m][b].d), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
       }
     }
-    for (int m = 0; m < MR; ++m) out[m] = hsum(acc[m]);
+    for (int m = 0; m < MR; ++m) out[m] = hsum256(acc[m]);
   }
 };
 

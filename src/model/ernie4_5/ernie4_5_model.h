@@ -51,6 +51,9 @@ class Ernie45Model {
   Ernie45Model& operator=(const Ernie45Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // The GGUF file the model was loaded from (its tokenizer and sampling keys
+  // too), valid while the model lives; nullptr for a Hugging Face folder.
+  const GgufFile* gguf() const { return checkpoint_.gguf(); }
   int num_threads() const { return pool_.num_threads(); }
   const cpu::KernelSet& kernels() const { return *kernels_; }
 
