@@ -3,7 +3,7 @@
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
-MODEL ?= tests/data/ernie-tiny
+MODEL ?= models/ernie-demo
 PROMPT ?= 你好，请介绍一下你自己。
 CMAKE_FLAGS ?=
 
@@ -77,7 +77,8 @@ fuzz: fuzz-build
 test-fuzz: fuzz-build
 	@$(call run-fuzzers,$(FUZZ_TEST_SECONDS))
 
-# Serves MODEL with the OpenAI/vLLM/TGI APIs and the chat page on http://HOST:PORT/.
+# Serves MODEL (the small demo model unless given) with the OpenAI/vLLM/TGI APIs and
+# the chat page on http://HOST:PORT/.
 HOST ?= 127.0.0.1
 PORT ?= 8000
 run: build
@@ -90,7 +91,7 @@ generate: build
 
 # Full-size ERNIE-4.5-0.3B-shaped checkpoint with random weights, for benchmarks.
 random-model: deps
-	@$(PY) tools/make_random_model.py --out models/ernie-4.5-0.3b-random --tokenizer-from $(MODEL)
+	@$(PY) tools/make_random_model.py --out models/ernie-4.5-0.3b-random --tokenizer-from tests/data/ernie-tiny
 
 # CPU smoke benchmark on the random full-size model, under 3 minutes on 2 cores:
 # the engine alone, then `tern serve` through bench/serving/serve_bench.py (single and

@@ -61,15 +61,16 @@ def corpus_lines(seed):
     return lines
 
 
-def train_tokenizer(folder, vocab_size, seed):
+def train_tokenizer(folder, vocab_size, seed, lines=None, normalization="nmt_nfkc"):
+    """Trains tokenizer.model on `lines` (the mixed test corpus when None) and writes the HF tokenizer files."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus_lines(seed)), model_writer=model, model_type="bpe",
-        vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995, split_digits=True,
+        sentence_iterator=iter(corpus_lines(seed) if lines is None else lines), model_writer=model,
+        model_type="bpe", vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995, split_digits=True,
         unk_id=0, bos_id=1, eos_id=2, pad_id=-1, user_defined_symbols=SPECIAL_PIECES,
         # The real model keeps SentencePiece's default normalizer; HF ignores it. Keeping it here
         # makes the tests catch a tokenizer that trusts SentencePiece's normalization.
-        normalization_rule_name="nmt_nfkc", add_dummy_prefix=True, remove_extra_whitespaces=True,
+        normalization_rule_name=normalization, add_dummy_prefix=True, remove_extra_whitespaces=True,
         allow_whitespace_only_pieces=True, num_threads=4, minloglevel=2)
     with open(os.path.join(folder, "tokenizer.model"), "wb") as f:
         f.write(model.getvalue())
@@ -155,14 +156,15 @@ PROMPTS = [
 def greedy(model, ids, steps):
     out = list(ids)
     for _ in range(steps):
-        logits = model(torch.tensor([out])).logits[0, -1]
+        logits = model(torch.tensor([out], device=model.device)).logits[0, -1]
         out.append(int(torch.argmax(logits)))
     return out[len(ids):]
 
 
 @torch.no_grad()
-def golden(folder, tok, model, cfg_name):
+def golden(folder, tok, model, cfg_name, prompts=None):
     g = {"model": cfg_name, "tokenizer": [], "chat": [], "prompts": []}
+    prompts = PROMPTS if prompts is None else prompts
     for text in TOKENIZER_TEXTS:
         ids = tok.encode(text, add_special_tokens=True)
         g["tokenizer"].append({"text": text, "ids": ids,
@@ -172,12 +174,12 @@ def golden(folder, tok, model, cfg_name):
         rendered = tok.apply_chat_template(case["messages"], add_generation_prompt=case["add_generation_prompt"],
                                            tokenize=False)
         g["chat"].append(dict(case, rendered=rendered, ids=tok.encode(rendered, add_special_tokens=False)))
-    for name, text, chat in PROMPTS:
+    for name, text, chat in prompts:
         if chat:
             text = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                            tokenize=False)
         ids = tok.encode(text, add_special_tokens=False)
-        logits = model(torch.tensor([ids])).logits[0].float()
+        logits = model(torch.tensor([ids], device=model.device)).logits[0].float()
         last = logits[-1]
         top2 = torch.topk(last, 2).values
         g["prompts"].append({"name": name, "text": text, "chat": chat, "ids": ids,

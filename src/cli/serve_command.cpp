@@ -118,6 +118,7 @@ int run_serve(const ServeOptions& o) {
                        ? std::filesystem::path(o.engine.model).lexically_normal().filename().string()
                        : o.served_model_name;
   if (ctx.model_name.empty()) ctx.model_name = std::filesystem::path(o.engine.model).parent_path().filename().string();
+  ctx.model_notice = le.model->config().notice;
   ctx.max_model_len = le.max_model_len;
   ctx.vocab_size = le.model->config().vocab_size;
   ctx.generation_defaults = le.generation_defaults;
@@ -152,6 +153,7 @@ int run_serve(const ServeOptions& o) {
                srv.port());
   std::fprintf(stderr, "tern serve: listening on http://%s:%u (model %s)\n", o.host.c_str(), srv.port(),
                ctx.model_name.c_str());
+  if (!ctx.model_notice.empty()) spdlog::info("tern serve: {}", ctx.model_notice);
   srv.run();
   ctx.ready = false;
   client.shutdown();

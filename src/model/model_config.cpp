@@ -254,6 +254,7 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, const std::st
     return unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
   }
   TERN_RETURN_IF_ERROR(r.read_bool("tie_word_embeddings", &c.tie_word_embeddings));
+  TERN_RETURN_IF_ERROR(r.read_string("tern_notice", &c.notice));
   TERN_RETURN_IF_ERROR(r.read_bool("use_bias", &c.use_bias));
   if (c.use_bias) {
     return unsupported(source + ": use_bias true is not supported (ERNIE 4.5 dense models have no biases)");

@@ -32,6 +32,9 @@ struct ModelConfig {
   int32_t bos_token_id = 1;
   std::vector<int32_t> eos_token_ids;  // config.json's eos_token_id (int or list)
   int32_t pad_token_id = 0;
+  // config.json's optional "tern_notice": one line the server shows its users
+  // (the log, /v1/models, the chat page); the demo model says what it is.
+  std::string notice;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

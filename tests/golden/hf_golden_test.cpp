@@ -1,4 +1,5 @@
-// The model against Hugging Face transformers on the tiny test models: fp32
+// The model against Hugging Face transformers on the tiny test models and the
+// trained demo model (models/ernie-demo, tools/train_demo_model.py): fp32
 // logits of Ernie4_5ForCausalLM and its greedy continuations
 // (tools/make_test_model.py). Token ids and chat rendering against
 // AutoTokenizer are checked in tests/unit/chat/hf_golden_test.cpp. Every
@@ -7,8 +8,9 @@
 // with the folder's tolerance and every greedy token: at f32 and bf16 the
 // weights are the folder's bf16 values exactly, and at f16 too as long as
 // every weight lies in f16's normal range (bf16's 8-bit mantissa fits in
-// f16's 11), which holds for the tiny models. A real model's weights below
-// 2^-14 would round, and its f16 file would need a looser check.
+// f16's 11), which holds for the tiny models. A trained model's weights below
+// 2^-14 round in f16, so the demo model is checked from its folder and its
+// bf16 GGUF.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -47,7 +49,8 @@ const char* source_name(Source s) {
 class HfGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string, Source>> {
  protected:
   void SetUp() override {
-    dir_ = std::string(TERN_TEST_DATA_DIR) + "/" + std::get<0>(GetParam());
+    const std::string& name = std::get<0>(GetParam());
+    dir_ = name == "ernie-demo" ? std::string(TERN_DEMO_MODEL_DIR) : std::string(TERN_TEST_DATA_DIR) + "/" + name;
     kernels_ = cpu::kernel_set_named(std::get<1>(GetParam()));
     ASSERT_NE(kernels_, nullptr) << std::get<1>(GetParam());
     source_ = std::get<2>(GetParam());
@@ -129,17 +132,24 @@ TEST_P(HfGolden, GreedyTokensMatchTransformers) {
   }
 }
 
+std::string golden_case_name(const ::testing::TestParamInfo<HfGolden::ParamType>& info) {
+  std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+  if (std::get<2>(info.param) != Source::kFolder) n += std::string("_") + source_name(std::get<2>(info.param));
+  for (char& c : n) c = (c == '-') ? '_' : c;
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, HfGolden,
                          ::testing::Combine(::testing::Values("ernie-tiny", "ernie-tiny-untied"),
                                             ::testing::Values("reference", "optimized"),
                                             ::testing::Values(Source::kFolder, Source::kGgufF32, Source::kGgufBF16,
                                                               Source::kGgufF16)),
-                         [](const auto& info) {
-                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                           if (std::get<2>(info.param) != Source::kFolder) n += std::string("_") + source_name(std::get<2>(info.param));
-                           for (char& c : n) c = (c == '-') ? '_' : c;
-                           return n;
-                         });
+                         golden_case_name);
+
+INSTANTIATE_TEST_SUITE_P(DemoModel, HfGolden,
+                         ::testing::Combine(::testing::Values("ernie-demo"), ::testing::Values("reference", "optimized"),
+                                            ::testing::Values(Source::kFolder, Source::kGgufBF16)),
+                         golden_case_name);
 
 }  // namespace
 }  // namespace tern

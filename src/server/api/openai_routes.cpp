@@ -290,6 +290,7 @@ void add_openai_routes(Router& router, ServingContext& ctx) {
     json model = {{"id", ctx.model_name},  {"object", "model"},        {"created", created},
                   {"owned_by", "tern"},    {"root", ctx.model_path},   {"parent", nullptr},
                   {"max_model_len", ctx.max_model_len}};
+    if (!ctx.model_notice.empty()) model["notice"] = ctx.model_notice;
     json body = {{"object", "list"}, {"data", json::array({model})}};
     co_await respond_json(res, body);
   });

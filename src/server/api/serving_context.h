@@ -30,6 +30,7 @@ struct ServingContext {
   Metrics* metrics = nullptr;
   std::string model_name;              // --served-model-name or the folder name
   std::string model_path;
+  std::string model_notice;            // config.json's tern_notice, shown in /v1/models
   int64_t max_model_len = 0;
   int64_t vocab_size = 0;
   GenerationDefaults generation_defaults;

@@ -1,4 +1,5 @@
-// HF-equality checks: every tests/data/<folder>/golden.json with a
+// HF-equality checks: every tests/data/<folder>/golden.json, and the demo
+// model's (models/ernie-demo), with a
 // "tokenizer" list (text, ids, decoded, decoded_skip) and a "chat" list
 // (messages, add_generation_prompt, rendered, ids), produced by HF's
 // AutoTokenizer on that folder (tools/make_test_model.py), must be reproduced
@@ -28,6 +29,7 @@ std::vector<std::string> golden_folders() {
       out.push_back(dir);
     }
   }
+  out.push_back(TERN_DEMO_MODEL_DIR);
   std::sort(out.begin(), out.end());
   return out;
 }
