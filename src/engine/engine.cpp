@@ -47,6 +47,10 @@ Status Engine::validate(const Request& r) const {
                               std::to_string(runner_->vocab_size()) + ")");
   if (r.n < 1 || r.n > 128) return invalid_argument("n must be in [1, 128], got " + std::to_string(r.n));
   TERN_RETURN_IF_ERROR(r.params.validate(runner_->vocab_size()));
+  if (r.params.prompt_logprobs && !runner_->scores_prompts()) {
+    return unsupported("prompt_logprobs (and echo with logprobs) are computed on the CPU runner only; "
+                       "this server runs on the GPU");
+  }
   int64_t most = std::min(config_.max_model_len, len + r.params.max_tokens);
   int64_t blocks = (most + runner_->block_size() - 1) / runner_->block_size();
   if (blocks > runner_->num_kv_blocks()) {
@@ -161,7 +165,11 @@ void Engine::prepare(StepPlan& plan, SteadyTime now) {
     RequestState& r = seq.request();
     if (!r.first_scheduled) r.first_scheduled = now;
     if (seq.pending_feedable()) c.feedback_row = seq.pending_row();  // the chunk is that one token
-    if (!c.want_logits) continue;
+    if (wants_prompt_logits(seq)) {
+      c.all_logits = true;
+      c.start_pos = seq.num_computed();
+    }
+    if (!c.want_logits || r.request.params.max_tokens == 0) continue;
     c.device_greedy = device_greedy_ok(seq);
     if (c.device_greedy || !device_sampling || !device_sample_ok(seq)) continue;
     c.device_sample = true;
@@ -249,11 +257,43 @@ bool Engine::device_sample_ok(const Sequence& seq) {
   return !r.params.logprobs && !(r.n > 1 && !seq.request().forked);
 }
 
+// The first sequence of a request with prompt_logprobs whose prompt is not
+// scored yet: its chunk's rows all come back.
+bool Engine::wants_prompt_logits(const Sequence& seq) {
+  const RequestState& r = seq.request();
+  return r.request.params.prompt_logprobs && seq.index() == 0 &&
+         static_cast<int64_t>(r.prompt_logprobs.size()) + 1 < seq.num_prompt_tokens();
+}
+
+// Row i of an all_logits chunk scores the token after position start_pos + i;
+// rows past the prompt, or already scored before a preemption, are skipped.
+void Engine::score_prompt(const ScheduledChunk& c, std::span<const float> rows) {
+  Sequence& seq = *c.seq;
+  RequestState& r = seq.request();
+  const size_t vocab = static_cast<size_t>(runner_->vocab_size());
+  const int top = *r.request.params.prompt_logprobs;
+  for (int64_t i = 0; i < c.num_tokens; ++i) {
+    const int64_t next = c.start_pos + i + 1;
+    if (next >= seq.num_prompt_tokens()) break;
+    if (next != static_cast<int64_t>(r.prompt_logprobs.size()) + 1) continue;
+    r.prompt_logprobs.push_back(score_token(rows.subspan(static_cast<size_t>(i) * vocab, vocab),
+                                            seq.prompt()[static_cast<size_t>(next)], top));
+  }
+  mark_touched(r);
+}
+
 void Engine::postprocess(const StepPlan& plan) {
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
-  size_t want = 0, row = 0;
+  size_t want = 0, row = 0, prompt_row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *c.seq;
+    if (c.all_logits) {
+      const size_t rows = static_cast<size_t>(c.num_tokens);
+      if (seq.status != SequenceStatus::kFinished) {
+        score_prompt(c, std::span<const float>(output_.prompt_logits).subspan(prompt_row * vocab, rows * vocab));
+      }
+      prompt_row += rows;
+    }
     const int32_t picked = c.want_logits ? output_.tokens[want++] : -1;
     if (c.want_logits && (c.device_greedy || c.device_sample)) seq.pop_pending();
     // Ended (a stop in the step before, an abort) while this step ran: its
@@ -267,6 +307,14 @@ void Engine::postprocess(const StepPlan& plan) {
       seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(static_cast<size_t>(known)));
     }
     if (!c.want_logits) continue;
+    RequestState& r = seq.request();
+    if (r.request.params.max_tokens == 0) {  // the prompt alone (its logprobs): nothing to sample
+      row += picked < 0 ? 1 : 0;
+      for (auto& s : r.sequences)
+        if (s->status != SequenceStatus::kFinished) finish_sequence(*s, FinishReason::kLength);
+      mark_touched(r);
+      continue;
+    }
     if (picked >= 0) {
       SampleResult s;
       s.token = picked;
@@ -276,7 +324,6 @@ void Engine::postprocess(const StepPlan& plan) {
     }
     std::span<const float> logits(output_.logits.data() + row * vocab, vocab);
     ++row;
-    RequestState& r = seq.request();
     if (r.request.n > 1 && !r.forked) fork_siblings(seq, logits);
     sample_into(seq, logits);
   }
@@ -331,6 +378,11 @@ void Engine::publish(RequestState& state) {
   RequestOutput out;
   out.num_prompt_tokens = static_cast<int64_t>(state.request.prompt.size());
   out.num_cached_tokens = state.num_cached_tokens;
+  if (state.request.params.prompt_logprobs && !state.prompt_logprobs_sent &&
+      static_cast<int64_t>(state.prompt_logprobs.size()) + 1 >= out.num_prompt_tokens) {
+    out.prompt_logprobs = std::move(state.prompt_logprobs);
+    state.prompt_logprobs_sent = true;
+  }
   out.queue_ms = state.first_scheduled ? ms_between(state.request.arrival, *state.first_scheduled) : 0;
   out.ttft_ms = state.first_token ? ms_between(state.request.arrival, *state.first_token) : 0;
   out.elapsed_ms = ms_between(state.request.arrival, now);

@@ -70,6 +70,8 @@ class Engine {
   void sample_into(Sequence& seq, std::span<const float> row);
   void append_token(Sequence& seq, const SampleResult& sample);
   static bool device_greedy_ok(const Sequence& seq);
+  static bool wants_prompt_logits(const Sequence& seq);
+  void score_prompt(const ScheduledChunk& c, std::span<const float> rows);
   static bool device_sample_ok(const Sequence& seq);
   void fork_siblings(Sequence& first, std::span<const float> row);
   void mark_touched(RequestState& r);

@@ -47,6 +47,10 @@ struct RequestOutput {
   bool finished = false;
   Status error;                 // a request that failed carries why
   int64_t num_prompt_tokens = 0;
+  // With params.prompt_logprobs, on the first event after the prompt is
+  // computed (before or with the first token): one entry per prompt token
+  // from the second on (the first has no context; APIs show it as null).
+  std::vector<SampleResult> prompt_logprobs;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   int64_t num_output_tokens = 0;  // all sequences, so far
   double queue_ms = 0;            // arrival -> first scheduled

@@ -20,6 +20,9 @@ struct StepOutput {
   std::vector<int32_t> tokens;
   // vocab_size() floats for each chunk whose entry in `tokens` is -1, in order.
   std::vector<float> logits;
+  // vocab_size() floats for every token of each all_logits chunk, in order
+  // (a want_logits chunk's last row is in `logits` too).
+  std::vector<float> prompt_logits;
 };
 
 class Runner {
@@ -33,6 +36,9 @@ class Runner {
   // Whether execute() samples device_sample chunks itself (StepPlan::samples);
   // the engine plans them only then, since planning draws the row's key.
   virtual bool samples_on_device() const { return false; }
+  // Whether execute() fills StepOutput::prompt_logits for all_logits chunks
+  // (requests with prompt_logprobs are refused otherwise).
+  virtual bool scores_prompts() const { return false; }
 
   // Overlap scheduling, on runners that say overlaps(): launch() starts a
   // step and returns without waiting for it; collect() waits for the

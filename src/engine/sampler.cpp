@@ -25,7 +25,50 @@ bool in_vocab(int64_t id, size_t vocab) { return id >= 0 && static_cast<uint64_t
 // sort's internals.
 bool more_likely(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
 
+// log(sum(exp(raw))), summed in double.
+double log_sum_exp(std::span<const float> raw) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float x : raw) max = std::max(max, static_cast<double>(x));
+  double sum = 0.0;
+  for (float x : raw) sum += std::exp(static_cast<double>(x) - max);
+  return max + std::log(sum);
+}
+
+// The n most likely tokens of `raw` with their log-probabilities; `order`
+// is scratch space.
+void top_tokens(std::span<const float> raw, size_t n, double lse, std::vector<int32_t>& order,
+                std::vector<TokenLogprob>& top) {
+  top.clear();
+  n = std::min(n, raw.size());
+  if (n == 0) return;
+  order.resize(raw.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto cmp = [&](int32_t a, int32_t b) {
+    return more_likely(raw[static_cast<size_t>(a)], a, raw[static_cast<size_t>(b)], b);
+  };
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(), cmp);
+  top.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t id = order[i];
+    top.push_back({id, static_cast<float>(raw[static_cast<size_t>(id)] - lse)});
+  }
+}
+
 }  // namespace
+
+SampleResult score_token(std::span<const float> raw, int32_t token, int top) {
+  SampleResult out;
+  out.token = token;
+  const double lse = log_sum_exp(raw);
+  const float x = raw[static_cast<size_t>(token)];
+  out.logprob = static_cast<float>(x - lse);
+  int32_t rank = 1;
+  for (size_t i = 0; i < raw.size(); ++i) rank += more_likely(raw[i], static_cast<int32_t>(i), x, token) ? 1 : 0;
+  out.rank = rank;
+  std::vector<int32_t> order;
+  top_tokens(raw, static_cast<size_t>(std::max(top, 0)), lse, order, out.top);
+  return out;
+}
 
 int32_t argmax(std::span<const float> values) {
   size_t best = 0;
@@ -56,27 +99,9 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingContext& ctx
 }
 
 void Sampler::fill_logprobs(std::span<const float> raw, SampleResult& out) {
-  double max = -std::numeric_limits<double>::infinity();
-  for (float x : raw) max = std::max(max, static_cast<double>(x));
-  double sum = 0.0;
-  for (float x : raw) sum += std::exp(static_cast<double>(x) - max);
-  const double lse = max + std::log(sum);
+  const double lse = log_sum_exp(raw);
   out.logprob = static_cast<float>(raw[static_cast<size_t>(out.token)] - lse);
-
-  auto n = std::min(static_cast<size_t>(*params_.logprobs), raw.size());
-  out.top.clear();
-  if (n == 0) return;
-  order_.resize(raw.size());
-  std::iota(order_.begin(), order_.end(), 0);
-  auto cmp = [&](int32_t a, int32_t b) {
-    return more_likely(raw[static_cast<size_t>(a)], a, raw[static_cast<size_t>(b)], b);
-  };
-  std::partial_sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), order_.end(), cmp);
-  out.top.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    int32_t id = order_[i];
-    out.top.push_back({id, static_cast<float>(raw[static_cast<size_t>(id)] - lse)});
-  }
+  top_tokens(raw, static_cast<size_t>(*params_.logprobs), lse, order_, out.top);
 }
 
 void Sampler::update_history(const SamplingContext& ctx, size_t vocab) {

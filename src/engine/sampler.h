@@ -61,7 +61,15 @@ struct SampleResult {
   // The params.logprobs most likely tokens of the raw logits, most likely
   // first (lowest id first on ties); empty when logprobs is unset or 0.
   std::vector<TokenLogprob> top;
+  // 1 + the number of tokens more likely than `token` (prompt logprobs
+  // only; 0 where not computed).
+  int32_t rank = 0;
 };
+
+// The log-probability of `token` under the raw logits `raw`, its rank and the
+// `top` most likely tokens (most likely first, lowest id first on ties): a
+// prompt token's entry of prompt_logprobs.
+SampleResult score_token(std::span<const float> raw, int32_t token, int top);
 
 // Steps 1-3 of one row as per-id adjustments, for a runner that samples on
 // its device, applied phase by phase: 0 x += a (logit_bias), 1 x = -inf

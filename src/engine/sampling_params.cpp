@@ -74,7 +74,11 @@ Status SamplingParams::validate(std::optional<int64_t> vocab_size) const {
   if (!(frequency_penalty >= -2.0 && frequency_penalty <= 2.0))
     return invalid_argument("frequency_penalty must be in [-2, 2], got " + python_float(frequency_penalty) + ".");
 
-  if (max_tokens < 1) return invalid_argument("max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".");
+  if (max_tokens < 0) return invalid_argument("max_tokens must be at least 0, got " + std::to_string(max_tokens) + ".");
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
+    return invalid_argument("prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+                            std::to_string(*prompt_logprobs) + ".");
+  }
   if (min_tokens < 0)
     return invalid_argument("min_tokens must be greater than or equal to 0, got " + std::to_string(min_tokens) + ".");
   if (min_tokens > max_tokens)

@@ -47,10 +47,16 @@ struct SamplingParams {
   // the sampled token's logprob is reported too. Logprobs are those of the
   // raw model output (vLLM V1's default), before bias, penalties, temperature.
   std::optional<int> logprobs;
+  // vLLM's prompt_logprobs: when set (0..kMaxLogprobs), the log-probability
+  // of every prompt token after the first under the model given the tokens
+  // before it, its rank, and this many most likely alternatives. Such a
+  // request computes its whole prompt (no prefix-cache hit).
+  std::optional<int> prompt_logprobs;
   // A seeded request draws the same tokens whatever else runs beside it.
   std::optional<uint64_t> seed;
 
   // --- read by the engine (carried and validated here) ---
+  // 0 computes the prompt only (its prompt_logprobs) and ends with "length".
   int64_t max_tokens = 16;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // besides the model's default stop ids

@@ -13,7 +13,9 @@ int64_t StepPlan::num_tokens() const {
 
 bool StepPlan::all_picked_by_runner() const {
   return std::all_of(chunks.begin(), chunks.end(),
-                     [](const ScheduledChunk& c) { return !c.want_logits || c.device_greedy || c.device_sample; });
+                     [](const ScheduledChunk& c) {
+                       return !c.all_logits && (!c.want_logits || c.device_greedy || c.device_sample);
+                     });
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& allocator)
@@ -98,7 +100,8 @@ StepPlan Scheduler::schedule() {
     Entry entry = waiting_.front();
     Sequence& seq = *entry.seq;
     if (seq.num_pending() > 0) break;  // preempted with a token still on the device: the next step
-    if (seq.num_computed() == 0 && seq.blocks().num_tokens() == 0 && config_.enable_prefix_caching) {
+    if (seq.num_computed() == 0 && seq.blocks().num_tokens() == 0 && config_.enable_prefix_caching &&
+        !seq.request().request.params.prompt_logprobs) {
       auto matched = seq.blocks().match_prefix(seq.tokens());
       if (matched.is_ok() && *matched > 0) {
         seq.set_num_computed(*matched);

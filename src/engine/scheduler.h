@@ -31,6 +31,10 @@ struct ScheduledChunk {
   // >= 0: the chunk's one token is the pick of row feedback_row (counting
   // want_logits chunks) of the step in flight before it (Runner::launch).
   int32_t feedback_row = -1;
+  // The runner returns the logits of every token of the chunk (prompt
+  // logprobs), in StepOutput::prompt_logits; the engine sets it.
+  bool all_logits = false;
+  int64_t start_pos = 0;  // seq->num_computed() when planned (set with all_logits)
 };
 
 struct StepPlan {

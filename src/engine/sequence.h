@@ -120,6 +120,10 @@ struct RequestState {
   std::optional<SteadyTime> first_scheduled;
   std::optional<SteadyTime> first_token;
   int64_t num_cached_tokens = 0;
+  // params.prompt_logprobs: one entry per prompt token after the first,
+  // filled as the first sequence's prompt chunks are computed, sent once.
+  std::vector<SampleResult> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   Status error;                   // why the request failed, if it did
   bool finished() const;
 };

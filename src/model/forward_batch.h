@@ -15,6 +15,7 @@ struct SequenceChunk {
   int64_t start_pos = 0;                 // absolute position of tokens[0]; K/V of 0..start_pos-1 are in the pool
   std::span<const int32_t> block_table;  // block ids covering positions [0, start_pos + tokens.size())
   bool want_logits = false;              // produce the logits of this chunk's last token
+  bool all_logits = false;               // produce the logits of every token (the last is want_logits's row)
 };
 
 }  // namespace tern

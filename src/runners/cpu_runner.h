@@ -24,6 +24,7 @@ class CpuRunner final : public Runner {
   static Result<std::unique_ptr<CpuRunner>> create(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes);
 
   Status execute(const StepPlan& plan, StepOutput& out) override;
+  bool scores_prompts() const override { return true; }
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   int64_t num_kv_blocks() const override { return pool_.num_blocks(); }
   int64_t block_size() const override { return pool_.block_size(); }
@@ -33,6 +34,7 @@ class CpuRunner final : public Runner {
   Ernie45Model& model_;
   PagedKvPool pool_;
   std::vector<SequenceChunk> chunks_;  // reused across steps
+  std::vector<float> rows_;            // the model's rows of a step with all_logits chunks
 };
 
 }  // namespace tern

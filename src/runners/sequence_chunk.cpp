@@ -13,6 +13,7 @@ SequenceChunk sequence_chunk(const ScheduledChunk& sc, std::span<const int32_t> 
   chunk.start_pos = seq.num_computed();
   chunk.block_table = seq.blocks_view();
   chunk.want_logits = sc.want_logits;
+  chunk.all_logits = sc.all_logits;
   return chunk;
 }
 

@@ -393,7 +393,11 @@ Status Ernie45Model::forward_batch(std::span<const SequenceChunk> batch, PagedKv
     tokens_.insert(tokens_.end(), chunk.tokens.begin(), chunk.tokens.end());
     for (int64_t i = 0; i < n; ++i) positions_.push_back(chunk.start_pos + i);
     seqs_.push_back(cpu::AttentionSequence{first, n, {}, {}});
-    if (chunk.want_logits) logit_rows_.push_back(first + n - 1);
+    if (chunk.all_logits) {
+      for (int64_t i = 0; i < n; ++i) logit_rows_.push_back(first + i);
+    } else if (chunk.want_logits) {
+      logit_rows_.push_back(first + n - 1);
+    }
     num_blocks += blocks_used(chunk, pool.block_size());
   }
   block_ptrs_.resize(static_cast<size_t>(2 * num_blocks));
@@ -439,7 +443,7 @@ Status Ernie45Model::check_batch(std::span<const SequenceChunk> batch, const Pag
       const int64_t block = chunk.block_table[static_cast<size_t>(pos / block_size)];
       slots_.push_back(block * block_size + pos % block_size);
     }
-    if (chunk.want_logits) ++num_want;
+    num_want += chunk.all_logits ? n : chunk.want_logits ? 1 : 0;
   }
   if (static_cast<int64_t>(logits.size()) != num_want * c.vocab_size) {
     return invalid_argument("forward_batch: logits buffer holds " + std::to_string(logits.size()) +

@@ -102,8 +102,9 @@ class Ernie45Model {
   // sit at positions start_pos .. start_pos+n-1 of its sequence, their K/V
   // are written to the pool through its block table, and they attend to
   // positions 0..pos of that sequence (earlier ones must already be in the
-  // pool). For each chunk with want_logits, in batch order, the logits of
-  // its last token go to the next vocab_size floats of `logits`
+  // pool). For each chunk with all_logits, in batch order, the logits of
+  // every token, and for each other chunk with want_logits, the logits of
+  // its last token, go to the next vocab_size floats of `logits`
   // ([num_want, vocab_size]). No two chunks may write one pool slot
   // (checked), and no chunk may write a slot another chunk reads, i.e. a
   // shared block (not checked: copy on write is the engine's job).
