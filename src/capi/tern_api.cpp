@@ -190,7 +190,8 @@ tern_status tern_detokenize(const tern_model* model, const int32_t* ids, size_t 
                                                    "; token ids must be in [0, " + std::to_string(vocab_size) + ")");
       }
     }
-    std::string decoded = model->core->tokenizer().decode(std::span<const int32_t>(ids, num_ids), skip_special_tokens != 0);
+    const std::string decoded =
+        model->core->tokenizer().decode(std::span<const int32_t>(ids, num_ids), skip_special_tokens != 0);
     *text = copy_string(decoded);
     if (text_length != nullptr) *text_length = decoded.size();
     return succeed();
