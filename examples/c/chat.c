@@ -1,7 +1,8 @@
 /* chat.c: load a model, ask it one question through its chat template, and stream the answer to stdout.
  *
- *   chat MODEL [QUESTION] [MAX_TOKENS]
+ *   chat MODEL [QUESTION] [MAX_TOKENS] [DEVICE]
  *
+ * DEVICE is auto (the default: CUDA when this build has it and a GPU is present), cuda or cpu.
  * Exits 0 when the answer ended normally (a stop or the length limit), 1 with the library's message otherwise. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +30,17 @@ int main(int argc, char** argv) {
   tern_finish_reason finish = TERN_FINISH_NONE;
 
   if (argc < 2) {
-    fprintf(stderr, "usage: chat MODEL [QUESTION] [MAX_TOKENS]\n");
+    fprintf(stderr, "usage: chat MODEL [QUESTION] [MAX_TOKENS] [DEVICE]\n");
     return 2;
   }
-  options.device = "cpu";
+  options.device = argc > 4 ? argv[4] : "auto";
   options.kv_cache_bytes = 64 << 20;
   status = tern_model_load(argv[1], &options, &model);
   if (status != TERN_OK) return fail("loading the model", status);
+  {
+    tern_model_info info;
+    if (tern_model_get_info(model, &info) == TERN_OK) fprintf(stderr, "[running on %s]\n", info.device);
+  }
 
   messages[0].role = "user";
   messages[0].content = question;

@@ -23,9 +23,12 @@ namespace {
 
 const std::string kModel = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
 
-nlohmann::json golden() {
-  std::ifstream in(kModel + "/golden.json");
-  return nlohmann::json::parse(in);
+const nlohmann::json& golden() {
+  static const nlohmann::json parsed = [] {
+    std::ifstream in(kModel + "/golden.json");
+    return nlohmann::json::parse(in);
+  }();
+  return parsed;
 }
 
 tern_model_options cpu_options() {
