@@ -10,7 +10,8 @@ CMAKE_FLAGS ?=
 TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
-.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench bench-cpu random-model clean
+.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench bench-cpu random-model clean \
+  wheel
 
 all: build
 
@@ -29,9 +30,15 @@ test-unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 test-py: build
-	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/layout
+	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/layout tests/python
 
 test: test-unit test-py test-fuzz
+
+# The Python package's wheel (dist/) from the tree `make build` built: scikit-build-core reuses
+# $(BUILD_DIR), so only libtern's install step runs. `pip install .` builds from scratch instead.
+wheel: build
+	@CMAKE_GENERATOR="$$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' $(BUILD_DIR)/CMakeCache.txt)" \
+	  $(PY) -m pip wheel . --no-build-isolation --no-deps -Cbuild-dir=$(BUILD_DIR) -w dist
 
 # Fuzzing: the untrusted-input parsers built with clang + libFuzzer (ASan and
 # UBSan) in their own build dir, without CUDA or the other modules. Each fuzzer

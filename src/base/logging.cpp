@@ -8,6 +8,8 @@
 namespace tern {
 
 void configure_logging(LogFormat format, std::string_view level) {
+  // A second call (an embedding program changing the level) replaces the logger.
+  spdlog::drop("tern");
   auto logger = spdlog::stderr_color_mt("tern");
   if (format == LogFormat::kJson) {
     logger->set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","msg":"%v"})");

@@ -1,5 +1,6 @@
 // Process-wide logging setup over spdlog: text or JSON lines on stderr.
-// Call configure_logging once from main before other threads start.
+// Call configure_logging from main before other threads start; a later call
+// replaces the earlier setup.
 #pragma once
 
 #include <spdlog/spdlog.h>

@@ -1,67 +1,15 @@
 // Shared by every subcommand that runs the engine (generate, bench, serve):
-// the vLLM-named engine flags, and loading model + tokenizer + engine from
-// them. Every flag also reads TERN_<NAME> from the environment.
+// the vLLM-named engine flags over EngineOptions (setup/engine_setup.h, which
+// builds the engine from them). Every flag also reads TERN_<NAME> from the
+// environment.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include <cstdint>
-#include <memory>
-#include <string>
-
-#include "base/status.h"
-#include "engine/engine.h"
-#include "formats/gguf.h"
-#include "model/ernie4_5/ernie4_5_model.h"
-#include "model/model_config.h"
-#include "model/runner_options.h"
-#include "tokenizer/tokenizer.h"
+#include "setup/engine_setup.h"
 
 namespace tern::cli {
 
-struct EngineOptions {
-  std::string model;
-  int threads = 0;
-  std::string cpu_kernels = "optimized";
-  std::string quantization;  // empty: the weights as loaded; else a llama-quantize mix applied at load (CPU)  // the CPU forward's kernel set (backend/cpu/kernel_set.h)
-  // Block size, step limits, graphs, the one-token kernel; max_model_len 0:
-  // the model's max_position_embeddings, capped by the KV cache. The KV
-  // pool's bytes are worked out from kv_cache_memory by load_engine.
-  RunnerOptions run;
-  std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
-  bool enable_prefix_caching = true;
-  std::string device = "auto";
-  bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
-};
-
 void add_engine_options(CLI::App& cmd, EngineOptions& o);
-
-// Parses "2GiB", "512MiB", "1.5G", "1000000" into bytes.
-Result<int64_t> parse_bytes(const std::string& text);
-
-// Everything a running engine needs, owned together (the engine refers to
-// the model and tokenizer, so they live here and outlive it).
-struct LoadedEngine {
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Ernie45Model> model;
-  GenerationDefaults generation_defaults;
-  int64_t max_model_len = 0;
-  std::unique_ptr<Engine> engine;
-  double load_ms = 0;
-  std::string device;  // "cpu" or "cuda": where the engine runs
-  int64_t kv_cache_tokens = 0;
-  std::string kv_sizing;  // how the KV cache was sized, for the start-up log
-};
-
-// o.model is a Hugging Face folder, or a GGUF file (is_gguf_file), whose
-// tokenizer comes from its tokenizer.ggml.* keys and whose generation
-// defaults from its general.sampling.* keys (logged either way).
-Result<LoadedEngine> load_engine(const EngineOptions& o);
-
-// The general.sampling.* keys llama.cpp's converter copies from
-// generation_config.json (temp, top_p, top_k, penalty_repeat); keys that are
-// absent or of another type are left out. Logs what it found, or that
-// there is nothing. GGUF has no do_sample.
-GenerationDefaults generation_defaults_from_gguf(const GgufFile& gguf);
 
 }  // namespace tern::cli

@@ -1,0 +1,176 @@
+// Building an Engine from engine options.
+#include "setup/engine_setup.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/cpu/kernel_set.h"
+#include "base/logging.h"
+#include "base/mapped_file.h"
+#include "formats/checkpoint.h"
+#include "formats/gguf.h"
+#include "engine/runner.h"
+#include "runners/cpu_runner.h"
+#include "runners/cuda_runner.h"
+
+namespace tern {
+
+Result<int64_t> parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return invalid_argument("cannot read a size from '" + text + "' (try 2GiB or 512MiB)");
+  }
+  std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KB") scale = 1e3;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "M" || unit == "MB") scale = 1e6;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB") scale = 1e9;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else return invalid_argument("unknown size unit '" + unit + "' in '" + text + "' (use B, KiB, MiB, GiB, K, M, G)");
+  double bytes = value * scale;
+  if (!(bytes > 0) || bytes > 9e18) return invalid_argument("size '" + text + "' is out of range");
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+GenerationDefaults generation_defaults_from_gguf(const GgufFile& gguf) {
+  GenerationDefaults d;
+  std::string found;
+  auto number = [&](const char* key, std::optional<double>& out) {
+    if (auto v = gguf.get_f32(key); v.is_ok() && std::isfinite(*v)) {
+      out = *v;
+      found += std::string(found.empty() ? "" : ", ") + key;
+    }
+  };
+  number("general.sampling.temp", d.temperature);
+  number("general.sampling.top_p", d.top_p);
+  number("general.sampling.penalty_repeat", d.repetition_penalty);
+  if (auto k = gguf.get_i32("general.sampling.top_k"); k.is_ok() && *k >= 0) {
+    d.top_k = *k;
+    found += std::string(found.empty() ? "" : ", ") + "general.sampling.top_k";
+  }
+  if (found.empty()) {
+    spdlog::info("{}: no generation defaults in the GGUF (no general.sampling.* keys); requests that leave "
+                 "sampling out use temperature 1, top_p 1",
+                 gguf.name());
+  } else {
+    spdlog::info("{}: generation defaults from {} (GGUF has no do_sample: sampling is on)", gguf.name(), found);
+  }
+  return d;
+}
+
+Result<LoadedEngine> load_engine(const EngineOptions& o) {
+  auto start = std::chrono::steady_clock::now();
+  LoadedEngine le;
+  const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
+  if (kernels == nullptr) {
+    return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
+  }
+  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads, *kernels));
+  if (const GgufFile* gguf = le.model->gguf()) {
+    // The tokenizer and sampling keys of the file the model already parsed.
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_gguf(*gguf));
+    le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+    le.generation_defaults = generation_defaults_from_gguf(*gguf);
+  } else {
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
+    le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+    std::string gen_path = o.model + "/generation_config.json";
+    if (std::filesystem::exists(gen_path)) {
+      TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));
+      TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));
+    }
+  }
+  const ModelConfig& cfg = le.model->config();
+  std::string device = o.device;
+  if (device == "auto") {
+    bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
+    device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
+  }
+  const bool by_share = o.run.gpu_memory_utilization > 0;
+  if (by_share && !o.kv_cache_memory.empty()) {
+    return invalid_argument("give --kv-cache-memory or --gpu-memory-utilization, not both");
+  }
+  if (by_share && device != "cuda") {
+    return invalid_argument("--gpu-memory-utilization sizes the KV cache on the GPU; on the CPU use --kv-cache-memory");
+  }
+  // The KV cache's size, and how it was chosen (for the start-up log).
+  int64_t kv_bytes = 0;
+  if (by_share) {
+    char share[32];
+    std::snprintf(share, sizeof(share), "%g", o.run.gpu_memory_utilization);
+    le.kv_sizing = std::string("--gpu-memory-utilization ") + share;
+  } else if (!o.kv_cache_memory.empty()) {
+    TERN_ASSIGN_OR_RETURN(kv_bytes, parse_bytes(o.kv_cache_memory));
+    le.kv_sizing = "--kv-cache-memory " + o.kv_cache_memory;
+  } else if (device == "cuda") {
+    // Room for max_num_seqs whole sequences: vLLM takes 90% of the card,
+    // which starves anything else on it; this takes what the limits need.
+    const int64_t len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
+    const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * 2;  // bf16 K and V
+    kv_bytes = o.run.max_num_seqs * (len + o.run.block_size) * per_token;
+    le.kv_sizing = "default: " + std::to_string(o.run.max_num_seqs) + " sequences of " + std::to_string(len) +
+                   " tokens, within the free GPU memory";
+  } else {
+    kv_bytes = int64_t{2} << 30;
+    le.kv_sizing = "default: 2GiB";
+  }
+  RunnerOptions run = o.run;
+  run.kv_cache_bytes = kv_bytes;
+  run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
+  if (!o.quantization.empty()) {
+    if (device != "cpu") {
+      return unsupported("--quantization " + o.quantization + " quantizes the CPU model; quantized weights on the "
+                         "GPU are not supported yet (run with --device cpu, or leave --quantization out)");
+    }
+    TERN_ASSIGN_OR_RETURN(QuantMix mix, parse_quant_mix(o.quantization));
+    TERN_RETURN_IF_ERROR(le.model->quantize(mix));
+  }
+  std::unique_ptr<Runner> runner;
+  if (device == "cuda") {
+    TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));
+  } else {
+    TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, run));
+  }
+  le.device = device;
+
+  int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
+  le.kv_cache_tokens = cache_tokens;
+  int64_t max_len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
+  if (max_len > cfg.max_position_embeddings) {
+    return invalid_argument("--max-model-len " + std::to_string(max_len) + " exceeds the model's " +
+                            std::to_string(cfg.max_position_embeddings) + " positions");
+  }
+  if (max_len > cache_tokens) {
+    return invalid_argument("--max-model-len " + std::to_string(max_len) + " needs more KV cache than the " +
+                            std::to_string(cache_tokens) + " tokens it holds (" +
+                            (o.kv_cache_memory.empty() ? std::string("default size") : "--kv-cache-memory " + o.kv_cache_memory) +
+                            "); raise --kv-cache-memory" + (device == "cuda" ? " or --gpu-memory-utilization" : "") +
+                            ", or lower --max-model-len");
+  }
+  le.max_model_len = max_len;
+
+  EngineConfig config;
+  config.scheduler.max_num_seqs = o.run.max_num_seqs;
+  config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
+  config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
+  config.overlap = o.async_scheduling;
+  config.max_model_len = max_len;
+  config.eos_ids = le.tokenizer->default_stop_ids();
+  for (int32_t id : cfg.eos_token_ids)
+    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
+  for (int32_t id : le.generation_defaults.eos_token_ids)
+    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
+  le.engine = std::make_unique<Engine>(std::move(runner), *le.tokenizer, config);
+  le.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return le;
+}
+
+}  // namespace tern
