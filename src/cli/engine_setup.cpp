@@ -9,6 +9,7 @@
 #include "backend/cpu/kernel_set.h"
 #include "base/logging.h"
 #include "base/mapped_file.h"
+#include "cli/model_source.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf.h"
 #include "engine/runner.h"
@@ -17,8 +18,11 @@
 
 namespace tern::cli {
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-  cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout) or GGUF file")->required()->envname("TERN_MODEL");
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
+  cmd.add_option(model_positional ? "model,--model,-m" : "--model,-m", o.model,
+                 "Model folder (Hugging Face layout), GGUF file, or Hugging Face repo ORG/NAME[@REVISION][:FILE] "
+                 "fetched into the HF cache (FILE: one GGUF file of the repo, by name or quantization tag)")
+      ->required()->envname("TERN_MODEL");
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
   cmd.add_option("--quantization,-q", o.quantization,
                  "CPU: quantize the weights at load to a llama-quantize mix (q8_0, q4_0, q4_k_m, q5_k_m, q6_k), "
@@ -119,16 +123,19 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   if (kernels == nullptr) {
     return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
   }
-  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads, *kernels));
+  TERN_ASSIGN_OR_RETURN(ModelSource source, resolve_model_source(o.model));
+  le.model_path = source.path;
+  le.model_name = source.name;
+  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(source.path, o.threads, *kernels));
   if (const GgufFile* gguf = le.model->gguf()) {
     // The tokenizer and sampling keys of the file the model already parsed.
     TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_gguf(*gguf));
     le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
     le.generation_defaults = generation_defaults_from_gguf(*gguf);
   } else {
-    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(source.path));
     le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
-    std::string gen_path = o.model + "/generation_config.json";
+    std::string gen_path = source.path + "/generation_config.json";
     if (std::filesystem::exists(gen_path)) {
       TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));
       TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));

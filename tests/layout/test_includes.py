@@ -24,9 +24,10 @@ ALLOWED = {
     "engine": {"base", "kv", "tokenizer"},
     "runners": {"base", "formats", "kv", "tokenizer", "engine", "model"},
     "server/http": {"base"},
+    "hub": {"base"},
     "server/api": {"base", "formats", "tokenizer", "chat", "engine", "model", "server/http"},
     "cli": {"base", "formats", "jinja", "tokenizer", "chat", "kv", "backend/cpu", "backend/cuda", "model", "engine",
-            "runners", "server/http", "server/api"},
+            "runners", "server/http", "server/api", "hub"},
 }
 # Headers the build writes (into the build folder), not part of any module.
 GENERATED = {"tern_git_commit.h"}
