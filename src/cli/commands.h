@@ -68,6 +68,18 @@ struct QuantizeOptions {
 void add_quantize_command(CLI::App& app, QuantizeOptions& options);
 int run_quantize(const QuantizeOptions& options);
 
+struct ChatOptions {
+  EngineOptions engine;
+  int64_t max_tokens = 0;  // 0: up to the end of the context
+  SamplingFlags sampling;
+  std::string system;         // the system prompt; empty: none
+  std::string chat_template;  // a Jinja file; empty: the model's
+  std::string log_level = "warn";
+};
+
+void add_chat_command(CLI::App& app, ChatOptions& options);
+int run_chat(const ChatOptions& options);
+
 struct DownloadOptions {
   std::string repo;                  // ORG/NAME[@REVISION][:FILE]
   std::vector<std::string> include;  // shell-style patterns; empty: the model's files
