@@ -115,9 +115,10 @@ int run_serve(const ServeOptions& o) {
   ctx.tokenizer = le.tokenizer.get();
   ctx.render_chat = std::move(renderer).value();
   ctx.model_path = le.model_path;
+  const std::string folder_name = std::filesystem::path(le.model_path).lexically_normal().filename().string();
   ctx.model_name = !o.served_model_name.empty() ? o.served_model_name
                    : !le.model_name.empty()     ? le.model_name
-                                                : std::filesystem::path(le.model_path).lexically_normal().filename().string();
+                                                : folder_name;
   if (ctx.model_name.empty()) ctx.model_name = std::filesystem::path(le.model_path).parent_path().filename().string();
   ctx.max_model_len = le.max_model_len;
   ctx.vocab_size = le.model->config().vocab_size;

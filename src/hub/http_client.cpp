@@ -47,7 +47,8 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   std::string_view line(data, size * count);
   if (line.rfind("HTTP/", 0) == 0) {
     size_t space = line.find(' ');
-    t->response.status = space == std::string_view::npos ? 0 : std::atol(std::string(line.substr(space + 1, 3)).c_str());
+    std::string code = space == std::string_view::npos ? "" : std::string(line.substr(space + 1, 3));
+    t->response.status = std::atol(code.c_str());
   }
   add_header_line(line, t->response.headers);
   return size * count;

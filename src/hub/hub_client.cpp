@@ -238,7 +238,9 @@ Status fetch_file(Fetch& f, const std::string& commit, const std::string& file) 
     if (!fs::exists(blob)) TERN_RETURN_IF_ERROR(download_blob(f, commit, file, m));
   }
   const std::string pointer = f.cache.pointer_path(commit, file);
-  if (!points_to(pointer, pointer_target(file, m.etag))) TERN_RETURN_IF_ERROR(f.cache.link_pointer(commit, file, m.etag));
+  if (!points_to(pointer, pointer_target(file, m.etag))) {
+    TERN_RETURN_IF_ERROR(f.cache.link_pointer(commit, file, m.etag));
+  }
   return Status::ok();
 }
 
@@ -253,7 +255,8 @@ std::vector<std::string> files_under(const std::string& folder) {
   return files;
 }
 
-Result<std::vector<std::string>> choose(const Fetch& f, const std::vector<std::string>& files, std::string& model_file) {
+Result<std::vector<std::string>> choose(const Fetch& f, const std::vector<std::string>& files,
+                                        std::string& model_file) {
   if (!f.options.include.empty()) {
     std::vector<std::string> chosen = select_matching(files, f.options.include);
     if (chosen.empty()) {
