@@ -9,6 +9,8 @@ debian_packages=(
   build-essential cmake pkg-config ccache git
   libsentencepiece-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libboost-dev
   libgtest-dev libgmock-dev libopenblas-dev
+  libcurl4-openssl-dev libssl-dev  # hub downloads: libcurl; sha256 of LFS files: OpenSSL's libcrypto
+  libedit-dev  # tern chat: line editing and history (BSD licence)
   clang-14 libclang-rt-14-dev llvm-14  # make fuzz: clang, libFuzzer + sanitizer runtimes, llvm-symbolizer
   python3 python3-venv python3-dev
 )

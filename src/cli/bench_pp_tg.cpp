@@ -18,6 +18,7 @@
 #include <random>
 
 #include "base/logging.h"
+#include "setup/model_source.h"
 #include "cli/commands.h"
 #include "formats/dtype.h"
 #include "tern_git_commit.h"
@@ -78,7 +79,12 @@ int run_bench_pp_tg(const BenchOptions& o) {
     std::fprintf(stderr, "tern bench pp-tg: unknown --cpu-kernels '%s'\n", o.engine.cpu_kernels.c_str());
     return 1;
   }
-  auto loaded = Ernie45Model::load(o.engine.model, o.engine.threads, *kernels);
+  auto source = resolve_model_source(o.engine.model);
+  if (!source.is_ok()) {
+    std::fprintf(stderr, "tern bench pp-tg: %s\n", source.status().to_string().c_str());
+    return 1;
+  }
+  auto loaded = Ernie45Model::load(source->path, o.engine.threads, *kernels);
   if (!loaded.is_ok()) {
     std::fprintf(stderr, "tern bench pp-tg: %s\n", loaded.status().to_string().c_str());
     return 1;

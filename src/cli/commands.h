@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/engine_setup.h"
+#include "cli/sampling_flags.h"
 
 namespace tern::cli {
 
@@ -17,14 +18,7 @@ struct GenerateOptions {
   std::string prompt;
   bool chat = false;
   int64_t max_tokens = 128;
-  std::optional<double> temperature;
-  std::optional<double> top_p;
-  std::optional<int64_t> top_k;
-  std::optional<double> min_p;
-  std::optional<double> repetition_penalty;
-  std::optional<uint64_t> seed;
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
+  SamplingFlags sampling;
   bool json = false;
   std::string log_level = "warn";
 };
@@ -73,5 +67,26 @@ struct QuantizeOptions {
 
 void add_quantize_command(CLI::App& app, QuantizeOptions& options);
 int run_quantize(const QuantizeOptions& options);
+
+struct ChatOptions {
+  EngineOptions engine;
+  int64_t max_tokens = 0;  // 0: up to the end of the context
+  SamplingFlags sampling;
+  std::string system;         // the system prompt; empty: none
+  std::string chat_template;  // a Jinja file; empty: the model's
+  std::string log_level = "warn";
+};
+
+void add_chat_command(CLI::App& app, ChatOptions& options);
+int run_chat(const ChatOptions& options);
+
+struct DownloadOptions {
+  std::string repo;                  // ORG/NAME[@REVISION][:FILE]
+  std::vector<std::string> include;  // shell-style patterns; empty: the model's files
+  std::string log_level = "info";
+};
+
+void add_download_command(CLI::App& app, DownloadOptions& options);
+int run_download(const DownloadOptions& options);
 
 }  // namespace tern::cli

@@ -3,8 +3,11 @@
 
 namespace tern::cli {
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-  cmd.add_option("--model,-m", o.model, "Model folder (Hugging Face layout) or GGUF file")->required()->envname("TERN_MODEL");
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
+  cmd.add_option(model_positional ? "model,--model,-m" : "--model,-m", o.model,
+                 "Model folder (Hugging Face layout), GGUF file, or Hugging Face repo ORG/NAME[@REVISION][:FILE] "
+                 "fetched into the HF cache (FILE: one GGUF file of the repo, by name or quantization tag)")
+      ->required()->envname("TERN_MODEL");
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
   cmd.add_option("--quantization,-q", o.quantization,
                  "CPU: quantize the weights at load to a llama-quantize mix (q8_0, q4_0, q4_k_m, q5_k_m, q6_k), "

@@ -10,6 +10,8 @@
 
 namespace tern::cli {
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o);
+// model_positional: the model may also come as the first positional argument
+// (`tern serve ORG/NAME`, as `vllm serve` takes it).
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional = false);
 
 }  // namespace tern::cli

@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "chat/ernie_chat_format.h"
 #include "cli/commands.h"
+#include "cli/sampling_flags.h"
 #include "engine/request_stream.h"
 
 namespace tern::cli {
@@ -20,39 +21,16 @@ int fail(const Status& s) {
   return 1;
 }
 
-// Flags win; generation_config.json fills what they leave out (as vLLM's --generation-config auto).
-SamplingParams sampling_params(const GenerateOptions& o, const GenerationDefaults& d) {
-  SamplingParams p;
-  bool do_sample = d.do_sample.value_or(true);
-  p.temperature = o.temperature.value_or(do_sample ? d.temperature.value_or(1.0) : 0.0);
-  p.top_p = o.top_p.value_or(d.top_p.value_or(1.0));
-  p.top_k = o.top_k.value_or(d.top_k.value_or(0));
-  p.min_p = o.min_p.value_or(0.0);
-  p.repetition_penalty = o.repetition_penalty.value_or(d.repetition_penalty.value_or(1.0));
-  p.seed = o.seed;
-  p.max_tokens = o.max_tokens;
-  p.ignore_eos = o.ignore_eos;
-  p.stop = o.stop;
-  return p;
-}
-
 }  // namespace
 
 void add_generate_command(CLI::App& app, GenerateOptions& o) {
   auto* cmd = app.add_subcommand("generate", "Generate a continuation of one prompt and print it");
-  add_engine_options(*cmd, o.engine);
+  add_engine_options(*cmd, o.engine, true);
   cmd->add_option("--prompt,-p", o.prompt, "Prompt text")->required();
   cmd->add_flag("--chat", o.chat, "Wrap the prompt as one user message in the model's chat template");
   cmd->add_option("--max-tokens,-n", o.max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber)
       ->capture_default_str()->envname("TERN_MAX_TOKENS");
-  cmd->add_option("--temperature", o.temperature, "Sampling temperature; 0 is greedy (default: generation_config.json)");
-  cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass (default: generation_config.json)");
-  cmd->add_option("--top-k", o.top_k, "Sample among the k most likely tokens; 0 disables");
-  cmd->add_option("--min-p", o.min_p, "Drop tokens less likely than min-p times the most likely one");
-  cmd->add_option("--repetition-penalty", o.repetition_penalty, "Penalty > 1 for tokens already seen");
-  cmd->add_option("--seed", o.seed, "Random seed, for reproducible sampling");
-  cmd->add_option("--stop", o.stop, "Stop when this text appears (repeatable); it is not printed");
-  cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-sequence tokens");
+  add_sampling_flags(*cmd, o.sampling);
   cmd->add_flag("--json", o.json, "Print one JSON object (prompt_token_ids, token_ids, text, finish_reason)");
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
 }
@@ -70,7 +48,7 @@ int run_generate(const GenerateOptions& o) {
   Request request;
   request.id = "generate-0";
   request.prompt = le.tokenizer->encode(text, !o.chat);
-  request.params = sampling_params(o, le.generation_defaults);
+  request.params = sampling_params(o.sampling, le.generation_defaults, o.max_tokens);
   int64_t room = le.max_model_len - static_cast<int64_t>(request.prompt.size());
   if (room > 0 && request.params.max_tokens > room) {
     return fail(invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +

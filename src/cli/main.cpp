@@ -22,11 +22,18 @@ int main(int argc, char** argv) {
   tern::cli::QuantizeOptions quantize;
   tern::cli::add_quantize_command(app, quantize);
 
+  tern::cli::ChatOptions chat;
+  tern::cli::add_chat_command(app, chat);
+  tern::cli::DownloadOptions download;
+  tern::cli::add_download_command(app, download);
+
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("generate")) return tern::cli::run_generate(generate);
   if (app.got_subcommand("bench")) return tern::cli::run_bench(bench);
   if (app.got_subcommand("serve")) return tern::cli::run_serve(serve);
   if (app.got_subcommand("convert")) return tern::cli::run_convert(convert);
   if (app.got_subcommand("quantize")) return tern::cli::run_quantize(quantize);
+  if (app.got_subcommand("chat")) return tern::cli::run_chat(chat);
+  if (app.got_subcommand("download")) return tern::cli::run_download(download);
   return 0;
 }

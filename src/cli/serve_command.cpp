@@ -57,11 +57,12 @@ Result<ChatRenderer> make_renderer(const ServeOptions& o, const Tokenizer& tok) 
 
 void add_serve_command(CLI::App& app, ServeOptions& o) {
   auto* cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI, vLLM and TGI APIs, metrics, chat page)");
-  add_engine_options(*cmd, o.engine);
+  add_engine_options(*cmd, o.engine, true);
   cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str()->envname("TERN_HOST");
   cmd->add_option("--port", o.port, "Port to listen on (0 picks a free one)")->capture_default_str()
       ->envname("TERN_PORT");
-  cmd->add_option("--served-model-name", o.served_model_name, "Model name in the API (default: the folder name)")
+  cmd->add_option("--served-model-name", o.served_model_name,
+                  "Model name in the API (default: the hub repo ORG/NAME, or the folder name)")
       ->envname("TERN_SERVED_MODEL_NAME");
   cmd->add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on API routes")
       ->envname("TERN_API_KEY");
@@ -113,11 +114,12 @@ int run_serve(const ServeOptions& o) {
   server::ServingContext ctx;
   ctx.tokenizer = le.tokenizer.get();
   ctx.render_chat = std::move(renderer).value();
-  ctx.model_path = o.engine.model;
-  ctx.model_name = o.served_model_name.empty()
-                       ? std::filesystem::path(o.engine.model).lexically_normal().filename().string()
-                       : o.served_model_name;
-  if (ctx.model_name.empty()) ctx.model_name = std::filesystem::path(o.engine.model).parent_path().filename().string();
+  ctx.model_path = le.model_path;
+  const std::string folder_name = std::filesystem::path(le.model_path).lexically_normal().filename().string();
+  ctx.model_name = !o.served_model_name.empty() ? o.served_model_name
+                   : !le.model_name.empty()     ? le.model_name
+                                                : folder_name;
+  if (ctx.model_name.empty()) ctx.model_name = std::filesystem::path(le.model_path).parent_path().filename().string();
   ctx.model_notice = le.model->config().notice;
   ctx.max_model_len = le.max_model_len;
   ctx.vocab_size = le.model->config().vocab_size;

@@ -14,6 +14,7 @@
 #include "engine/runner.h"
 #include "runners/cpu_runner.h"
 #include "runners/cuda_runner.h"
+#include "setup/model_source.h"
 
 namespace tern {
 
@@ -73,16 +74,19 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   if (kernels == nullptr) {
     return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
   }
-  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(o.model, o.threads, *kernels));
+  TERN_ASSIGN_OR_RETURN(ModelSource source, resolve_model_source(o.model));
+  le.model_path = source.path;
+  le.model_name = source.name;
+  TERN_ASSIGN_OR_RETURN(le.model, Ernie45Model::load(source.path, o.threads, *kernels));
   if (const GgufFile* gguf = le.model->gguf()) {
     // The tokenizer and sampling keys of the file the model already parsed.
     TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_gguf(*gguf));
     le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
     le.generation_defaults = generation_defaults_from_gguf(*gguf);
   } else {
-    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.model));
+    TERN_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(source.path));
     le.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
-    std::string gen_path = o.model + "/generation_config.json";
+    std::string gen_path = source.path + "/generation_config.json";
     if (std::filesystem::exists(gen_path)) {
       TERN_ASSIGN_OR_RETURN(std::string text, read_text_file(gen_path));
       TERN_ASSIGN_OR_RETURN(le.generation_defaults, parse_generation_config(text, gen_path));

@@ -47,9 +47,12 @@ struct LoadedEngine {
   std::string device;  // "cpu" or "cuda": where the engine runs
   int64_t kv_cache_tokens = 0;
   std::string kv_sizing;  // how the KV cache was sized, for the start-up log
+  std::string model_path;  // the folder or GGUF file loaded (a hub model's snapshot in the HF cache)
+  std::string model_name;  // a hub model's repo id; empty for a local path
 };
 
-// o.model is a Hugging Face folder, or a GGUF file (is_gguf_file), whose
+// o.model is a Hugging Face folder, or a GGUF file (is_gguf_file), or a hub
+// repo fetched into the HF cache first (model_source.h); a GGUF file's
 // tokenizer comes from its tokenizer.ggml.* keys and whose generation
 // defaults from its general.sampling.* keys (logged either way).
 Result<LoadedEngine> load_engine(const EngineOptions& o);

@@ -25,13 +25,14 @@ ALLOWED = {
     "model": {"base", "formats", "backend/cpu", "backend/cuda"},
     "engine": {"base", "kv", "tokenizer"},
     "runners": {"base", "formats", "kv", "tokenizer", "engine", "model"},
-    "setup": {"base", "formats", "tokenizer", "kv", "backend/cpu", "backend/cuda", "model", "engine", "runners"},
+    "setup": {"base", "formats", "tokenizer", "kv", "backend/cpu", "backend/cuda", "model", "engine", "runners", "hub"},
     "capi": {"base", "formats", "jinja", "tokenizer", "chat", "kv", "backend/cpu", "backend/cuda", "model", "engine",
              "runners", "setup", "include/tern"},
     "server/http": {"base"},
+    "hub": {"base"},
     "server/api": {"base", "formats", "tokenizer", "chat", "engine", "model", "server/http"},
     "cli": {"base", "formats", "jinja", "tokenizer", "chat", "kv", "backend/cpu", "backend/cuda", "model", "engine",
-            "runners", "setup", "server/http", "server/api"},
+            "runners", "setup", "server/http", "server/api", "hub"},
 }
 # Headers the build writes (into the build folder), not part of any module.
 GENERATED = {"tern_git_commit.h"}
