@@ -251,7 +251,8 @@
       context: "The conversation is too long for the model's context. ",
       network: "The connection to the server was lost. ",
     }[message.error.kind] || "";
-    box.appendChild(element("span", "", text + message.error.message));
+    const wait = message.error.retryAfter ? ` (it suggests retrying in ${message.error.retryAfter} s)` : "";
+    box.appendChild(element("span", "", text + message.error.message + wait));
     box.appendChild(button("Retry", () => regenerate(index), "retry"));
     return box;
   }
@@ -406,13 +407,13 @@
           await askForKey(TernApi.apiKey() ? "That API key was refused. Enter the server's key." : undefined);
           continue;
         } else {
-          message.error = { kind: e.kind || "server", message: e.message };
+          message.error = { kind: e.kind || "server", message: e.message, retryAfter: e.retryAfter || 0 };
         }
       }
       break;
     }
     state.streaming = null;
-    TernStore.touch(conversation);
+    if (TernStore.get(conversation.id)) TernStore.touch(conversation);  // unless deleted meanwhile
     if (isShown()) {
       const follow = nearBottom();
       rerenderMessage(index);

@@ -1,16 +1,18 @@
 """The built-in chat page in a real browser against `tern serve` with the
 tiny model (which answers random tokens): an answer streams in and finishes
 with a status line whose numbers are the response's usage; stop cancels the
-request on the server; context-length and API-key errors are shown; the
+request on the server; context-length, API-key, busy-server (503, then a
+successful retry) and lost-connection errors are shown; the
 conversation survives a reload; edit, regenerate, copy, new and delete work;
 model output is rendered as sanitised markdown; the layout works at phone
 width."""
 
 import json
+import threading
 
 from selenium.webdriver.common.keys import Keys
 
-from browser_support import metric, wait_until
+from browser_support import TernServer, metric, stop_cleanly, wait_until
 
 LONG_ANSWER_TOKENS = 4000
 
@@ -281,3 +283,43 @@ def test_page_assets_load_offline_without_errors(browser, page_server):
     assert loaded == ["function", "function", "function"]
     urls = b.js("return performance.getEntriesByType('resource').map(e => e.name)")
     assert urls and all(u.startswith(page_server.url) for u in urls), urls
+
+
+def test_lost_connection_is_shown_with_retry(browser):
+    server = TernServer()
+    b = browser()
+    b.allow_console = ["net::ERR_CONNECTION_REFUSED"]  # the page's requests after the server is gone
+    open_page(b, server)
+    stop_cleanly(server)  # exit 0 on SIGTERM asserted
+    b.wait(lambda: b.visible("#banner") and "connection to the server was lost" in b.find("#banner").text,
+           timeout=10, message="no banner after the server went away")
+    assert b.find("#live").get_attribute("class") == "offline"
+    send(b, "are you there?")
+    error = wait_answer_finished(b, 1).find_element("css selector", ".error")
+    assert error.get_attribute("data-kind") == "network" and "connection" in error.text
+    assert error.find_elements("css selector", "button.retry")
+
+
+def test_busy_server_is_shown_and_retry_succeeds(dedicated_page_server, browser):
+    server = dedicated_page_server("--max-queued-requests", "1")
+    b = browser()
+    b.allow_console = ["status of 503 (Service Unavailable)"]  # the page's request while the queue is full
+    open_page(b, server)
+    set_max_tokens(b, 8)
+    # Another client's long request fills the one-request queue.
+    other = threading.Thread(target=server.post_json, args=("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "long"}], "max_tokens": 2500, "ignore_eos": True}),
+        kwargs={"timeout": 120})
+    other.start()
+    try:
+        assert wait_until(lambda: metric(server, "vllm:num_requests_running") == 1, timeout=10)
+        send(b, "我也想问一个问题")
+        error = wait_answer_finished(b, 1).find_element("css selector", ".error")
+        assert error.get_attribute("data-kind") == "busy" and "busy" in error.text
+        assert "retrying in" in error.text  # the server's Retry-After
+        b.screenshot("busy")
+    finally:
+        other.join()
+    error.find_element("css selector", "button.retry").click()
+    answer = wait_answer_finished(b, 1)
+    assert answer.find_elements("css selector", ".status") and not answer.find_elements("css selector", ".error")
