@@ -5,7 +5,7 @@ printed in the log), and `tern serve` with the tiny test model."""
 
 import pytest
 
-from browser_support import ARTIFACTS, Browser, TernServer, stop_cleanly
+from .browser_support import ARTIFACTS, Browser, TernServer, stop_cleanly
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from selenium.webdriver.common.keys import Keys
 
-from browser_support import ROOT, metric
+from .browser_support import ROOT, metric
 
 APP = ROOT / "examples" / "chainlit" / "app.py"
 STATUS = re.compile(r"(\d+) tokens in · (\d+) out · ([\d.]+ m?s) to first token · ([\d.]+ m?s) total · "

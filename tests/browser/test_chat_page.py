@@ -12,7 +12,7 @@ import threading
 
 from selenium.webdriver.common.keys import Keys
 
-from browser_support import TernServer, metric, stop_cleanly, wait_until
+from .browser_support import TernServer, metric, stop_cleanly, wait_until
 
 LONG_ANSWER_TOKENS = 4000
 
