@@ -11,6 +11,7 @@ import argparse
 import json
 import pathlib
 import re
+import textwrap
 
 
 def read_summary(path):
@@ -34,7 +35,7 @@ def run_row(name, rows):
 
 
 def section(label, title, notes, runs):
-    lines = [f"<!-- locust:{label} -->", f"### {title}", "", notes, "",
+    lines = [f"<!-- locust:{label} -->", f"### {title}", "", textwrap.fill(notes, 76, break_on_hyphens=False), "",
              "| run | requests | success | QPS | total P50 ms | P95 | P99 | TTFT P50 ms | P95 | P99 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [run_row(name, read_summary(path)) for name, path in runs]
