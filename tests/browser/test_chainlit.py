@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from selenium.webdriver.common.keys import Keys
 
-from .browser_support import ROOT, metric
+from .browser_support import ROOT, metric, wait_until
 
 APP = ROOT / "examples" / "chainlit" / "app.py"
 STATUS = re.compile(r"(\d+) tokens in · (\d+) out · ([\d.]+ m?s) to first token · ([\d.]+ m?s) total · "
@@ -53,7 +53,7 @@ def chainlit_app(page_server, tmp_path):
             proc.kill()
             pytest.fail("chainlit did not start:\n" + (tmp_path / "chainlit.log").read_text(errors="replace"))
         time.sleep(0.2)
-    yield url
+    yield url, tmp_path / "chainlit.log"
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -65,9 +65,12 @@ def chainlit_app(page_server, tmp_path):
 def test_chainlit_app_streams_answers_with_the_status_line(page_server, chainlit_app, browser):
     b = browser()
     b.allow_console = OFFLINE_LOADS
-    b.open(chainlit_app)
+    url, log = chainlit_app
+    b.open(url)
     composer = b.wait(lambda: b.find_all("#chat-input") and b.find("#chat-input"), timeout=30,
                       message="chainlit's message box never appeared")
+    # The chat session has started once the app has asked tern for its model (on_chat_start).
+    assert wait_until(lambda: "/v1/models" in log.read_text(errors="replace"), timeout=30), log.read_text()
     generated_before = metric(page_server, "vllm:generation_tokens_total")
     question = "你好，tern！🌟"
     composer.send_keys(question)

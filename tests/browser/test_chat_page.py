@@ -120,17 +120,29 @@ def test_stop_cancels_the_request_on_the_server(browser, page_server):
     b = browser()
     open_page(b, page_server)
     set_max_tokens(b, LONG_ANSWER_TOKENS)
+    # The live panel's highest count of running requests, as the page shows it.
+    b.js("""window.maxRunning = 0;
+            new MutationObserver(() => {
+              window.maxRunning = Math.max(window.maxRunning, +document.getElementById('live-running').textContent);
+            }).observe(document.getElementById('live'), {subtree: true, childList: true, characterData: true});""")
+    # The tiny model may pick its end token at any point; this answer must run long enough to be stopped.
+    b.js("""const send = window.fetch;
+            window.fetch = (url, options) => {
+              if (String(url).endsWith('/v1/chat/completions')) {
+                options = Object.assign({}, options, {body: JSON.stringify(
+                    Object.assign(JSON.parse(options.body), {ignore_eos: true}))});
+              }
+              return send(url, options);
+            };""")
     send(b, "Write a very long story.")
-    # The tiny model may pick its end token early; then the answer is regenerated and stopped again.
-    for _ in range(3):
-        b.wait(lambda: b.find("#stop").is_displayed() and answers(b) and answers(b)[0].text.strip(),
-               message="the answer never started")
-        assert wait_until(lambda: metric(page_server, "vllm:num_requests_running") == 1, timeout=5)
-        b.find("#stop").click()
-        answer = wait_answer_finished(b, 1)
-        if answer.find_elements("css selector", ".note.stopped"):
-            break
-        answer.find_element("css selector", ".actions .regenerate").click()
+    # Read in the page: the answer's element is replaced at every redraw while it streams in.
+    b.wait(lambda: b.js("""const c = document.querySelector('#messages .assistant .content.streaming');
+                           return !document.getElementById('stop').hidden && !!c && c.textContent.trim() !== '';"""),
+           message="the answer never started")
+    assert wait_until(lambda: metric(page_server, "vllm:num_requests_running") == 1, timeout=5)
+    b.wait(lambda: b.js("return window.maxRunning") == 1, timeout=5, message="the live panel never showed 1 running")
+    b.find("#stop").click()
+    answer = wait_answer_finished(b, 1)
     assert answer.find_elements("css selector", ".note.stopped"), "no 'Stopped.' note"
     assert wait_until(lambda: metric(page_server, "vllm:num_requests_running") == 0, timeout=5), \
         "the server still runs the stopped request"
