@@ -326,7 +326,7 @@
   // conversation before it without failed answers.
   function history(conversation, upTo) {
     const out = [];
-    if (conversation.system.trim()) out.push({ role: "system", content: conversation.system });
+    if ((conversation.system || "").trim()) out.push({ role: "system", content: conversation.system });
     for (const m of conversation.messages.slice(0, upTo)) {
       if (m.role === "assistant" && (m.error || !m.content)) continue;
       out.push({ role: m.role, content: m.content });
