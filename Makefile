@@ -30,7 +30,7 @@ test-unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 test-py: build
-	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/layout tests/python
+	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/browser tests/layout tests/python
 
 test: test-unit test-py test-fuzz
 
@@ -89,7 +89,7 @@ test-fuzz: fuzz-build
 HOST ?= 127.0.0.1
 PORT ?= 8000
 run: build
-	@echo "tern: serving $(MODEL) on http://$(HOST):$(PORT)/ (Ctrl-C stops)"
+	@echo "tern: serving $(MODEL); the chat page is on http://$(HOST):$(PORT)/ (Ctrl-C stops)"
 	@$(TERN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 # One prompt through the engine, printed as it is generated.

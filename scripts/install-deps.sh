@@ -13,6 +13,10 @@ debian_packages=(
   libedit-dev  # tern chat: line editing and history (BSD licence)
   clang-14 libclang-rt-14-dev llvm-14  # make fuzz: clang, libFuzzer + sanitizer runtimes, llvm-symbolizer
   python3 python3-venv python3-dev
+  libjs-marked node-dompurify libjs-highlight.js  # the chat page's libraries, embedded in tern at build time
+  chromium chromium-driver  # browser tests of the chat page (tests/browser)
+  fonts-wqy-microhei fonts-noto-color-emoji  # Chinese and emoji glyphs for chromium's screenshots
+  curl  # bench/run_locust.sh waits for /health with it
 )
 
 missing=()

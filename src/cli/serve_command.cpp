@@ -91,7 +91,10 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
       ->envname("TERN_HTTP_THREADS");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
       ->capture_default_str()->envname("TERN_MAX_BODY_BYTES");
-  cmd->add_option("--web-root", o.web_root, "Folder of the chat page (default: the built-in web/ folder)")
+  cmd->add_flag("--no-webui", o.no_webui, "Do not serve the built-in chat page at GET / (as llama-server)")
+      ->envname("TERN_NO_WEBUI");
+  cmd->add_option("--web-root", o.web_root,
+                  "Serve the chat page's own files from this folder's copy of web/ instead of the built-in ones")
       ->envname("TERN_WEB_ROOT");
   // Accepted for vLLM compatibility.
   cmd->add_option("--tensor-parallel-size", o.tensor_parallel_size, "Only 1 is supported")
@@ -136,7 +139,8 @@ int run_serve(const ServeOptions& o) {
   server::add_openai_routes(router, ctx);
   server::add_tgi_routes(router, ctx);
   auto counters = std::make_shared<server::HttpCounters>();
-  server::add_web_routes(router, ctx, counters, o.web_root);
+  server::WebPageOptions page{!o.no_webui, o.web_root};
+  std::vector<std::string> page_paths = server::add_web_routes(router, ctx, counters, page);
 
   server::HttpServerOptions http;
   http.host = o.host;
@@ -145,6 +149,7 @@ int run_serve(const ServeOptions& o) {
   http.max_body_bytes = o.max_body_bytes;
   http.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
   http.auth.api_key = o.api_key;
+  for (auto& path : page_paths) http.auth.open_paths.push_back(std::move(path));
   http.cors.allowed_origins = split_list(o.allowed_origins);
   server::HttpServer srv(http, std::move(router), counters);
   Status st = srv.listen();

@@ -27,6 +27,7 @@ struct ServeOptions {
   double shutdown_timeout_s = 30;
   int http_threads = 2;
   uint64_t max_body_bytes = 16ull << 20;
+  bool no_webui = false;
   std::string web_root;
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;

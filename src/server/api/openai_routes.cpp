@@ -287,9 +287,15 @@ void add_openai_routes(Router& router, ServingContext& ctx) {
 
   router.get("/v1/models", [&ctx](HttpRequest&, Responder& res) -> Task<void> {
     int64_t created = std::chrono::duration_cast<std::chrono::seconds>(ctx.started.time_since_epoch()).count();
+    // The sampling values a request that sets none gets (from generation_config.json under
+    // --generation-config auto), for clients such as the chat page to show.
+    SamplingParams defaults;
+    (void)parse_sampling_fields(json::object(), ctx, defaults);
+    json generation_config = {{"temperature", defaults.temperature}, {"top_p", defaults.top_p},
+                              {"top_k", defaults.top_k}, {"repetition_penalty", defaults.repetition_penalty}};
     json model = {{"id", ctx.model_name},  {"object", "model"},        {"created", created},
                   {"owned_by", "tern"},    {"root", ctx.model_path},   {"parent", nullptr},
-                  {"max_model_len", ctx.max_model_len}};
+                  {"max_model_len", ctx.max_model_len}, {"generation_config", generation_config}};
     if (!ctx.model_notice.empty()) model["notice"] = ctx.model_notice;
     json body = {{"object", "list"}, {"data", json::array({model})}};
     co_await respond_json(res, body);

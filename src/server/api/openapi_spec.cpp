@@ -168,7 +168,14 @@ constexpr const char* kDocument = R"json({
           "owned_by": {"type": "string"},
           "root": {"type": "string"},
           "parent": {"type": "string", "nullable": true},
-          "max_model_len": {"type": "integer", "minimum": 1}}}}}},
+          "max_model_len": {"type": "integer", "minimum": 1},
+          "generation_config": {"type": "object",
+            "description": "The sampling values a request that sets none of them gets.",
+            "required": ["temperature", "top_p", "top_k", "repetition_penalty"], "properties": {
+            "temperature": {"type": "number", "minimum": 0},
+            "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+            "top_k": {"type": "integer"},
+            "repetition_penalty": {"type": "number", "minimum": 0, "exclusiveMinimum": true}}}}}}}},
     "TokenizeRequest": {"type": "object", "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
       "properties": {
       "model": {"type": "string", "nullable": true},
@@ -379,7 +386,9 @@ constexpr const char* kDocument = R"json({
       "401": {"$ref": "#/components/responses/Unauthorized"}}}},
   "/": {
     "get": {"operationId": "chatPage", "tags": ["tern"], "summary": "The built-in chat page.", "security": [{}],
-      "responses": {"200": {"description": "HTML.", "content": {"text/html": {"schema": {"type": "string"}}}}}},
+      "responses": {"200": {"description": "HTML.", "content": {"text/html": {"schema": {"type": "string"}}}},
+        "304": {"description": "Unchanged since the ETag in If-None-Match."},
+        "404": {"description": "The page is turned off (--no-webui)."}}},
     "post": {"operationId": "tgiCompat", "tags": ["TGI"],
       "summary": "TGI's compat route: /generate wrapped in a list, or /generate_stream when stream is true.",
       "requestBody": {"required": true, "content": {"application/json": {
