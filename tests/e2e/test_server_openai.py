@@ -261,7 +261,7 @@ def test_chat_fields_not_honoured_are_refused_by_name(client, field, extra):
 
 
 @pytest.mark.parametrize("field,extra", [
-    ("use_beam_search", {"use_beam_search": True}), ("prompt_logprobs", {"prompt_logprobs": 1}),
+    ("use_beam_search", {"use_beam_search": True}),
     ("allowed_token_ids", {"allowed_token_ids": [5, 6]}), ("bad_words", {"bad_words": ["sea"]}),
     ("guided_choice", {"guided_choice": ["a", "b"]}), ("guided_regex", {"guided_regex": "[ab]"}),
     ("tool_choice", {"tool_choice": "required"}), ("chat_template", {"chat_template": "{{ x }}"}),
@@ -277,7 +277,7 @@ def test_unimplemented_vllm_fields_are_refused_by_name(client, field, extra):
 
 
 def test_neutral_values_of_unimplemented_fields_are_served(client):
-    neutral = {"use_beam_search": False, "prompt_logprobs": 0, "allowed_token_ids": [], "bad_words": [],
+    neutral = {"use_beam_search": False, "allowed_token_ids": [], "bad_words": [],
                "tool_choice": "none", "spaces_between_special_tokens": True, "modalities": ["text"],
                "continue_final_message": False, "length_penalty": 1.0, "guided_regex": None}
     assert chat(client, max_tokens=2, extra_body=neutral).choices

@@ -34,6 +34,7 @@ std::optional<ApiError> GenerationSession::start() {
     streams_.push_back(*stream);
     request_done_.push_back(false);
     last_.emplace_back();
+    prompt_logprobs_.emplace_back();
     last_token_at_.push_back(start_);
     itl_s_.emplace_back();
   }
@@ -89,6 +90,7 @@ void GenerationSession::drain(std::vector<ChoiceUpdate>& out) {
       }
       if (!e.error.is_ok() && !error_) error_ = api_error_from_status(e.error);
       bool fin = e.finished;
+      if (!e.prompt_logprobs.empty()) prompt_logprobs_[i] = std::move(e.prompt_logprobs);
       last_[i].num_prompt_tokens = e.num_prompt_tokens;
       last_[i].num_cached_tokens = e.num_cached_tokens;
       last_[i].num_output_tokens = e.num_output_tokens;

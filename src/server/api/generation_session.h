@@ -61,6 +61,10 @@ class GenerationSession {
   const std::string& id() const { return id_; }
   int n() const { return n_; }
   int num_choices() const { return n_ * static_cast<int>(requests_.size()); }
+  // Request i's prompt logprobs (SamplingParams::prompt_logprobs): one entry
+  // per prompt token after the first, once the prompt is computed.
+  const std::vector<SampleResult>& prompt_logprobs(size_t i) const { return prompt_logprobs_[i]; }
+  const std::vector<int32_t>& prompt(size_t i) const { return requests_[i].prompt; }
 
  private:
   void drain(std::vector<ChoiceUpdate>& out);
@@ -76,6 +80,7 @@ class GenerationSession {
   std::vector<std::shared_ptr<RequestStream>> streams_;
   std::vector<bool> request_done_;
   std::vector<RequestOutput> last_;
+  std::vector<std::vector<SampleResult>> prompt_logprobs_;
   std::vector<std::chrono::steady_clock::time_point> last_token_at_;
   std::vector<std::vector<double>> itl_s_;
   int finished_ = 0;

@@ -2,6 +2,7 @@
 // untrusted and nlohmann throws on a wrong type.
 #include "server/api/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -126,7 +127,6 @@ struct UnimplementedField {
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool is_empty(const json& v) { return (v.is_array() || v.is_object() || v.is_string()) && v.empty(); }
-bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1; }
 bool no_tool_choice(const json& v) { return v.is_string() && (v == "none" || v == "auto"); }
 
@@ -134,7 +134,6 @@ constexpr UnimplementedField kUnimplemented[] = {
     {"continue_final_message", "continuing the last assistant message", is_false},
     {"use_beam_search", "beam search", is_false},
     {"length_penalty", "beam search's length penalty", is_one},
-    {"prompt_logprobs", "prompt log-probabilities", is_zero},
     {"allowed_token_ids", "restricting the vocabulary", is_empty},
     {"bad_words", "banned words", is_empty},
     {"truncate_prompt_tokens", "prompt truncation", [](const json&) { return false; }},
@@ -284,14 +283,18 @@ std::optional<ApiError> parse_sampling_fields(const json& j, const ServingContex
 }
 
 std::optional<ApiError> fit_context(Request& r, std::optional<int64_t> asked, int64_t default_max,
-                                    const ServingContext& ctx) {
+                                    const ServingContext& ctx, bool allow_zero) {
   int64_t len = static_cast<int64_t>(r.prompt.size());
   const std::string limit = "This model's maximum context length is " + std::to_string(ctx.max_model_len) + " tokens. ";
   if (len >= ctx.max_model_len) {
     return bad_request(limit + "However, your request has " + std::to_string(len) +
                        " input tokens. Please reduce the length of the input messages.");
   }
-  if (asked && *asked < 1) return bad_request("max_tokens must be at least 1, got " + std::to_string(*asked) + ".", "max_tokens");
+  if (asked && *asked < (allow_zero ? 0 : 1)) {
+    return bad_request("max_tokens must be at least 1, got " + std::to_string(*asked) + "." +
+                           (*asked == 0 ? " (0, the prompt alone, needs echo on /v1/completions.)" : ""),
+                       "max_tokens");
+  }
   int64_t room = ctx.max_model_len - len;
   if (asked && *asked > room) {
     return bad_request(limit + "However, you requested " + std::to_string(len + *asked) + " tokens (" +
@@ -362,6 +365,21 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     job.echo = echo.value_or(false);
   }
   if (job.logprobs) params.logprobs = *job.logprobs;
+  // vLLM's prompt_logprobs; completions' echo with logprobs asks for them too.
+  std::optional<int64_t> prompt_logprobs;
+  TRY(get_int(j, "prompt_logprobs", prompt_logprobs));
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > 20))
+    return bad_request("prompt_logprobs must be between 0 and 20", "prompt_logprobs");
+  if (prompt_logprobs) job.prompt_logprobs = static_cast<int>(*prompt_logprobs);
+  if (job.echo && job.logprobs) job.echo_logprobs = true;
+  if (job.prompt_logprobs || job.echo_logprobs) {
+    params.prompt_logprobs = std::max(job.prompt_logprobs.value_or(0), job.echo_logprobs ? *job.logprobs : 0);
+    if (job.stream) {
+      return bad_request(std::string(job.prompt_logprobs ? "prompt_logprobs" : "echo with logprobs") +
+                             " is answered in one response: set stream to false",
+                         job.prompt_logprobs ? "prompt_logprobs" : "echo");
+    }
+  }
 
   // Prompts.
   std::vector<std::vector<int32_t>> prompts;
@@ -443,7 +461,7 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     r.n = static_cast<int>(n.value_or(1));
     r.priority = static_cast<int>(priority.value_or(0));
     r.cache_salt = cache_salt.value_or("");
-    TRY(fit_context(r, max_tokens, kind == ApiKind::kChat ? 0 : 16, ctx));
+    TRY(fit_context(r, max_tokens, kind == ApiKind::kChat ? 0 : 16, ctx, job.echo));
     Status st = r.params.validate(ctx.vocab_size);
     if (!st.is_ok()) return bad_request(st.message());
     job.requests.push_back(std::move(r));

@@ -31,6 +31,8 @@ struct GenerationJob {
   bool continuous_usage = false;
   bool echo = false;
   std::optional<int> logprobs;  // chat: top_logprobs when logprobs=true; completions: logprobs
+  std::optional<int> prompt_logprobs;  // vLLM's prompt_logprobs field
+  bool echo_logprobs = false;          // completions: echo with logprobs, the prompt's logprobs first
   std::string model;
   std::string user;
 };
@@ -48,9 +50,10 @@ std::optional<ApiError> parse_sampling_fields(const nlohmann::json& j, const Ser
 
 // Checks prompt length and max_tokens against max_model_len with vLLM's
 // wording, setting max_tokens when the client left it out (`default_max`,
-// 0 meaning "the rest of the context").
+// 0 meaning "the rest of the context"); max_tokens 0 only when allow_zero
+// (completions' echo: the prompt alone).
 std::optional<ApiError> fit_context(Request& r, std::optional<int64_t> asked_max_tokens, int64_t default_max,
-                                    const ServingContext& ctx);
+                                    const ServingContext& ctx, bool allow_zero = false);
 
 // The text of a message's content: a string, null, or a list of
 // {"type": "text", "text": ...} parts.

@@ -60,6 +60,59 @@ json completion_logprobs(const ServingContext& ctx, const ChoiceUpdate& u, size_
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+// vLLM's prompt_logprobs: null for the first prompt token (no context), then
+// per token {"<id>": {logprob, rank, decoded_token}} for the prompt's token
+// and the most likely alternatives.
+json prompt_logprobs_json(const ServingContext& ctx, const std::vector<SampleResult>& scored) {
+  json out = json::array({nullptr});
+  for (const SampleResult& s : scored) {
+    json e = json::object();
+    auto add = [&](int32_t id, float logprob, int32_t rank) {
+      e[std::to_string(id)] = {{"logprob", std::isfinite(logprob) ? logprob : -9999.0f},
+                               {"rank", rank},
+                               {"decoded_token", utf8_sanitize(ctx.tokenizer->token_bytes(id))}};
+    };
+    add(s.token, s.logprob, s.rank);
+    for (size_t r = 0; r < s.top.size(); ++r)
+      if (s.top[r].id != s.token) add(s.top[r].id, s.top[r].logprob, static_cast<int32_t>(r + 1));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// Completions' echo with logprobs: the prompt's tokens lead the logprobs
+// (the first with null), then the completion's, whose text offsets already
+// count the echoed prompt.
+json echo_logprobs_json(const ServingContext& ctx, const std::vector<int32_t>& prompt,
+                        const std::vector<SampleResult>& scored, const json& completion) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string text = utf8_sanitize(ctx.tokenizer->token_bytes(prompt[i]));
+    tokens.push_back(text);
+    offsets.push_back(offset);
+    offset += text.size();
+    if (i == 0 || i - 1 >= scored.size()) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    const SampleResult& s = scored[i - 1];
+    lps.push_back(std::isfinite(s.logprob) ? s.logprob : -9999.0f);
+    json top = json::object();
+    top[text] = std::isfinite(s.logprob) ? s.logprob : -9999.0f;
+    for (const TokenLogprob& t : s.top) top[utf8_sanitize(ctx.tokenizer->token_bytes(t.id))] = t.logprob;
+    tops.push_back(std::move(top));
+  }
+  if (completion.is_object()) {
+    for (const auto& v : completion["tokens"]) tokens.push_back(v);
+    for (const auto& v : completion["token_logprobs"]) lps.push_back(v);
+    for (const auto& v : completion["top_logprobs"]) tops.push_back(v);
+    for (const auto& v : completion["text_offset"]) offsets.push_back(v);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json usage_json(const SessionUsage& u) {
   json j = {{"prompt_tokens", u.prompt_tokens},
             {"completion_tokens", u.completion_tokens},
@@ -243,13 +296,18 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
       choice["logprobs"] = s.logprobs.empty() && !job.logprobs ? json(nullptr) : chat_logprobs(ctx, all);
     } else {
       choice["text"] = s.text;
-      size_t offset = job.echo ? job.prompt_texts[static_cast<size_t>(c / session.n())].size() : 0;
-      choice["logprobs"] = s.logprobs.empty() && !job.logprobs ? json(nullptr) : completion_logprobs(ctx, all, offset);
+      const auto request = static_cast<size_t>(c / session.n());
+      size_t offset = job.echo ? job.prompt_texts[request].size() : 0;
+      json lp = s.logprobs.empty() && !job.logprobs ? json(nullptr) : completion_logprobs(ctx, all, offset);
+      if (job.echo_logprobs) lp = echo_logprobs_json(ctx, session.prompt(request), session.prompt_logprobs(request), lp);
+      choice["logprobs"] = std::move(lp);
+      if (job.prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(ctx, session.prompt_logprobs(request));
     }
     choices_json.push_back(std::move(choice));
   }
   json body = {{"id", id},         {"object", object},         {"created", created}, {"model", ctx.model_name},
                {"choices", choices_json}, {"usage", usage_json(usage)}, {"tern", tern_json(usage)}};
+  if (chat && job.prompt_logprobs) body["prompt_logprobs"] = prompt_logprobs_json(ctx, session.prompt_logprobs(0));
   co_await res.respond(200, std::string(kJsonContentType), dump(body));
 }
 

@@ -58,6 +58,8 @@ constexpr const char* kDocument = R"json({
       "stop_token_ids": {"allOf": [{"$ref": "#/components/schemas/TokenIds"}], "nullable": true},
       "seed": {"type": "integer", "nullable": true},
       "n": {"type": "integer", "nullable": true, "minimum": 1, "maximum": 128},
+      "prompt_logprobs": {"type": "integer", "nullable": true, "minimum": 0, "maximum": 20,
+        "description": "vLLM's: the prompt tokens' logprobs with this many alternatives (not with stream)."},
       "logit_bias": {"type": "object", "nullable": true,
         "description": "Token id (as a string) -> bias in [-100, 100].",
         "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
@@ -123,8 +125,10 @@ constexpr const char* kDocument = R"json({
     "CompletionLogprobs": {"type": "object", "nullable": true,
       "required": ["tokens", "token_logprobs", "top_logprobs", "text_offset"], "properties": {
       "tokens": {"type": "array", "items": {"type": "string"}},
-      "token_logprobs": {"type": "array", "items": {"type": "number", "maximum": 0}},
-      "top_logprobs": {"type": "array", "items": {"type": "object", "additionalProperties": {"type": "number"}}},
+      "token_logprobs": {"type": "array", "description": "With echo the prompt's tokens lead; the first is null.",
+        "items": {"type": "number", "maximum": 0, "nullable": true}},
+      "top_logprobs": {"type": "array",
+        "items": {"type": "object", "nullable": true, "additionalProperties": {"type": "number"}}},
       "text_offset": {"type": "array", "items": {"type": "integer", "minimum": 0}}}},
     "ChatCompletion": {"type": "object",
       "required": ["id", "object", "created", "model", "choices", "usage"], "properties": {
@@ -142,7 +146,13 @@ constexpr const char* kDocument = R"json({
           "finish_reason": {"$ref": "#/components/schemas/FinishReason"},
           "stop_reason": {"$ref": "#/components/schemas/StopReason"}}}},
       "usage": {"$ref": "#/components/schemas/Usage"},
+      "prompt_logprobs": {"$ref": "#/components/schemas/PromptLogprobs"},
       "tern": {"$ref": "#/components/schemas/Timings"}}},
+    "PromptLogprobs": {"type": "array", "description": "null for the first prompt token, then token id -> entry.",
+      "items": {"type": "object", "nullable": true, "additionalProperties": {"type": "object",
+        "required": ["logprob", "rank", "decoded_token"], "properties": {
+          "logprob": {"type": "number", "maximum": 0}, "rank": {"type": "integer", "minimum": 1},
+          "decoded_token": {"type": "string"}}}}},
     "Completion": {"type": "object",
       "required": ["id", "object", "created", "model", "choices", "usage"], "properties": {
       "id": {"type": "string"},
@@ -154,6 +164,7 @@ constexpr const char* kDocument = R"json({
           "index": {"type": "integer", "minimum": 0},
           "text": {"type": "string"},
           "logprobs": {"$ref": "#/components/schemas/CompletionLogprobs"},
+          "prompt_logprobs": {"$ref": "#/components/schemas/PromptLogprobs"},
           "finish_reason": {"$ref": "#/components/schemas/FinishReason"},
           "stop_reason": {"$ref": "#/components/schemas/StopReason"}}}},
       "usage": {"$ref": "#/components/schemas/Usage"},
