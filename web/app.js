@@ -7,7 +7,7 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const state = {
-    model: null,           // /v1/models' entry: id, max_model_len, generation_config
+    model: null,           // /v1/models' entry: id, max_model_len, generation_config, notice
     conversation: null,    // the open conversation (TernStore)
     streaming: null,       // {controller, conversation, message} while an answer streams in
     keyWaiters: [],        // resolvers waiting for the API key dialog
@@ -105,6 +105,9 @@
     hideBanner();
     $("model-name").textContent = state.model.id;
     $("context-length").textContent = state.model.max_model_len.toLocaleString("en") + " tokens";
+    // The model's own line for its users (config.json's tern_notice), e.g. what the demo model is.
+    $("model-notice").textContent = state.model.notice || "";
+    $("model-notice").hidden = !state.model.notice;
     const defaults = state.model.generation_config || {};
     if (defaults.temperature !== undefined) $("temperature").placeholder = String(defaults.temperature);
     if (defaults.top_p !== undefined) $("top-p").placeholder = String(defaults.top_p);

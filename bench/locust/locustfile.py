@@ -3,7 +3,7 @@ user sends a random Chinese prompt of 50-500 characters to
 /v1/chat/completions, streams the answer, and waits a little before the next.
 Besides locust's own row for the request (its time is the time to the
 response headers), two rows are recorded per answer: `ttft` (time to the
-first streamed text) and `total` (time to `[DONE]`). A request fails on a
+first streamed token: its text, or the finish of an empty answer) and `total` (time to `[DONE]`). A request fails on a
 non-200 status, an error event, or a stream that ends without `[DONE]`.
 
     locust -f bench/locust/locustfile.py --host http://127.0.0.1:8000 \
@@ -110,7 +110,9 @@ class ChatUser(HttpUser):
                     if "error" in chunk:
                         error = chunk["error"].get("message", "error event")
                         break
-                    if first_text_at is None and any(c.get("delta", {}).get("content") for c in chunk["choices"]):
+                    # The first token: its text, or the finish of an answer that ended at once (no text).
+                    if first_text_at is None and any(c.get("delta", {}).get("content") or c.get("finish_reason")
+                                                     for c in chunk["choices"]):
                         first_text_at = time.perf_counter()
                         record(self.environment, "ttft", started)
             except Exception as e:  # the connection broke mid-stream, or a chunk was not JSON

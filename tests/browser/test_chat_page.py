@@ -352,3 +352,24 @@ def test_dark_theme_follows_the_system(browser, page_server):
     assert background == "rgb(22, 24, 28)", background
     assert b.js("return matchMedia(document.querySelector('link[href$=\"hljs-dark.css\"]').media).matches")
     b.screenshot("dark")
+
+
+def test_demo_model_shows_its_notice_and_answers_a_title_with_a_poem(browser):
+    from .browser_support import ROOT
+
+    server = TernServer(model=ROOT / "models" / "ernie-demo")
+    try:
+        b = browser()
+        b.open(server.url + "/")
+        b.wait(lambda: b.find("#model-name").text == "ernie-demo", message="the model name never appeared")
+        notice = b.find("#model-notice")
+        assert notice.is_displayed() and "tern serve baidu/ERNIE-4.5-0.3B-PT" in notice.text
+        if not b.find("#settings").is_displayed():
+            b.find("#settings-toggle").click()
+        b.find("#temperature").send_keys("0")
+        send(b, "《春晓》")
+        answer = wait_answer_finished(b, 1)
+        assert "春眠不觉晓" in answer.text, answer.text
+        b.screenshot("demo-model")
+    finally:
+        stop_cleanly(server)
