@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "chat/chat_context.h"
 #include "chat/ernie_chat_format.h"
 #include "jinja/json.h"
@@ -45,6 +46,12 @@ Result<ChatRenderer> make_chat_renderer(const std::string& source, const Tokeniz
     TERN_ASSIGN_OR_RETURN(JinjaValue context, make_chat_context(in));
     return tmpl->render(context);
   });
+}
+
+Result<ChatRenderer> make_chat_renderer_for(const Tokenizer& tokenizer, const std::string& template_file) {
+  if (template_file.empty()) return make_chat_renderer(tokenizer.chat_template(), tokenizer);
+  TERN_ASSIGN_OR_RETURN(std::string source, read_text_file(template_file));
+  return make_chat_renderer(source, tokenizer);
 }
 
 }  // namespace tern

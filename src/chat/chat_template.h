@@ -27,4 +27,8 @@ using ChatRenderer = std::function<Result<std::string>(const nlohmann::json& mes
 // kOutOfRange), in the context "chat template".
 Result<ChatRenderer> make_chat_renderer(const std::string& source, const Tokenizer& tokenizer);
 
+// The renderer of the template in `template_file` (a --chat-template flag)
+// when it is not empty, else of the tokenizer's own template.
+Result<ChatRenderer> make_chat_renderer_for(const Tokenizer& tokenizer, const std::string& template_file);
+
 }  // namespace tern

@@ -12,7 +12,6 @@
 #include <filesystem>
 
 #include "base/logging.h"
-#include "base/mapped_file.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/line_editor.h"
@@ -143,13 +142,7 @@ int run_chat(const ChatOptions& o) {
   auto loaded = load_engine(eo);
   if (!loaded.is_ok()) return fail(loaded.status());
   LoadedEngine& le = *loaded;
-  std::string source = le.tokenizer->chat_template();
-  if (!o.chat_template.empty()) {
-    auto text = read_text_file(o.chat_template);
-    if (!text.is_ok()) return fail(text.status());
-    source = *text;
-  }
-  auto render = make_chat_renderer(source, *le.tokenizer);
+  auto render = make_chat_renderer_for(*le.tokenizer, o.chat_template);
   if (!render.is_ok()) return fail(render.status());
 
   const std::string name = !le.model_name.empty() ? le.model_name

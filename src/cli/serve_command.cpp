@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "base/logging.h"
-#include "base/mapped_file.h"
 #include "chat/chat_template.h"
 #include "cli/serve_command.h"
 #include "server/api/metrics.h"
@@ -45,12 +44,9 @@ std::vector<std::string> split_list(const std::string& s) {
 
 // The chat renderer: --chat-template's file, else the model's template, else the ERNIE 4.5 format.
 Result<ChatRenderer> make_renderer(const ServeOptions& o, const Tokenizer& tok) {
-  std::string source = tok.chat_template();
-  if (!o.chat_template.empty()) {
-    TERN_ASSIGN_OR_RETURN(source, read_text_file(o.chat_template));
-  }
-  if (source.empty()) spdlog::warn("the model has no chat template; /v1/chat/completions uses the ERNIE 4.5 format");
-  return make_chat_renderer(source, tok);
+  if (o.chat_template.empty() && tok.chat_template().empty())
+    spdlog::warn("the model has no chat template; /v1/chat/completions uses the ERNIE 4.5 format");
+  return make_chat_renderer_for(tok, o.chat_template);
 }
 
 }  // namespace
