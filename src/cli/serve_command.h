@@ -25,6 +25,8 @@ struct ServeOptions {
   bool disable_log_requests = false;
   bool log_requests_text = false;
   double shutdown_timeout_s = 30;
+  double http_read_timeout_s = 60;
+  double timeout_keep_alive_s = 75;
   int http_threads = 2;
   uint64_t max_body_bytes = 16ull << 20;
   bool no_webui = false;
