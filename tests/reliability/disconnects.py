@@ -36,7 +36,7 @@ MOMENTS = ("partial-request", "before-head", "prefill", "mid-decode", "preempted
 
 def stream_body(rng, moment):
     if moment == "prefill":
-        prompt = " ".join(rng.choice(["alpha", "beta", "天气", "很好", "x"]) for _ in range(700))
+        prompt = " ".join(rng.choice(["alpha", "beta", "天气", "很好", "x"]) for _ in range(250))
         return {"prompt": prompt, "max_tokens": 64, "stream": True}
     if moment == "preempted":
         return {"prompt": "A long story, part %d:" % rng.randrange(10**6), "max_tokens": 1500,
