@@ -499,7 +499,7 @@ def header_cases(rng):
     for sent in (0, 10, len(BODY) - 1):
         data = raw(P + f"Content-Length: {len(BODY)}\r\n\r\n") + BODY[:sent]
         cases.append(Case("bad-header", f"Content-Length over the body ({sent} of {len(BODY)} bytes sent)", data,
-                          [Expect((408,), ("time",))], closes_within=READ_TIMEOUT_S + 4))
+                          [Expect((408,), ("time",))], closes_within=READ_TIMEOUT_S + 8))
     # Content-Length smaller than the body: a truncated JSON body, then the rest as a request.
     data = raw(P + f"Content-Length: {len(BODY) - 5}\r\n\r\n") + BODY
     cases.append(Case("bad-header", "Content-Length under the body", data,
@@ -520,7 +520,7 @@ def slowloris_cases(rng, count):
             chunks = [head + b"Content-Length: %d\r\n\r\n" % (len(BODY) + 100)] + [b" "] * 200
         cases.append(Case("slowloris", f"trickle {i} ({['bytes', 'header lines', 'body'][i % 3]})", b"",
                           [Expect((408,), ("time",))], chunks=chunks, delay=0.1,
-                          closes_within=READ_TIMEOUT_S + 4))
+                          closes_within=READ_TIMEOUT_S + 8))
     return cases
 
 
@@ -546,7 +546,7 @@ def pipelined_cases(rng, count):
         else:  # many requests and garbage in one write
             data = (valid + support.json_post("/detokenize", b'{"tokens": "x"}')) * 10 + bad
             expect = [Expect((200,), ()), Expect((400,), ("tokens",))] * 10 + [Expect(status, ())]
-        closes = READ_TIMEOUT_S + 4
+        closes = READ_TIMEOUT_S + 8
         if bad.startswith(b"POST /v1/completions"):  # a whole request whose body is cut JSON: keep-alive holds
             expect[-1], closes = Expect((400,), ("json",)), None
         cases.append(Case("pipelined", f"pipelined {i} ({len(expect)} responses)", data, expect, closes_within=closes))
@@ -595,7 +595,7 @@ def run_case(server, case):
                     if not conn.send(chunk):
                         break
                     time.sleep(case.delay)
-                    if time.monotonic() - t0 > READ_TIMEOUT_S + 4:
+                    if time.monotonic() - t0 > READ_TIMEOUT_S + 8:
                         return "slowloris: the server never cut the connection off"
             else:
                 conn.send(case.data)

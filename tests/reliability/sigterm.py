@@ -89,7 +89,7 @@ def run(server, drain_s, streams, plain):
     def stream(i):
         short = i % 2 == 0
         # A short one is still running at the signal and ends well within the drain.
-        body = {"prompt": f"Stream {i}:", "max_tokens": 150 if short else 4000, "ignore_eos": True, "stream": True}
+        body = {"prompt": f"Stream {i}:", "max_tokens": 40 if short else 4000, "ignore_eos": True, "stream": True}
         o = Outcome("short stream" if short else "long stream")
         with support.RawConnection(server, timeout=drain_s + 30) as c:
             c.send(support.json_post("/v1/completions", json.dumps(body)))
@@ -107,7 +107,7 @@ def run(server, drain_s, streams, plain):
     def plain_request(i):
         short = i % 2 == 0
         o = Outcome("short request" if short else "long request")
-        body = {"prompt": f"Plain {i}:", "max_tokens": 100 if short else 4000, "ignore_eos": True}
+        body = {"prompt": f"Plain {i}:", "max_tokens": 30 if short else 4000, "ignore_eos": True}
         with support.RawConnection(server, timeout=drain_s + 30) as c:
             c.send(support.json_post("/v1/completions", json.dumps(body)))
             time.sleep(0.1)  # queued or running by now
