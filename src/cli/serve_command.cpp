@@ -81,7 +81,8 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_flag("--log-requests-text", o.log_requests_text, "Include prompt text in request logs")
       ->envname("TERN_LOG_REQUESTS_TEXT");
   cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
-                  "Seconds in-flight requests get after SIGTERM/SIGINT")->capture_default_str()
+                  "Seconds in-flight requests get after SIGTERM/SIGINT; then they end with a shutting-down error")
+      ->capture_default_str()
       ->envname("TERN_SHUTDOWN_TIMEOUT");
   cmd->add_option("--http-read-timeout", o.http_read_timeout_s,
                   "Seconds a request (line, headers and body) has to arrive whole once begun; then 408")
