@@ -109,6 +109,21 @@ def test_http10_stream_over_tls_ends_with_close_notify(tls_server, certs):
     assert data.rstrip().endswith(b"data: [DONE]") and b"Transfer-Encoding" not in data
 
 
+def test_pipelined_requests_over_tls(tls_server, certs):
+    """Two requests sent at once, in two TLS records: the second is read from
+    the socket with the first and waits in OpenSSL's buffers (the socket has
+    nothing more to say), yet must be answered."""
+    raw = socket.create_connection((tls_server.host, tls_server.port), timeout=30)
+    conn = trusting(certs).wrap_socket(raw, server_hostname="127.0.0.1")
+    conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    conn.close()
+    assert data.count(b"HTTP/1.1 200") == 2 and MODEL.encode() in data
+
+
 def test_tls_untrusted_certificate_fails_the_handshake(tls_server, certs):
     before = metric(tls_server, "tern:http_tls_handshake_failures_total")
     client = openai.OpenAI(base_url=tls_server.url + "/v1", api_key="none", max_retries=0)  # system CAs only
