@@ -24,9 +24,17 @@ struct ServeOptions {
   std::string log_level = "info";
   bool disable_log_requests = false;
   bool log_requests_text = false;
+  int64_t max_log_len = 0;
   double shutdown_timeout_s = 30;
   int http_threads = 2;
   uint64_t max_body_bytes = 16ull << 20;
+  uint32_t max_header_bytes = 16 * 1024;
+  int64_t max_connections = 10000;
+  size_t max_logit_bias = 1024;
+  std::string ssl_keyfile;
+  std::string ssl_certfile;
+  std::string ssl_ca_certs;
+  int ssl_cert_reqs = 0;
   bool no_webui = false;
   std::string web_root;
   int tensor_parallel_size = 1;
