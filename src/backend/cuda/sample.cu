@@ -18,18 +18,21 @@
 //      bin of more than kCandidates entries (a nearly flat row) falls back to
 //      a radix select over the logits' order-preserving 32-bit keys;
 //   5. min-p: w >= min_p;
-//   6. the draw: an inverse-CDF draw over the kept tokens' masses in a fixed
-//      order (each thread's strided entries, threads in order), with a
-//      uniform that is a hash of the row key: an exact draw from the kept
-//      tokens' renormalised softmax (tokens whose mass rounds to 0, below
-//      e^-27.7 of the largest, are never drawn). The key comes from the
-//      sequence's own generator, so a seeded request repeats its tokens.
+//   6. the draw: the kept token with the largest (x - m) / T + Gumbel noise,
+//      the noise a hash of (row key, id). That is an exact draw from the
+//      kept tokens' renormalised softmax; the key comes from the sequence's
+//      own generator, so a seeded request repeats its tokens.
+// On sm_90 a few rows share the GPU as clusters of up to 8 blocks, each
+// block a slice of its row, the sums and maxima joined through distributed
+// shared memory; the results do not depend on the slicing.
 // Why bins: the radix select's first byte is the logits' sign and exponent,
 // which most of a row shares, and its shared-memory atomics into those few
 // bins serialised (hundreds of microseconds a row); the bins of (m - x) / T
 // spread a row over many counters and leave the far tail out.
 #include <climits>
 #include <cmath>
+
+#include <cooperative_groups.h>
 
 #include "backend/cuda/device_utils.cuh"
 
@@ -41,7 +44,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
 constexpr float kMaxSpan = 32.0f;    // nats of (m - x) / T the bins cover at most; the last bin takes the rest
 constexpr int kCandidates = 2048;    // entries of one cut bin sorted in shared memory
-constexpr double kMassScale = 1099511627776.0;  // 2^40: a weight in (0, 1] as an integer
+constexpr float kMassScaleF = 1099511627776.0f;  // 2^40: a weight in (0, 1] as an integer
 
 __device__ __forceinline__ uint32_t order_key(float v) {
   const uint32_t u = __float_as_uint(v + 0.0f);
@@ -55,20 +58,13 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 
 __device__ __forceinline__ bool finite_logit(float v) { return v > -INFINITY && v == v; }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // The row's weights as fixed-point masses: exp((v - m) / T) * 2^40, rounded down.
 struct Weights {
   float m, inv_t;
   float scale;  // bins per nat: the bins below the last span the row's finite range, at most kMaxSpan nats
   __device__ __forceinline__ float weight(float v) const { return expf((v - m) * inv_t); }
-  __device__ __forceinline__ uint64_t mass(float v) const {
-    return static_cast<uint64_t>(static_cast<double>(weight(v)) * kMassScale);
-  }
+  // w * 2^40 is exact in float (a power-of-two scale), so this equals the double product.
+  __device__ __forceinline__ uint64_t mass(float v) const { return static_cast<uint64_t>(weight(v) * kMassScaleF); }
   // The bin of (m - v) / T; NaN and the tail past kMaxSpan go to the last bin.
   __device__ __forceinline__ int bin(float v) const {
     const float d = (m - v) * inv_t * scale;
@@ -83,12 +79,59 @@ struct Weights {
 // share a bin).
 constexpr int64_t kLimbVocab = 262144;
 
+// The blocks that share one row: a thread block cluster on sm_90 (each
+// block a slice of the row, the row-wide sums read through distributed
+// shared memory), else the one block.
+struct Cluster {
+  bool solo = false;  // one block alone, whatever its launch
+  __device__ static Cluster single() {
+    Cluster c;
+    c.solo = true;
+    return c;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __device__ unsigned rank() const { return solo ? 0 : cooperative_groups::this_cluster().block_rank(); }
+  __device__ unsigned size() const { return solo ? 1 : cooperative_groups::this_cluster().num_blocks(); }
+  __device__ void sync() const {
+    if (solo) {
+      __syncthreads();
+    } else {
+      cooperative_groups::this_cluster().sync();
+    }
+  }
+  template <class T>
+  __device__ T* at(T* p, unsigned r) const {
+    return solo ? p : cooperative_groups::this_cluster().map_shared_rank(p, r);
+  }
+#else
+  __device__ unsigned rank() const { return 0; }
+  __device__ unsigned size() const { return 1; }
+  __device__ void sync() const { __syncthreads(); }
+  template <class T>
+  __device__ T* at(T* p, unsigned) const {
+    return p;
+  }
+#endif
+};
+
+// A block's slice of the row: ids [lo, hi), a multiple of 32 long but the last.
+struct Slice {
+  int64_t lo, hi;
+};
+
 struct Shared {
   unsigned long long mass_bins[kBins];
   unsigned int mass_lo[kBins], mass_mid[kBins], mass_hi[kBins];
   int count_bins[kBins];
   unsigned long long candidates[kCandidates];  // argmax keys (pick_key) of one bin's entries, sorted largest first
+  unsigned long long gathered[kCandidates];    // this block's entries of that bin, before the cluster's are joined
+  unsigned long long tot_mass[kBins];          // the cluster's bins: every block's counts and masses summed
+  int tot_count[kBins];
   unsigned long long warp_totals[kWarps];
+  // This block's share of the row, read by the cluster's other blocks.
+  unsigned long long block_best, block_top;  // argmax keys: of the logits, of the draw's scores
+  unsigned int block_min_key;
+  int block_finite, block_gathered;
   int num_candidates;
   int found;
   float max_value;
@@ -324,33 +367,13 @@ __device__ uint64_t radix_cut(const float* x, int64_t vocab, const SampleRow& r,
   return static_cast<uint64_t>(cut_key) << 32;  // every entry equal to the cut is kept
 }
 
-// Gathers the argmax keys of bin b's finite entries into s.candidates and
-// sorts them, largest first (the host's order). Returns their number, or
-// -1 when they are more than kCandidates.
-__device__ int gather_bin(const float* x, int64_t vocab, const Weights& w, int b, Shared& s) {
-  if (threadIdx.x == 0) s.num_candidates = 0;
-  __syncthreads();
-  const int lane = threadIdx.x & 31;
-  for (int64_t base = 0; base < vocab; base += blockDim.x) {
-    const int64_t i = base + threadIdx.x;
-    const float v = i < vocab ? x[i] : -INFINITY;
-    const bool in = finite_logit(v) && w.bin(v) == b;
-    const uint32_t ballot = __ballot_sync(0xffffffffu, in);
-    if (ballot == 0) continue;
-    const int leader = __ffs(ballot) - 1;
-    int slot = 0;
-    if (lane == leader) slot = atomicAdd(&s.num_candidates, __popc(ballot));
-    slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(ballot & ((1u << lane) - 1u));
-    if (in && slot < kCandidates) s.candidates[slot] = pick_key(v, i);
-  }
-  __syncthreads();
-  const int n = s.num_candidates;
-  if (n > kCandidates) return -1;
+// Sorts s.candidates[0, n), largest first (the host's order), padding to a power of two with 0.
+__device__ void sort_candidates(int n, Shared& s) {
   int size = 1;
   while (size < n) size <<= 1;
   for (int i = n + static_cast<int>(threadIdx.x); i < size; i += blockDim.x) s.candidates[i] = 0;
   __syncthreads();
-  // Bitonic sort, largest first; padding (0) sinks to the end.
+  // Bitonic sort; padding (0) sinks to the end.
   for (int k = 2; k <= size; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
       for (int i = threadIdx.x; i < size; i += blockDim.x) {
@@ -365,6 +388,41 @@ __device__ int gather_bin(const float* x, int64_t vocab, const Weights& w, int b
       __syncthreads();
     }
   }
+}
+
+// Gathers the argmax keys of bin b's finite entries, every block of the
+// cluster its slice, joins them in every block's s.candidates and sorts
+// them there. Returns their number, or -1 when they are more than
+// kCandidates (the same answer in every block).
+__device__ int gather_bin(const float* x, const Slice& sl, const Weights& w, int b, Shared& s, const Cluster& cl) {
+  if (threadIdx.x == 0) s.block_gathered = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  for (int64_t base = sl.lo; base < sl.hi; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const float v = i < sl.hi ? x[i] : -INFINITY;
+    const bool in = finite_logit(v) && w.bin(v) == b;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, in);
+    if (ballot == 0) continue;
+    const int leader = __ffs(ballot) - 1;
+    int slot = 0;
+    if (lane == leader) slot = atomicAdd(&s.block_gathered, __popc(ballot));
+    slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(ballot & ((1u << lane) - 1u));
+    if (in && slot < kCandidates) s.gathered[slot] = pick_key(v, i);
+  }
+  cl.sync();
+  int n = 0;
+  for (unsigned r = 0; r < cl.size(); ++r) {
+    const Shared* other = cl.at(&s, r);
+    const int count = other->block_gathered;
+    if (n + count <= kCandidates) {
+      for (int j = threadIdx.x; j < count; j += blockDim.x) s.candidates[n + j] = other->gathered[j];
+    }
+    n += count;
+  }
+  cl.sync();  // every block has read the others' entries before any gathers again
+  if (n > kCandidates) return -1;
+  sort_candidates(n, s);
   return n;
 }
 
@@ -400,19 +458,20 @@ __device__ uint64_t candidates_mass(const Weights& w, int n, Shared& s) {
 }
 
 // The cuts through bins of (m - x) / T (the header says how): the argmax
-// key of the last kept entry in `cut` (0: no cut). Returns false when a cut
-// bin holds more entries than can be sorted (then the caller falls back).
-__device__ bool binned_cut(const float* x, int64_t vocab, const SampleRow& r, const Weights& w, int num_finite,
-                           Shared& s, uint64_t& cut) {
+// key of the last kept entry in `cut` (0: no cut), the same in every block
+// of the cluster. Returns false when a cut bin holds more entries than can
+// be sorted (then the caller falls back).
+__device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const SampleRow& r, const Weights& w,
+                           int num_finite, Shared& s, const Cluster& cl, uint64_t& cut) {
   const bool top_k = r.top_k > 0 && r.top_k < num_finite, top_p = r.top_p < 1.0f;
   cut = 0;
   if (!top_k && !top_p) return true;
   const bool limbs = vocab < kLimbVocab;
   const int lane = threadIdx.x & 31;
   clear_bins(s);
-  for (int64_t base = 0; base < vocab; base += blockDim.x) {
+  for (int64_t base = sl.lo; base < sl.hi; base += blockDim.x) {
     const int64_t i = base + threadIdx.x;
-    const float v = i < vocab ? x[i] : -INFINITY;
+    const float v = i < sl.hi ? x[i] : -INFINITY;
     const bool finite = finite_logit(v);
     const int b = finite ? w.bin(v) : kBins - 1;
     // The tail's entries (most of a peaked row) are counted a warp at a time; their masses are 0.
@@ -422,26 +481,39 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const SampleRow& r, co
     if (top_k) atomicAdd(&s.count_bins[b], 1);
     if (top_p) add_mass(s, b, w.mass(v), limbs);
   }
-  __syncthreads();
+  // The cluster's bins, summed in every block.
+  cl.sync();
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+    unsigned long long m = 0;
+    int c = 0;
+    for (unsigned q = 0; q < cl.size(); ++q) {
+      const Shared* other = cl.at(&s, q);
+      m += bin_mass(*other, b);
+      c += other->count_bins[b];
+    }
+    s.tot_mass[b] = m;
+    s.tot_count[b] = c;
+  }
+  cl.sync();  // every block has read the others' bins before any clears them
 
   // top-k: the bin holding the k-th entry, and how many of its entries are in.
   int n = 0;
-  unsigned long long k_mass = 0;  // the top-k set's mass, bins before k_bin
+  unsigned long long k_mass = 0;  // the top-k set's mass in k_bin
   if (top_k) {
     if (threadIdx.x == 0) {
       long long left = r.top_k;
       s.k_bin = kBins - 1;
       for (int b = 0; b < kBins; ++b) {
-        if (s.count_bins[b] >= left) {
+        if (s.tot_count[b] >= left) {
           s.k_bin = b;
           break;
         }
-        left -= s.count_bins[b];
+        left -= s.tot_count[b];
       }
       s.k_need = left;
     }
     __syncthreads();
-    n = gather_bin(x, vocab, w, s.k_bin, s);
+    n = gather_bin(x, sl, w, s.k_bin, s, cl);
     if (n < 0) return false;
     const int need = static_cast<int>(s.k_need < n ? s.k_need : n);
     cut = s.candidates[need - 1];
@@ -455,13 +527,13 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const SampleRow& r, co
   if (threadIdx.x == 0) {
     unsigned long long total = 0;
     const int last = top_k ? s.k_bin : kBins - 1;
-    for (int b = 0; b < last; ++b) total += bin_mass(s, b);
-    total += top_k ? k_mass : bin_mass(s, kBins - 1);
+    for (int b = 0; b < last; ++b) total += s.tot_mass[b];
+    total += top_k ? k_mass : s.tot_mass[kBins - 1];
     const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(total)));
     unsigned long long need = target > 0 ? target : 1;
     s.p_bin = -1;
     for (int b = 0; b <= last; ++b) {
-      const unsigned long long m = b == last && top_k ? k_mass : bin_mass(s, b);
+      const unsigned long long m = b == last && top_k ? k_mass : s.tot_mass[b];
       if (m >= need) {
         s.p_bin = b;
         break;
@@ -474,7 +546,7 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const SampleRow& r, co
   const int p_bin = s.p_bin;
   if (p_bin < 0) return true;  // no mass reaches the target (nothing but zero masses): keep the top-k cut
   if (!top_k || p_bin != s.k_bin) {
-    n = gather_bin(x, vocab, w, p_bin, s);
+    n = gather_bin(x, sl, w, p_bin, s, cl);
     if (n < 0) return false;
   }
   cut = s.candidates[first_reaching(w, n, s.p_need, s)];
@@ -485,67 +557,67 @@ __device__ __forceinline__ bool kept(float v, int64_t i, uint64_t cut, const Sam
   return finite_logit(v) && pick_key(v, i) >= cut && (r.min_p <= 0.0f || w.weight(v) >= r.min_p);
 }
 
-// The draw: an inverse-CDF draw over the kept entries' masses in the order
-// (warp, the warp's rounds of 32 consecutive ids, lane). Returns the argmax
-// key of the drawn entry, or 0 when every kept mass is 0.
-__device__ uint64_t draw(const float* x, int64_t vocab, const SampleRow& r, const Weights& w, uint64_t cut,
-                         Shared& s) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint64_t mine = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = x[i];
-    if (kept(v, i, cut, r, w)) mine += w.mass(v);
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, offset);
-  if (lane == 0) s.warp_totals[warp] = mine;
-  if (threadIdx.x == 0) s.best = 0;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long total = 0;
-    for (int k = 0; k < kWarps; ++k) total += s.warp_totals[k];
-    s.found = -1;
-    if (total > 0) {
-      const double u = static_cast<double>(mix64(r.key ^ 0x5851f42d4c957f2dull) >> 11) * 0x1.0p-53;
-      auto at = static_cast<unsigned long long>(u * static_cast<double>(total));
-      at = at < total ? at : total - 1;
-      int k = 0;
-      while (at >= s.warp_totals[k]) at -= s.warp_totals[k++];
-      s.found = k;
-      s.remaining_mass = at;
-    }
-  }
-  __syncthreads();
-  if (warp == s.found) {
-    unsigned long long at = s.remaining_mass, before = 0;
-    for (int64_t base = static_cast<int64_t>(warp) * 32; base < vocab; base += blockDim.x) {
-      const int64_t i = base + lane;
-      const float v = i < vocab ? x[i] : -INFINITY;
-      const uint64_t m = i < vocab && kept(v, i, cut, r, w) ? w.mass(v) : 0;
-      const uint64_t through = before + warp_inclusive_sum(m);
-      const uint32_t past = __ballot_sync(0xffffffffu, through > at);
-      if (past != 0) {
-        if (lane == __ffs(past) - 1) s.best = pick_key(v, i);
-        break;
-      }
-      before = __shfl_sync(0xffffffffu, through, 31);
-    }
-  }
-  __syncthreads();
-  return s.best;
+// Standard Gumbel noise for (key, id): -log(-log(u)), u uniform in (0, 1)
+// at 24 bits, from a hash of the row key and the id (the same noise
+// whichever block of a cluster reads the id).
+__device__ __forceinline__ float gumbel(uint64_t key, int64_t id) {
+  uint32_t h = static_cast<uint32_t>(key) ^ (static_cast<uint32_t>(key >> 32) * 0x9e3779b9u);
+  h ^= static_cast<uint32_t>(id) * 0x85ebca6bu;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  const float u = (static_cast<float>(h >> 8) + 0.5f) * 0x1.0p-24f;
+  return -logf(-logf(u));
 }
 
+// The draw: the kept entry with the largest (x - m) / T + Gumbel noise,
+// which is an exact draw from the kept entries' renormalised softmax and
+// does not depend on how the row is sliced (a seeded request draws the same
+// token in any batch). Block 0 writes its argmax key to keys[r.pick]
+// (`fallback` if nothing is kept).
+__device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const Weights& w, uint64_t cut,
+                     uint64_t fallback, uint64_t* keys, Shared& s, const Cluster& cl) {
+  uint64_t top = 0;  // the score's order key above (2^32 - 1 - id), as pick_key
+  for (int64_t i = sl.lo + threadIdx.x; i < sl.hi; i += blockDim.x) {
+    const float v = x[i];
+    if (!kept(v, i, cut, r, w)) continue;
+    const uint64_t k = pick_key((v - w.m) * w.inv_t + gumbel(r.key, i), i);
+    top = k > top ? k : top;
+  }
+  if (threadIdx.x == 0) s.best = 0;
+  __syncthreads();
+  top = block_max_u64(top, &s.best);
+  if (threadIdx.x == 0) s.block_top = top;
+  cl.sync();
+  if (threadIdx.x == 0 && cl.rank() == 0) {
+    for (unsigned q = 1; q < cl.size(); ++q) {
+      const unsigned long long other = cl.at(&s, q)->block_top;
+      top = other > top ? other : top;
+    }
+    const int id = static_cast<int>(0xffffffffu - static_cast<uint32_t>(top & 0xffffffffu));
+    keys[r.pick] = top != 0 ? pick_key(x[id], id) : fallback;
+  }
+  cl.sync();  // block 0 has read the others' before any leaves
+}
+
+// One row per cluster of `blocks` blocks (1 without clusters), each block a slice of the row.
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t vocab, const SampleRow* rows,
                                                           const LogitOp* ops, uint64_t* keys) {
   __shared__ Shared s;
-  const SampleRow r = rows[blockIdx.x];
+  const Cluster cl{};
+  const unsigned blocks = cl.size(), rank = cl.rank();
+  const SampleRow r = rows[blockIdx.x / blocks];
   float* x = logits + static_cast<int64_t>(r.row) * vocab;
+  const int64_t chunk = ((vocab + blocks - 1) / blocks + 31) / 32 * 32;
+  const Slice sl{rank * chunk < vocab ? rank * chunk : vocab, (rank + 1) * chunk < vocab ? (rank + 1) * chunk : vocab};
 
-  // 1. The logit ops, in the host sampler's order; within a phase the ids are distinct.
+  // 1. The logit ops of the slice's ids, in the host sampler's order; within a phase the ids are distinct.
   for (int phase = 0; phase < 4; ++phase) {
     for (int i = r.ops_begin + static_cast<int>(threadIdx.x); i < r.ops_end; i += blockDim.x) {
       const LogitOp op = ops[i];
-      if (op.phase != phase || op.id < 0 || op.id >= vocab) continue;
+      if (op.phase != phase || op.id < sl.lo || op.id >= sl.hi) continue;
       float& v = x[op.id];
       if (phase == 0) {
         v += op.a;
@@ -562,17 +634,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
   if (threadIdx.x == 0) {
     s.best = 0;
-    s.max_value = -INFINITY;
     s.finite = 0;
     s.min_key = UINT_MAX;
   }
   __syncthreads();
 
-  // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum.
+  // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.
   uint64_t best = 0;
   int finite = 0;
   uint32_t min_key = UINT_MAX;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int64_t i = sl.lo + threadIdx.x; i < sl.hi; i += blockDim.x) {
     const float v = x[i];
     if (v == v) {
       const uint64_t k = pick_key(v, i);
@@ -590,9 +661,25 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     atomicMin(&s.min_key, min_key);
   }
   best = block_max_u64(best, &s.best);
+  if (threadIdx.x == 0) {
+    s.block_best = best;
+    s.block_finite = s.finite;
+    s.block_min_key = s.min_key;
+  }
+  cl.sync();
+  if (threadIdx.x == 0) {
+    for (unsigned q = 0; q < blocks; ++q) {
+      const Shared* other = cl.at(&s, q);
+      s.best = other->block_best > s.best ? other->block_best : s.best;
+      s.min_key = min(s.min_key, other->block_min_key);
+      if (q != rank) s.finite += other->block_finite;
+    }
+  }
+  cl.sync();  // every block has read the others' before any goes on (or leaves)
+  best = s.best;
   const int num_finite = s.finite;
   if (r.greedy || num_finite == 0) {
-    if (threadIdx.x == 0) keys[r.pick] = best;
+    if (threadIdx.x == 0 && rank == 0) keys[r.pick] = best;
     return;
   }
   // The largest value is finite here. The bins below the last span the row from m down to its smallest
@@ -601,11 +688,26 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   const float span = fminf((m - key_value(s.min_key)) * inv_t, kMaxSpan);
   const Weights w{m, inv_t, span > 0.0f ? (static_cast<float>(kBins) - 1.5f) / span : 1.0f};
 
-  // 4. The cuts (bins, else the radix select), 5-6. min-p and the draw.
+  // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw.
   uint64_t cut = 0;
-  if (!binned_cut(x, vocab, r, w, num_finite, s, cut)) cut = radix_cut(x, vocab, r, w, num_finite, s);
-  const uint64_t drawn = draw(x, vocab, r, w, cut, s);
-  if (threadIdx.x == 0) keys[r.pick] = drawn != 0 ? drawn : best;
+  if (binned_cut(x, vocab, sl, r, w, num_finite, s, cl, cut)) {
+    draw(x, sl, r, w, cut, best, keys, s, cl);
+  } else if (rank == 0) {
+    cut = radix_cut(x, vocab, r, w, num_finite, s);
+    draw(x, Slice{0, vocab}, r, w, cut, best, keys, s, Cluster::single());
+  }
+}
+
+// Blocks per row: on sm_90, a cluster of up to 8 while the rows leave SMs idle.
+int blocks_per_row(int64_t num_rows) {
+  static int major[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
+  if (major[device] == 0 && cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 1;
+  }
+  if (major[device] < 9) return 1;
+  return num_rows <= 16 ? 8 : num_rows <= 33 ? 4 : num_rows <= 66 ? 2 : 1;
 }
 
 }  // namespace
@@ -614,6 +716,22 @@ cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int
                         uint64_t* keys, cudaStream_t stream) {
   if (num_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT32_MAX) return cudaErrorInvalidValue;
+  const int blocks = blocks_per_row(num_rows);
+  if (blocks > 1) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned int>(num_rows * blocks));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned int>(blocks);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // no room for such clusters: one block per row
+  }
   return launch_kernel(sample_kernel, dim3(static_cast<unsigned int>(num_rows)), dim3(kThreads), 0, stream, false,
                        logits, vocab, rows, ops, keys);
 }
