@@ -169,7 +169,8 @@ void Engine::prepare(StepPlan& plan, SteadyTime now) {
       c.all_logits = true;
       c.start_pos = seq.num_computed();
     }
-    if (!c.want_logits || r.request.params.max_tokens == 0) continue;
+    // A scored chunk's rows all go to the host, where its pick is made too.
+    if (!c.want_logits || r.request.params.max_tokens == 0 || c.all_logits) continue;
     c.device_greedy = device_greedy_ok(seq);
     if (c.device_greedy || !device_sampling || !device_sample_ok(seq)) continue;
     c.device_sample = true;
