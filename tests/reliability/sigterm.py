@@ -59,8 +59,9 @@ class Report:
 
     def summary(self):
         last = max((o.seconds_after_signal for o in self.outcomes), default=0)
+        short = max((o.seconds_after_signal for o in self.outcomes if o.kind.startswith("short")), default=0)
         return (f"sigterm: {len(self.outcomes)} requests in flight, --shutdown-timeout {self.drain_s:g}: "
-                f"{self.counts()}\n  last answer {last:.2f} s after the signal; exit code {self.exit_code} after "
+                f"{self.counts()}\n  last short one finished {short:.2f} s, last answer {last:.2f} s after the signal; exit code {self.exit_code} after "
                 f"{self.exit_after_s:.2f} s; new connections refused: {self.refused_after_signal}"
                 + "".join(f"\n  ERROR {e}" for e in self.errors))
 
@@ -89,7 +90,7 @@ def run(server, drain_s, streams, plain):
     def stream(i):
         short = i % 2 == 0
         # A short one is still running at the signal and ends well within the drain.
-        body = {"prompt": f"Stream {i}:", "max_tokens": 40 if short else 4000, "ignore_eos": True, "stream": True}
+        body = {"prompt": f"Stream {i}:", "max_tokens": 100 if short else 4000, "ignore_eos": True, "stream": True}
         o = Outcome("short stream" if short else "long stream")
         with support.RawConnection(server, timeout=drain_s + 30) as c:
             c.send(support.json_post("/v1/completions", json.dumps(body)))
@@ -107,7 +108,7 @@ def run(server, drain_s, streams, plain):
     def plain_request(i):
         short = i % 2 == 0
         o = Outcome("short request" if short else "long request")
-        body = {"prompt": f"Plain {i}:", "max_tokens": 30 if short else 4000, "ignore_eos": True}
+        body = {"prompt": f"Plain {i}:", "max_tokens": 60 if short else 4000, "ignore_eos": True}
         with support.RawConnection(server, timeout=drain_s + 30) as c:
             c.send(support.json_post("/v1/completions", json.dumps(body)))
             time.sleep(0.1)  # queued or running by now
@@ -158,7 +159,7 @@ def run(server, drain_s, streams, plain):
         report.errors.append(f"exit took {report.exit_after_s:.2f} s")
     if not any(o.ended == "shutting-down" for o in report.outcomes):
         report.errors.append("no long request was still running at the deadline")
-    if all(o.seconds_after_signal < 0.05 for o in report.outcomes if o.kind.startswith("short")):
+    if not any(o.seconds_after_signal > 0.02 for o in report.outcomes if o.kind.startswith("short")):
         report.errors.append("the short requests had all finished before the signal")
     return report
 

@@ -158,7 +158,7 @@ def test_overload_refuses_fast_and_completes_the_admitted(tern):
 
 
 def test_sigterm_under_load_drains_cleanly(tern):
-    drain = 3.0 if FULL else 2.0
+    drain = 4.0  # the short requests finish well within it on a busy 2-core machine
     server = tern("--shutdown-timeout", drain, "--disable-log-requests")
     report = sigterm.run(server, drain, streams=24 if FULL else 10, plain=8 if FULL else 4)
     print(report.summary())

@@ -27,7 +27,7 @@ namespace {
 using nlohmann::json;
 
 // TGI's defaults for what a client may ask; max_stop_sequences and the top
-// tokens follow the engine's limits (kMaxStopStrings, kMaxLogprobs).
+// tokens follow the server's RequestLimits (--max-logprobs).
 constexpr int kMaxBestOf = 1;
 
 struct TgiError {
@@ -206,9 +206,9 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   if (best_of && (*best_of == 0 || *best_of > kMaxBestOf))
     return invalid("`best_of` must be > 0 and <= " + std::to_string(kMaxBestOf) +
                    ". Given: " + std::to_string(*best_of));
-  if (top_n && *top_n > static_cast<uint64_t>(kMaxLogprobs))
-    return invalid("`top_n_tokens` must be >= 0 and <= " + std::to_string(kMaxLogprobs) + ". Given: " +
-                   std::to_string(*top_n));
+  if (top_n && *top_n > static_cast<uint64_t>(ctx.limits.max_logprobs))
+    return invalid("`top_n_tokens` must be >= 0 and <= " + std::to_string(ctx.limits.max_logprobs) + ". Given: " +
+                   std::to_string(*top_n) + " (the server's limit, --max-logprobs)");
   if (temperature && *temperature <= 0) return invalid("`temperature` must be strictly positive");
   if (repetition && *repetition <= 0) return invalid("`repetition_penalty` must be strictly positive");
   if (frequency && (*frequency < -2.0 || *frequency > 2.0))
@@ -219,9 +219,14 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
     return invalid("`typical_p` (typical decoding) is not supported by this server; omit it");
   if (top_k && *top_k == 0) return invalid("`top_k` must be strictly positive");
   if (max_new_tokens && *max_new_tokens == 0) return invalid("`max_new_tokens` must be strictly positive");
-  if (job.stop.size() > kMaxStopStrings)
-    return invalid("`stop` supports up to " + std::to_string(kMaxStopStrings) + " stop sequences. Given: " +
-                   std::to_string(job.stop.size()));
+  if (job.stop.size() > ctx.limits.max_stop)
+    return invalid("`stop` supports up to " + std::to_string(ctx.limits.max_stop) + " stop sequences. Given: " +
+                   std::to_string(job.stop.size()) + " (the server's limit)");
+  for (const std::string& s : job.stop) {
+    if (s.size() > ctx.limits.max_stop_bytes)
+      return invalid("`stop` sequences must be at most " + std::to_string(ctx.limits.max_stop_bytes) +
+                     " bytes (the server's limit). Given: " + std::to_string(s.size()) + " bytes");
+  }
   if (decoder_input_details)
     return invalid("`decoder_input_details` (prompt logprobs) is not supported by this server");
 
@@ -264,7 +269,7 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   sp.stop = job.stop;
   sp.max_tokens = new_tokens;
   sp.skip_special_tokens = true;
-  Status st = sp.validate(ctx.vocab_size);
+  Status st = sp.validate(ctx.vocab_size, ctx.limits.max_logprobs);
   if (!st.is_ok()) return invalid(st.message());
   job.request.prompt = std::move(ids);
   job.request.n = 1;
@@ -470,8 +475,8 @@ void add_tgi_routes(Router& router, ServingContext& ctx) {
                {"model_dtype", model_dtype(ctx.model_path)},
                {"model_pipeline_tag", "text-generation"},
                {"max_best_of", kMaxBestOf},
-               {"max_stop_sequences", kMaxStopStrings},
-               {"max_top_n_tokens", kMaxLogprobs},
+               {"max_stop_sequences", ctx.limits.max_stop},
+               {"max_top_n_tokens", ctx.limits.max_logprobs},
                {"max_input_tokens", ctx.max_model_len - 1},
                {"max_input_length", ctx.max_model_len - 1},
                {"max_total_tokens", ctx.max_model_len},

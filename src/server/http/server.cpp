@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "server/http/connection.h"
+#include "server/http/tls_context.h"
 
 namespace tern::server {
 
@@ -162,6 +163,11 @@ void HttpServer::Impl::finish() {
   ioc.stop();
 }
 
+Status check_tls_options(const TlsOptions& tls) {
+  if (!tls.enabled()) return Status::ok();
+  return make_tls_context(tls).status();
+}
+
 HttpServer::HttpServer(HttpServerOptions options, Router router, std::shared_ptr<HttpCounters> counters)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(router), std::move(counters))) {}
 
@@ -169,6 +175,11 @@ HttpServer::~HttpServer() = default;
 
 Status HttpServer::listen() {
   const HttpServerOptions& opt = impl_->ctx->options;
+  if (opt.tls.enabled()) {
+    auto tls = make_tls_context(opt.tls);
+    if (!tls.is_ok()) return tls.status();
+    impl_->ctx->tls = std::move(tls).value();
+  }
   error_code ec;
   asio::ip::address address = asio::ip::make_address(opt.host, ec);
   tcp::endpoint endpoint;

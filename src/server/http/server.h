@@ -24,6 +24,17 @@
 
 namespace tern::server {
 
+// HTTPS (vLLM's --ssl-* flags): on when certfile and keyfile are given. With
+// cert_reqs 1 a client may present a certificate, with 2 it must; either way
+// one must chain to ca_certs.
+struct TlsOptions {
+  std::string certfile;  // PEM certificate chain, the server's first
+  std::string keyfile;   // PEM private key of the first certificate, unencrypted
+  std::string ca_certs;  // PEM CA certificates for client certificates
+  int cert_reqs = 0;     // 0 none, 1 optional, 2 required (Python's ssl.CERT_*)
+  bool enabled() const { return !certfile.empty() || !keyfile.empty(); }
+};
+
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 8000;  // 0 picks a free port (see HttpServer::port())
@@ -50,7 +61,12 @@ struct HttpServerOptions {
   bool handle_signals = true;
   AuthOptions auth;
   CorsOptions cors;
+  TlsOptions tls;
 };
+
+// Loads `tls`'s files as listen() will, so a bad certificate or key is
+// reported before a long model load; ok when TLS is off.
+Status check_tls_options(const TlsOptions& tls);
 
 class HttpServer {
  public:
@@ -60,7 +76,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens. After it, port() is the bound port.
+  // Loads the TLS certificate and key (when options.tls is on), binds and
+  // listens. After it, port() is the bound port.
   Status listen();
   uint16_t port() const;
 
