@@ -1,7 +1,7 @@
 // `tern serve`: loads the model, starts the engine thread and the HTTP server
 // with the OpenAI/vLLM, TGI and metrics routes, and serves until SIGINT or
-// SIGTERM (then finishes or cancels in-flight requests within
-// --shutdown-timeout and exits 0). Flags use vLLM's names.
+// SIGTERM (then lets in-flight requests finish within --shutdown-timeout,
+// ends the rest with an error answer, and exits 0). Flags use vLLM's names.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -84,8 +84,15 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--max-log-len", o.max_log_len, "Bytes of prompt text --log-requests-text logs (0: all)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_MAX_LOG_LEN");
   cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
-                  "Seconds in-flight requests get after SIGTERM/SIGINT")->capture_default_str()
+                  "Seconds in-flight requests get after SIGTERM/SIGINT; then they end with a shutting-down error")
+      ->capture_default_str()
       ->envname("TERN_SHUTDOWN_TIMEOUT");
+  cmd->add_option("--http-read-timeout", o.http_read_timeout_s,
+                  "Seconds a request (line, headers and body) has to arrive whole once begun; then 408")
+      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_READ_TIMEOUT");
+  cmd->add_option("--timeout-keep-alive", o.timeout_keep_alive_s,
+                  "Seconds an idle keep-alive connection stays open (uvicorn's flag)")
+      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_TIMEOUT_KEEP_ALIVE");
   cmd->add_option("--http-threads", o.http_threads, "HTTP io threads")->capture_default_str()
       ->envname("TERN_HTTP_THREADS");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
@@ -170,9 +177,17 @@ int run_serve(const ServeOptions& o) {
   http.max_connections = o.max_connections;
   http.tls = tls;
   http.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
+  http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.http_read_timeout_s * 1000));
+  http.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_keep_alive_s * 1000));
   http.auth.api_key = o.api_key;
   for (auto& path : page_paths) http.auth.open_paths.push_back(std::move(path));
   http.cors.allowed_origins = split_list(o.allowed_origins);
+  // At the shutdown deadline the engine aborts what still runs: each handler
+  // then answers "the server is shutting down" (a stream gets it as its last
+  // event) instead of seeing its socket closed. Off the io threads: the
+  // engine thread is joined.
+  std::thread drain_end;
+  http.on_drain_deadline = [&drain_end, &client] { drain_end = std::thread([&client] { client.shutdown(); }); };
   server::HttpServer srv(http, std::move(router), counters);
   Status st = srv.listen();
   if (!st.is_ok()) return fail(st);
@@ -186,6 +201,7 @@ int run_serve(const ServeOptions& o) {
   if (!ctx.model_notice.empty()) spdlog::info("tern serve: {}", ctx.model_notice);
   srv.run();
   ctx.ready = false;
+  if (drain_end.joinable()) drain_end.join();
   client.shutdown();
   spdlog::info("tern serve: stopped");
   return 0;

@@ -26,6 +26,8 @@ struct ServeOptions {
   bool log_requests_text = false;
   int64_t max_log_len = 0;
   double shutdown_timeout_s = 30;
+  double http_read_timeout_s = 60;
+  double timeout_keep_alive_s = 75;
   int http_threads = 2;
   uint64_t max_body_bytes = 16ull << 20;
   uint32_t max_header_bytes = 16 * 1024;

@@ -16,6 +16,8 @@
 
 #include "base/utf8.h"
 #include "server/api/generation_session.h"
+#include "server/api/openai_request.h"
+#include "server/api/request_json.h"
 #include "server/http/error.h"
 #include "server/http/sse.h"
 
@@ -138,8 +140,11 @@ using Parsed = std::variant<TgiJob, TgiError>;
 
 // TGI's validation order and wording (router/src/validation.rs).
 Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool read_stream_flag) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return TgiError{400, "Failed to parse the request body as JSON", "validation", 0};
+  auto parsed = parse_request_json(body);
+  if (auto* error = std::get_if<std::string>(&parsed)) {
+    return TgiError{400, "Failed to parse the request body as JSON: " + *error, "validation", 0};
+  }
+  json j = std::move(std::get<json>(parsed));
   if (!j.is_object()) return bad_body("invalid type: " + type_name(j) + ", expected struct GenerateRequest");
   TgiJob job;
   auto in = j.find("inputs");
@@ -231,6 +236,11 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   if (truncate && (*truncate == 0 || static_cast<int64_t>(*truncate) > max_input))
     return invalid("`truncate` must be strictly positive and less than " + std::to_string(max_input) +
                    ". Given: " + std::to_string(*truncate));
+  if (static_cast<int64_t>(job.inputs.size()) > max_total * kMaxPromptBytesPerToken) {
+    return invalid("`inputs` must have less than " + std::to_string(max_input) + " tokens. Given: " +
+                   std::to_string(job.inputs.size()) + " bytes of text, more than that many tokens can hold (at most " +
+                   std::to_string(kMaxPromptBytesPerToken) + " bytes each)");
+  }
   std::vector<int32_t> ids = ctx.tokenizer->encode(job.inputs, /*add_special_tokens=*/true);
   if (truncate && ids.size() > *truncate) ids.erase(ids.begin(), ids.end() - static_cast<int64_t>(*truncate));
   const int64_t input_length = static_cast<int64_t>(ids.size());

@@ -2,7 +2,8 @@
 // (its request parser, for the header and body limits). A coroutine per
 // connection on its own strand reads a request, dispatches it with a
 // StreamResponder, and loops while keep-alive holds. Around it: a watchdog
-// timer for read/idle/write deadlines, a read kept pending on the socket while
+// timer for read/idle/write deadlines (a request begun but not whole by its
+// read deadline gets 408), a read kept pending on the socket while
 // the handler runs (so a disconnect is seen at once), and the engine-event
 // wake-up that handlers await. One template serves plain TCP and TLS (Asio's
 // OpenSSL stream): they differ only in the handshake, how an idle connection
@@ -26,6 +27,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
+#include <cstdio>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <type_traits>
@@ -59,6 +61,12 @@ auto redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable,
 
 bool is_http_parse_error(const error_code& ec) {
   return ec.category() == http::make_error_code(http::error::bad_method).category();
+}
+
+std::string format_seconds(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
 }
 
 std::string format_remote(const tcp::socket& socket) {
@@ -193,6 +201,7 @@ class Connection final : public EventTarget, public std::enable_shared_from_this
   Phase phase_ = Phase::kIdle;
   uint64_t id_ = 0;
   std::string remote_;
+  bool read_timed_out_ = false;  // the request did not arrive whole within read_timeout
   bool gone_ = false;           // the peer left (or we closed on it)
   bool closed_ = false;         // the socket is closed
   bool shutting_down_ = false;  // no more requests on this connection
@@ -401,6 +410,14 @@ Task<void> Connection<Stream>::watchdog([[maybe_unused]] std::shared_ptr<Connect
     co_await watchdog_timer_.async_wait(redirect(ec));
     if (closed_) break;
     if (Clock::now() >= deadline_) {
+      if (phase_ == Phase::kReading && !read_timed_out_) {
+        // A request begun but not whole in time (a slowloris trickle): the
+        // read is cancelled and serve() answers 408 within the linger time.
+        read_timed_out_ = true;
+        deadline_ = Clock::now() + kLingerTime;
+        socket_.cancel(ec);
+        continue;
+      }
       mark_gone();
       close_socket();
     }
@@ -513,6 +530,11 @@ template <class Stream>
 Task<bool> Connection<Stream>::handle_read_error(const error_code& ec) {
   const HttpServerOptions& opt = ctx_->options;
   if (closed_) co_return false;  // timed out (watchdog) or shut down
+  if (read_timed_out_) {
+    co_await send_error_and_close(408, "Request not received in time: the request line, headers and body must "
+                                       "arrive within " + format_seconds(opt.read_timeout) + " of its first byte");
+    co_return false;
+  }
   if (ec == http::error::header_limit) {
     co_await send_error_and_close(431, "Request header fields too large (limit " +
                                            std::to_string(opt.max_header_bytes) + " bytes, --max-header-bytes)");

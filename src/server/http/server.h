@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,7 +44,8 @@ struct HttpServerOptions {
   int64_t max_connections = 10000;         // more -> 503 and close
   // A request must arrive whole (headers and body) within read_timeout of its
   // first byte (a new connection gets as long for its first byte); a
-  // keep-alive connection may sit idle for idle_timeout. Then it is closed.
+  // keep-alive connection may sit idle for idle_timeout. Then it is closed
+  // (a request partly read first gets 408).
   std::chrono::milliseconds read_timeout{60'000};
   std::chrono::milliseconds idle_timeout{75'000};
   // A response write that makes no progress for this long: the client is gone.
@@ -51,6 +53,11 @@ struct HttpServerOptions {
   // Graceful shutdown: in-flight requests get this long, then their sockets
   // close (handlers see client_gone() and cancel).
   std::chrono::milliseconds shutdown_timeout{30'000};
+  // Called once (on an io thread, must not block) when shutdown_timeout
+  // passes with requests still in flight: the owner ends them so that their
+  // handlers answer (an error, a stream's last event) and return; sockets
+  // still open 2 s later are closed. Unset: they are closed at once.
+  std::function<void()> on_drain_deadline;
   bool handle_signals = true;
   AuthOptions auth;
   CorsOptions cors;
