@@ -47,12 +47,16 @@ reliability: build
 	@TERN_BIN=$(abspath $(TERN)) TERN_RELIABILITY_FULL=1 $(PY) -m pytest -q -s tests/reliability
 
 # Soak: sustained mixed load on `tern serve --device cpu` for DURATION (600, 90s, 30m, 1h), then RSS
-# growth and leaked KV blocks; fails past 50 MB of growth or any leaked block. SOAK_MODEL: a model folder.
+# growth and leaked KV blocks; fails past 50 MB of growth or any leaked block. SOAK_MODEL: a model folder;
+# SOAK_CLIENTS: client threads (6); SOAK_FLAGS: tern serve's flags instead of the CPU ones (e.g. --device cuda).
 DURATION ?= 30m
 SOAK_MODEL ?=
+SOAK_CLIENTS ?= 6
+SOAK_FLAGS ?=
 soak: build
-	@TERN_BIN=$(abspath $(TERN)) $(PY) tests/reliability/soak.py --duration $(DURATION) \
-	  $(if $(SOAK_MODEL),--model $(SOAK_MODEL)) --json-out $(BUILD_DIR)/soak.json
+	@TERN_BIN=$(abspath $(TERN)) $(PY) tests/reliability/soak.py --duration $(DURATION) --clients $(SOAK_CLIENTS) \
+	  $(if $(SOAK_MODEL),--model $(SOAK_MODEL)) $(if $(SOAK_FLAGS),--server-flags "$(SOAK_FLAGS)") \
+	  --json-out $(BUILD_DIR)/soak.json
 
 # Fuzzing: the untrusted-input parsers built with clang + libFuzzer (ASan and
 # UBSan) in their own build dir, without CUDA or the other modules. Each fuzzer

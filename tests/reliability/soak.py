@@ -215,9 +215,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--model", default=None, help="model folder (default: the tiny test model)")
     ap.add_argument("--json-out", help="write the figures here")
+    ap.add_argument("--server-flags", default=" ".join(SERVER_FLAGS),
+                    help=f"tern serve's flags (default: {' '.join(SERVER_FLAGS)}; e.g. '--device cuda')")
     args = ap.parse_args()
     kw = {"model": args.model} if args.model else {}
-    server = support.TernServer(*SERVER_FLAGS, **kw)
+    server = support.TernServer(*args.server_flags.split(), **kw)
     try:
         report = run(server, args.duration, args.clients, args.seed, log=lambda m: print(m, flush=True))
     finally:
