@@ -10,8 +10,8 @@ CMAKE_FLAGS ?=
 TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
-.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build tsan run bench bench-cpu random-model clean \
-  wheel
+.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build tsan run bench bench-cpu \
+  random-model clean wheel reliability soak
 
 all: build
 
@@ -30,7 +30,7 @@ test-unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 test-py: build
-	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/browser tests/layout tests/python
+	@TERN_BIN=$(abspath $(TERN)) $(PY) -m pytest -q tests/e2e tests/browser tests/layout tests/python tests/reliability
 
 test: test-unit test-py test-fuzz
 
@@ -39,6 +39,24 @@ test: test-unit test-py test-fuzz
 wheel: build
 	@CMAKE_GENERATOR="$$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' $(BUILD_DIR)/CMakeCache.txt)" \
 	  $(PY) -m pip wheel . --no-build-isolation --no-deps -Cbuild-dir=$(BUILD_DIR) -w dist
+
+# Reliability (docs/reliability.md) at full counts against the real `tern serve` with the tiny model:
+# 5,000 hostile requests, 1,000 dropped streams, 400 clients past --max-queued-requests, SIGTERM
+# under load, a 5-minute soak (TERN_SOAK_SECONDS). `make test` runs the short versions.
+reliability: build
+	@TERN_BIN=$(abspath $(TERN)) TERN_RELIABILITY_FULL=1 $(PY) -m pytest -q -s tests/reliability
+
+# Soak: sustained mixed load on `tern serve --device cpu` for DURATION (600, 90s, 30m, 1h), then RSS
+# growth and leaked KV blocks; fails past 50 MB of growth or any leaked block. SOAK_MODEL: a model folder;
+# SOAK_CLIENTS: client threads (6); SOAK_FLAGS: tern serve's flags instead of the CPU ones (e.g. --device cuda).
+DURATION ?= 30m
+SOAK_MODEL ?=
+SOAK_CLIENTS ?= 6
+SOAK_FLAGS ?=
+soak: build
+	@TERN_BIN=$(abspath $(TERN)) $(PY) tests/reliability/soak.py --duration $(DURATION) --clients $(SOAK_CLIENTS) \
+	  $(if $(SOAK_MODEL),--model $(SOAK_MODEL)) $(if $(SOAK_FLAGS),--server-flags "$(SOAK_FLAGS)") \
+	  --json-out $(BUILD_DIR)/soak.json
 
 # Fuzzing: the untrusted-input parsers built with clang + libFuzzer (ASan and
 # UBSan) in their own build dir, without CUDA or the other modules. Each fuzzer

@@ -9,7 +9,7 @@ debian_packages=(
   build-essential cmake pkg-config ccache git
   libsentencepiece-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libboost-dev
   libgtest-dev libgmock-dev libopenblas-dev
-  libcurl4-openssl-dev libssl-dev  # hub downloads: libcurl; sha256 of LFS files: OpenSSL's libcrypto
+  libcurl4-openssl-dev libssl-dev  # hub downloads: libcurl; LFS files' sha256: libcrypto; HTTPS: libssl
   libedit-dev  # tern chat: line editing and history (BSD licence)
   clang-14 libclang-rt-14-dev llvm-14  # make fuzz: clang, libFuzzer + sanitizer runtimes, llvm-symbolizer
   python3 python3-venv python3-dev
@@ -17,6 +17,7 @@ debian_packages=(
   chromium chromium-driver  # browser tests of the chat page (tests/browser)
   fonts-wqy-microhei fonts-noto-color-emoji  # Chinese and emoji glyphs for chromium's screenshots
   curl  # bench/run_locust.sh waits for /health with it
+  openssl  # tests/e2e/test_security.py makes its certificates with the openssl CLI
 )
 
 missing=()

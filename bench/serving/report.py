@@ -114,9 +114,10 @@ def engine_table(engines, command):
 
 
 def conc_points(run):
-    """[(concurrency, metrics)] of the conc-N scenarios that ran to the end."""
+    """[(concurrency, metrics)] of the greedy conc-N scenarios that ran to the end."""
     pts = [(m["concurrency"], m) for m in run["scenarios"]
-           if m["scenario"].startswith("conc-") and not m.get("skipped") and not m["truncated"] and m["completed"]]
+           if m["scenario"].startswith("conc-") and not m["scenario"].endswith("+sampled") and not m.get("skipped")
+           and not m["truncated"] and m["completed"]]
     return sorted(pts, key=lambda p: p[0])
 
 

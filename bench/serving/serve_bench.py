@@ -2,7 +2,9 @@
 """Load generator for any OpenAI-compatible /v1/completions server, after
 `vllm bench serve`: streamed requests with random token-id prompts (seeded, so
 every server gets the same work and none pays for tokenizing text), ignore_eos
-and a fixed max_tokens, greedy (temperature 0).
+and a fixed max_tokens, greedy (temperature 0), or with a scenario name
+ending in "+sampled", the default sampling of ERNIE 4.5's generation_config
+(temperature 0.8, top-p 0.8) and a seed per request.
 
 Per request: TTFT (send -> first streamed chunk with a choice), ITL (gaps
 between such chunks), E2E, TPOT = (E2E - TTFT) / (output tokens - 1), with
@@ -16,7 +18,8 @@ memory (when its pid is known), and the server's cold start when launched here.
 
 Scenarios (NAME[:REQUESTS]): single (1 stream, 256-token prompts, 128 out),
 conc-N (closed loop of N streams, prompts 50-500, 128 out, max(4N, 32)
-requests), offline (all at once, in and out 100-1024, 256 requests).
+requests), offline (all at once, in and out 100-1024, 256 requests); any
+of them NAME+sampled samples (temperature 0.8, top-p 0.8) instead of greedy.
 Writes OUT_DIR/LABEL.json and OUT_DIR/LABEL.md.
 """
 
@@ -63,10 +66,14 @@ except ImportError:  # the GPU machine and .venv have aiohttp; httpx is the fall
 
 # ----------------------------------------------------------------------------- workload
 
+SAMPLED = {"temperature": 0.8, "top_p": 0.8}  # ERNIE 4.5's generation_config.json
+
+
 class Scenario:
     def __init__(self, name, concurrency, num_requests, input_range, output_range):
         self.name, self.concurrency, self.num_requests = name, concurrency, num_requests
         self.input_range, self.output_range = input_range, output_range
+        self.sampling = {"temperature": 0.0}
 
 
 def parse_range(text):
@@ -79,6 +86,10 @@ def parse_range(text):
 
 def make_scenario(spec, args):
     name, _, count = spec.partition(":")
+    if name.endswith("+sampled"):
+        s = make_scenario(name[:-len("+sampled")] + (":" + count if count else ""), args)
+        s.name, s.sampling = name, dict(SAMPLED)
+        return s
     n = int(count) if count else None
     if name == "single":
         return Scenario(name, 1, n or args.num_prompts or 8, (args.single_input,) * 2, (args.output_len,) * 2)
@@ -90,7 +101,7 @@ def make_scenario(spec, args):
     if name == "offline":
         n = n or args.offline_requests
         return Scenario(name, n, n, args.offline_input, args.offline_output)
-    raise SystemExit(f"unknown scenario {spec!r} (single, conc-N, offline, each optionally :REQUESTS)")
+    raise SystemExit(f"unknown scenario {spec!r} (single, conc-N, offline, each optionally +sampled and :REQUESTS)")
 
 
 def token_pool(args):
@@ -212,8 +223,12 @@ async def run_closed_loop(job):
     deadline = job["deadline"]
 
     def payload(ids, n_out):
-        return {"model": job["model"], "prompt": ids, "max_tokens": n_out, "stream": True, "ignore_eos": True,
-                "temperature": 0.0, "stream_options": {"include_usage": True}}
+        body = {"model": job["model"], "prompt": ids, "max_tokens": n_out, "stream": True, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}
+        body.update(job["sampling"])
+        if "top_p" in body:
+            body["seed"] = len(ids) * 7919 + n_out
+        return body
 
     async def stream(send, client):
         while pending and time.perf_counter() < deadline:
@@ -301,6 +316,7 @@ def scenario_metrics(scenario, results, t_start, t_end, cpu_s, workers):
     tpot = [(r["e2e"] - r["ttft"]) / (r["output_tokens"] - 1) for r in ok if r["output_tokens"] > 1]
     return {
         "scenario": scenario.name, "concurrency": scenario.concurrency, "num_requests": scenario.num_requests,
+        "sampling": scenario.sampling,
         "input_range": list(scenario.input_range), "output_range": list(scenario.output_range),
         "started": len(results), "completed": len(ok), "failed": len(failed), "unfinished": len(unfinished),
         "truncated": bool(unfinished) or len(results) < scenario.num_requests,
@@ -341,7 +357,8 @@ def run_scenario(scenario, args, base_url, model, deadline, pool):
     workers = args.workers or max(1, min((os.cpu_count() or 2) // 2, math.ceil(scenario.concurrency / 32)))
     jobs = split_job(requests, scenario.concurrency, workers)
     for j in jobs:
-        j.update(base_url=base_url, model=model, deadline=deadline, request_timeout=args.request_timeout)
+        j.update(base_url=base_url, model=model, deadline=deadline, request_timeout=args.request_timeout,
+                 sampling=scenario.sampling)
     t_start = time.perf_counter()
     if len(jobs) == 1:
         outs = [worker_main(jobs[0])]

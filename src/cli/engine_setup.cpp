@@ -48,6 +48,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                "CUDA: run all layers of a one-token step (a single stream's decode) as one persistent kernel "
                "where the GPU and model shapes allow (default on); off: a few kernels per layer")
       ->envname("TERN_DECODE_KERNEL");
+  cmd.add_option("--max-logprobs", o.max_logprobs,
+                 "Most logprobs (top_logprobs, prompt_logprobs, TGI's top_n_tokens) a request may ask for "
+                 "(400 beyond)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str()->envname("TERN_MAX_LOGPROBS");
   cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }

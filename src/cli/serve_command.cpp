@@ -1,7 +1,7 @@
 // `tern serve`: loads the model, starts the engine thread and the HTTP server
 // with the OpenAI/vLLM, TGI and metrics routes, and serves until SIGINT or
-// SIGTERM (then finishes or cancels in-flight requests within
-// --shutdown-timeout and exits 0). Flags use vLLM's names.
+// SIGTERM (then lets in-flight requests finish within --shutdown-timeout,
+// ends the rest with an error answer, and exits 0). Flags use vLLM's names.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -78,15 +78,40 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
       ->envname("TERN_LOG_LEVEL");
   cmd->add_flag("--disable-log-requests", o.disable_log_requests, "No log line per request")
       ->envname("TERN_DISABLE_LOG_REQUESTS");
-  cmd->add_flag("--log-requests-text", o.log_requests_text, "Include prompt text in request logs")
+  cmd->add_flag("--log-requests-text", o.log_requests_text,
+                "Log each request's prompt text (off: request logs hold ids, counts and timings only)")
       ->envname("TERN_LOG_REQUESTS_TEXT");
+  cmd->add_option("--max-log-len", o.max_log_len, "Bytes of prompt text --log-requests-text logs (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_MAX_LOG_LEN");
   cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
-                  "Seconds in-flight requests get after SIGTERM/SIGINT")->capture_default_str()
+                  "Seconds in-flight requests get after SIGTERM/SIGINT; then they end with a shutting-down error")
+      ->capture_default_str()
       ->envname("TERN_SHUTDOWN_TIMEOUT");
+  cmd->add_option("--http-read-timeout", o.http_read_timeout_s,
+                  "Seconds a request (line, headers and body) has to arrive whole once begun; then 408")
+      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_READ_TIMEOUT");
+  cmd->add_option("--timeout-keep-alive", o.timeout_keep_alive_s,
+                  "Seconds an idle keep-alive connection stays open (uvicorn's flag)")
+      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_TIMEOUT_KEEP_ALIVE");
   cmd->add_option("--http-threads", o.http_threads, "HTTP io threads")->capture_default_str()
       ->envname("TERN_HTTP_THREADS");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
       ->capture_default_str()->envname("TERN_MAX_BODY_BYTES");
+  cmd->add_option("--max-header-bytes", o.max_header_bytes, "Largest request line + headers (431 beyond)")
+      ->check(CLI::Range(1024u, 1u << 24))->capture_default_str()->envname("TERN_MAX_HEADER_BYTES");
+  cmd->add_option("--max-connections", o.max_connections, "Open connections beyond which new ones are refused")
+      ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_CONNECTIONS");
+  cmd->add_option("--max-logit-bias", o.max_logit_bias, "Most logit_bias entries in one request (400 beyond)")
+      ->capture_default_str()->envname("TERN_MAX_LOGIT_BIAS");
+  cmd->add_option("--ssl-certfile", o.ssl_certfile,
+                  "Serve HTTPS with this PEM certificate chain (with --ssl-keyfile)")->envname("TERN_SSL_CERTFILE");
+  cmd->add_option("--ssl-keyfile", o.ssl_keyfile, "The certificate's PEM private key, unencrypted")
+      ->envname("TERN_SSL_KEYFILE");
+  cmd->add_option("--ssl-ca-certs", o.ssl_ca_certs, "PEM CA certificates that client certificates must chain to")
+      ->envname("TERN_SSL_CA_CERTS");
+  cmd->add_option("--ssl-cert-reqs", o.ssl_cert_reqs,
+                  "Client certificates: 0 not asked for, 1 optional, 2 required (checked against --ssl-ca-certs)")
+      ->check(CLI::Range(0, 2))->capture_default_str()->envname("TERN_SSL_CERT_REQS");
   cmd->add_flag("--no-webui", o.no_webui, "Do not serve the built-in chat page at GET / (as llama-server)")
       ->envname("TERN_NO_WEBUI");
   cmd->add_option("--web-root", o.web_root,
@@ -103,6 +128,8 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
 
 int run_serve(const ServeOptions& o) {
   configure_logging(o.log_format == "json" ? LogFormat::kJson : LogFormat::kText, o.log_level);
+  const server::TlsOptions tls{o.ssl_certfile, o.ssl_keyfile, o.ssl_ca_certs, o.ssl_cert_reqs};
+  if (Status st = server::check_tls_options(tls); !st.is_ok()) return fail(st);
   auto loaded = load_engine(o.engine);
   if (!loaded.is_ok()) return fail(loaded.status());
   LoadedEngine le = std::move(loaded).value();
@@ -126,6 +153,9 @@ int run_serve(const ServeOptions& o) {
   ctx.use_generation_defaults = o.generation_config == "auto";
   ctx.log_requests = !o.disable_log_requests;
   ctx.log_requests_text = o.log_requests_text;
+  ctx.max_log_len = o.max_log_len;
+  ctx.limits.max_logprobs = o.engine.max_logprobs;
+  ctx.limits.max_logit_bias = o.max_logit_bias;
   server::Metrics metrics(ctx.model_name);
   ctx.metrics = &metrics;
   EngineClient client(std::move(le.engine), o.max_queued_requests);
@@ -143,22 +173,35 @@ int run_serve(const ServeOptions& o) {
   http.port = o.port;
   http.io_threads = o.http_threads;
   http.max_body_bytes = o.max_body_bytes;
+  http.max_header_bytes = o.max_header_bytes;
+  http.max_connections = o.max_connections;
+  http.tls = tls;
   http.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
+  http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.http_read_timeout_s * 1000));
+  http.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_keep_alive_s * 1000));
   http.auth.api_key = o.api_key;
   for (auto& path : page_paths) http.auth.open_paths.push_back(std::move(path));
   http.cors.allowed_origins = split_list(o.allowed_origins);
+  // At the shutdown deadline the engine aborts what still runs: each handler
+  // then answers "the server is shutting down" (a stream gets it as its last
+  // event) instead of seeing its socket closed. Off the io threads: the
+  // engine thread is joined.
+  std::thread drain_end;
+  http.on_drain_deadline = [&drain_end, &client] { drain_end = std::thread([&client] { client.shutdown(); }); };
   server::HttpServer srv(http, std::move(router), counters);
   Status st = srv.listen();
   if (!st.is_ok()) return fail(st);
   ctx.ready = true;
-  spdlog::info("tern serve: model {} on {} ({} max tokens; KV cache {} tokens, {}) ready in {:.0f} ms on http://{}:{}",
-               ctx.model_name, le.device, ctx.max_model_len, le.kv_cache_tokens, le.kv_sizing, le.load_ms, o.host,
-               srv.port());
-  std::fprintf(stderr, "tern serve: listening on http://%s:%u (model %s)\n", o.host.c_str(), srv.port(),
+  const char* scheme = http.tls.enabled() ? "https" : "http";
+  spdlog::info("tern serve: model {} on {} ({} max tokens; KV cache {} tokens, {}) ready in {:.0f} ms on {}://{}:{}",
+               ctx.model_name, le.device, ctx.max_model_len, le.kv_cache_tokens, le.kv_sizing, le.load_ms, scheme,
+               o.host, srv.port());
+  std::fprintf(stderr, "tern serve: listening on %s://%s:%u (model %s)\n", scheme, o.host.c_str(), srv.port(),
                ctx.model_name.c_str());
   if (!ctx.model_notice.empty()) spdlog::info("tern serve: {}", ctx.model_notice);
   srv.run();
   ctx.ready = false;
+  if (drain_end.joinable()) drain_end.join();
   client.shutdown();
   spdlog::info("tern serve: stopped");
   return 0;

@@ -46,7 +46,7 @@ Status Engine::validate(const Request& r) const {
       return invalid_argument("token id " + std::to_string(id) + " is out of vocabulary (size " +
                               std::to_string(runner_->vocab_size()) + ")");
   if (r.n < 1 || r.n > 128) return invalid_argument("n must be in [1, 128], got " + std::to_string(r.n));
-  TERN_RETURN_IF_ERROR(r.params.validate(runner_->vocab_size()));
+  TERN_RETURN_IF_ERROR(r.params.validate(runner_->vocab_size(), config_.max_logprobs));
   if (r.params.prompt_logprobs && !runner_->scores_prompts()) {
     return invalid_argument("prompt_logprobs (and echo with logprobs) are computed on the CPU runner only; "
                        "this server runs on the GPU");
@@ -169,7 +169,8 @@ void Engine::prepare(StepPlan& plan, SteadyTime now) {
       c.all_logits = true;
       c.start_pos = seq.num_computed();
     }
-    if (!c.want_logits || r.request.params.max_tokens == 0) continue;
+    // A scored chunk's rows all go to the host, where its pick is made too.
+    if (!c.want_logits || r.request.params.max_tokens == 0 || c.all_logits) continue;
     c.device_greedy = device_greedy_ok(seq);
     if (c.device_greedy || !device_sampling || !device_sample_ok(seq)) continue;
     c.device_sample = true;

@@ -26,6 +26,7 @@ namespace tern {
 struct EngineConfig {
   SchedulerConfig scheduler;
   int64_t max_model_len = 4096;
+  int max_logprobs = kMaxLogprobs;  // most logprobs / prompt_logprobs a request may ask for
   std::vector<int32_t> eos_ids;  // ids that end a sequence unless ignore_eos (model and tokenizer EOS)
   // Overlap scheduling on a runner that can (Runner::overlaps): step n + 1
   // is scheduled and launched before step n's tokens are appended and

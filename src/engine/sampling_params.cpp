@@ -52,7 +52,7 @@ Status not_finite(const char* name, double v) {
 
 }  // namespace
 
-Status SamplingParams::validate(std::optional<int64_t> vocab_size) const {
+Status SamplingParams::validate(std::optional<int64_t> vocab_size, int max_logprobs) const {
   const std::pair<const char*, double> reals[] = {
       {"temperature", temperature},         {"top_p", top_p},
       {"min_p", min_p},                     {"repetition_penalty", repetition_penalty},
@@ -75,8 +75,8 @@ Status SamplingParams::validate(std::optional<int64_t> vocab_size) const {
     return invalid_argument("frequency_penalty must be in [-2, 2], got " + python_float(frequency_penalty) + ".");
 
   if (max_tokens < 0) return invalid_argument("max_tokens must be at least 0, got " + std::to_string(max_tokens) + ".");
-  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
-    return invalid_argument("prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > max_logprobs)) {
+    return invalid_argument("prompt_logprobs must be in [0, " + std::to_string(max_logprobs) + "], got " +
                             std::to_string(*prompt_logprobs) + ".");
   }
   if (min_tokens < 0)
@@ -87,9 +87,9 @@ Status SamplingParams::validate(std::optional<int64_t> vocab_size) const {
 
   if (logprobs) {
     if (*logprobs < 0) return invalid_argument("logprobs must be non-negative, got " + std::to_string(*logprobs) + ".");
-    if (*logprobs > kMaxLogprobs)
+    if (*logprobs > max_logprobs)
       return invalid_argument("Requested sample logprobs of " + std::to_string(*logprobs) +
-                              ", which is greater than max allowed: " + std::to_string(kMaxLogprobs));
+                              ", which is greater than max allowed: " + std::to_string(max_logprobs));
   }
 
   for (const auto& [id, bias] : logit_bias) {

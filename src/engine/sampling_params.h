@@ -16,7 +16,8 @@ namespace tern {
 
 // Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
 inline constexpr double kGreedyTemperature = 1e-5;
-// Most top logprobs a request may ask for (vLLM's default max_logprobs).
+// Most top logprobs a request may ask for by default (vLLM's max_logprobs;
+// EngineConfig::max_logprobs, --max-logprobs, changes it).
 inline constexpr int kMaxLogprobs = 20;
 // Most stop strings in one request.
 inline constexpr size_t kMaxStopStrings = 16;
@@ -71,7 +72,7 @@ struct SamplingParams {
   // Range checks with vLLM's messages, e.g. "temperature must be
   // non-negative, got -1.0.". Token ids in logit_bias are checked against
   // `vocab_size` when it is given (negative ids are always rejected).
-  Status validate(std::optional<int64_t> vocab_size = std::nullopt) const;
+  Status validate(std::optional<int64_t> vocab_size = std::nullopt, int max_logprobs = kMaxLogprobs) const;
 };
 
 // A double the way Python's repr() prints it ("-1.0", "0.5", "1e+20", "nan"),

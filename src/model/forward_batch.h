@@ -18,4 +18,10 @@ struct SequenceChunk {
   bool all_logits = false;               // produce the logits of every token (the last is want_logits's row)
 };
 
+// The rows of logits a chunk produces: every token's with all_logits, else
+// the last token's with want_logits, else none.
+inline int64_t logit_rows_of(const SequenceChunk& chunk) {
+  return chunk.all_logits ? static_cast<int64_t>(chunk.tokens.size()) : chunk.want_logits ? 1 : 0;
+}
+
 }  // namespace tern

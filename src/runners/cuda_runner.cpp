@@ -3,6 +3,7 @@
 // whose picks and logits are the StepOutput.
 #include "runners/cuda_runner.h"
 
+#include <algorithm>
 #include <deque>
 
 #include "runners/sequence_chunk.h"
@@ -12,6 +13,19 @@ namespace tern {
 #ifdef TERN_HAVE_CUDA
 
 namespace {
+
+cuda::SampleRow sample_row(const DeviceSampling& d) {
+  cuda::SampleRow r;
+  r.ops_begin = static_cast<int32_t>(d.adjust_begin);
+  r.ops_end = static_cast<int32_t>(d.adjust_end);
+  r.temperature = d.temperature;
+  r.top_k = d.top_k;
+  r.top_p = d.top_p;
+  r.min_p = d.min_p;
+  r.key = d.key;
+  r.greedy = d.greedy ? 1 : 0;
+  return r;
+}
 
 class CudaRunner final : public Runner {
  public:
@@ -30,54 +44,68 @@ class CudaRunner final : public Runner {
     ops_.clear();
     feedback_.clear();
     for (const LogitAdjust& a : plan.adjustments) ops_.push_back(cuda::LogitOp{a.id, a.phase, a.a, a.b});
-    size_t want = 0, host = 0, sampled = 0;
+    Shape shape;
+    size_t sampled = 0;
     bool any_fed = false;
     for (const ScheduledChunk& sc : plan.chunks) {
       // A fed chunk's id is a placeholder: the device puts the pick there.
       chunks_.push_back(sequence_chunk(sc, std::span<const int32_t>(&kFedPlaceholder, 1)));
       feedback_.push_back(sc.feedback_row);
       any_fed = any_fed || sc.feedback_row >= 0;
-      if (sc.want_logits) {
-        ++want;
+      if (sc.all_logits) {
+        // Every row to the host, the last one also the chunk's pick there
+        // (the engine plans no device pick for such a chunk).
+        modes_.insert(modes_.end(), static_cast<size_t>(sc.num_tokens), cuda::kPickOnHost);
+        shape.scored.resize(plan.chunks.size());
+        shape.scored[chunks_.size() - 1] = sc.num_tokens;
+        shape.rows += static_cast<size_t>(sc.num_tokens);
+        shape.host += static_cast<size_t>(sc.num_tokens);
+        shape.want += sc.want_logits ? 1 : 0;
+      } else if (sc.want_logits) {
         uint8_t mode = cuda::kPickOnHost;
         if (sc.device_greedy) {
           mode = cuda::kPickArgmax;
         } else if (sc.device_sample && sampled < plan.samples.size()) {
           mode = cuda::kPickSample;
-          const DeviceSampling& d = plan.samples[sampled++];
-          cuda::SampleRow r;
-          r.ops_begin = static_cast<int32_t>(d.adjust_begin);
-          r.ops_end = static_cast<int32_t>(d.adjust_end);
-          r.temperature = d.temperature;
-          r.top_k = d.top_k;
-          r.top_p = d.top_p;
-          r.min_p = d.min_p;
-          r.key = d.key;
-          r.greedy = d.greedy ? 1 : 0;
-          samples_.push_back(r);
+          samples_.push_back(sample_row(plan.samples[sampled++]));
         }
         modes_.push_back(mode);
-        host += mode == cuda::kPickOnHost ? 1 : 0;
+        ++shape.rows;
+        ++shape.want;
+        shape.host += mode == cuda::kPickOnHost ? 1 : 0;
       }
+    }
+    if (!shape.scored.empty()) {
+      for (const ScheduledChunk& sc : plan.chunks) shape.wants.push_back(sc.want_logits);
     }
     TERN_RETURN_IF_ERROR(device_->launch_step(chunks_, modes_, samples_, ops_,
                                               any_fed ? std::span<const int32_t>(feedback_)
                                                       : std::span<const int32_t>()));
-    shapes_.push_back({want, host});
+    shapes_.push_back(std::move(shape));
     return Status::ok();
   }
 
   Status collect(StepOutput& out) override {
     if (shapes_.empty()) return invalid_argument("collect: no launched step");
-    const auto [want, host] = shapes_.front();
+    const Shape shape = std::move(shapes_.front());
     shapes_.pop_front();
-    out.tokens.resize(want);
-    out.logits.resize(host * static_cast<size_t>(vocab_size()));
-    return device_->finish_step(out.tokens, out.logits);
+    const auto vocab = static_cast<size_t>(vocab_size());
+    out.prompt_logits.clear();
+    if (shape.scored.empty()) {
+      out.tokens.resize(shape.want);
+      out.logits.resize(shape.host * vocab);
+      return device_->finish_step(out.tokens, out.logits);
+    }
+    row_tokens_.resize(shape.rows);
+    row_logits_.resize(shape.host * vocab);
+    TERN_RETURN_IF_ERROR(device_->finish_step(row_tokens_, row_logits_));
+    split_scored_rows(shape, out);
+    return Status::ok();
   }
 
   bool overlaps() const override { return true; }
   bool samples_on_device() const override { return true; }
+  bool scores_prompts() const override { return true; }
   int64_t vocab_size() const override { return device_->vocab_size(); }
   int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }
   int64_t block_size() const override { return device_->block_size(); }
@@ -90,9 +118,47 @@ class CudaRunner final : public Runner {
   std::vector<cuda::LogitOp> ops_;
   std::vector<int32_t> feedback_;  // per chunk: ScheduledChunk::feedback_row
   struct Shape {
-    size_t want, host;  // rows with logits; of them, rows for the host
+    size_t rows = 0;  // rows with logits on the device (every token of an all_logits chunk)
+    size_t want = 0;  // want_logits chunks: the engine's rows
+    size_t host = 0;  // rows whose logits come to the host
+    // With an all_logits chunk in the step, per chunk: its rows when all_logits, else 0; and its want_logits.
+    std::vector<int64_t> scored;
+    std::vector<bool> wants;
   };
-  std::deque<Shape> shapes_;  // launched steps not yet collected
+  std::deque<Shape> shapes_;         // launched steps not yet collected
+  std::vector<int32_t> row_tokens_;  // a step with all_logits chunks: the device's rows, before splitting
+  std::vector<float> row_logits_;
+
+  // The device's rows into the engine's: each all_logits chunk's rows to
+  // prompt_logits (its last one, when the chunk wants logits, to logits as
+  // well, sampled on the host); other chunks' picks and host rows as they are.
+  void split_scored_rows(const Shape& shape, StepOutput& out) const {
+    const auto vocab = static_cast<size_t>(vocab_size());
+    size_t scored_rows = 0, row = 0;
+    for (int64_t n : shape.scored) scored_rows += static_cast<size_t>(n);
+    out.tokens.clear();
+    out.logits.clear();
+    out.prompt_logits.resize(scored_rows * vocab);
+    const float* from = row_logits_.data();
+    float* prompt_row = out.prompt_logits.data();
+    for (size_t i = 0; i < shape.scored.size(); ++i) {
+      if (shape.scored[i] > 0) {
+        const size_t n = static_cast<size_t>(shape.scored[i]) * vocab;
+        prompt_row = std::copy_n(from, n, prompt_row);
+        from += n;
+        row += static_cast<size_t>(shape.scored[i]);
+        if (!shape.wants[i]) continue;
+        out.tokens.push_back(-1);
+        out.logits.insert(out.logits.end(), from - vocab, from);
+      } else if (shape.wants[i]) {
+        const int32_t picked = row_tokens_[row++];
+        out.tokens.push_back(picked);
+        if (picked >= 0) continue;
+        out.logits.insert(out.logits.end(), from, from + vocab);
+        from += vocab;
+      }
+    }
+  }
   static constexpr int32_t kFedPlaceholder = 0;
 };
 

@@ -167,6 +167,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
   config.overlap = o.async_scheduling;
   config.max_model_len = max_len;
+  config.max_logprobs = o.max_logprobs;
   config.eos_ids = le.tokenizer->default_stop_ids();
   for (int32_t id : cfg.eos_token_ids)
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);

@@ -30,6 +30,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   std::string device = "auto";
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
+  int max_logprobs = kMaxLogprobs;  // most logprobs / prompt_logprobs per request (vLLM's max_logprobs)
 };
 
 // Parses "2GiB", "512MiB", "1.5G", "1000000" into bytes.

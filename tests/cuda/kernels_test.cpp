@@ -852,8 +852,10 @@ struct SampleCase {
   float top_p, min_p;
 };
 
-// Draws `draws` tokens from copies of one row of logits under distinct keys.
-std::vector<int32_t> device_draws(const std::vector<float>& row, const SampleCase& sc, int draws, uint64_t seed) {
+// Draws `draws` tokens from copies of one row of logits under distinct keys,
+// per_launch rows a launch (a few rows a launch run as clusters on sm_90).
+std::vector<int32_t> device_draws(const std::vector<float>& row, const SampleCase& sc, int draws, uint64_t seed,
+                                  int per_launch = 0) {
   const auto V = static_cast<int64_t>(row.size());
   std::vector<float> logits;
   std::vector<cuda::SampleRow> rows;
@@ -873,8 +875,12 @@ std::vector<int32_t> device_draws(const std::vector<float>& row, const SampleCas
   DeviceArray<cuda::SampleRow> d_rows(rows);
   DeviceArray<cuda::LogitOp> d_ops(1);
   DeviceArray<uint64_t> d_keys(std::vector<uint64_t>(static_cast<size_t>(draws), 0));
-  EXPECT_EQ(cuda::sample_rows(d_logits.get(), V, d_rows.get(), draws, d_ops.get(), d_keys.get(), nullptr),
-            cudaSuccess);
+  const int step = per_launch > 0 ? per_launch : draws;
+  for (int first = 0; first < draws; first += step) {
+    EXPECT_EQ(cuda::sample_rows(d_logits.get(), V, d_rows.get() + first, std::min(step, draws - first), d_ops.get(),
+                                d_keys.get(), nullptr),
+              cudaSuccess);
+  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<int32_t> out;
   for (uint64_t k : d_keys.download()) out.push_back(cuda::pick_of(k));
@@ -910,8 +916,11 @@ TEST(CudaKernels, SampleRowsDrawsFromTheHostSamplersDistribution) {
     double tv = 0;
     for (size_t i = 0; i < row.size(); ++i) tv += std::abs(freq[i] - p[i]) / 2;
     EXPECT_LT(tv, 0.03) << what;
-    // The same keys draw the same tokens.
-    EXPECT_EQ(device_draws(row, sc, 64, seed - 1), std::vector<int32_t>(got.begin(), got.begin() + 64)) << what;
+    // The same keys draw the same tokens, whatever the rows per launch (clusters of 8, 4, 2 blocks or one).
+    const std::vector<int32_t> first(got.begin(), got.begin() + 64);
+    for (int per_launch : {1, 5, 20, 40, 64}) {
+      EXPECT_EQ(device_draws(row, sc, 64, seed - 1, per_launch), first) << what << ", " << per_launch << " a launch";
+    }
   }
 }
 
@@ -931,10 +940,30 @@ TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
       const std::string what = "vocab " + std::to_string(vocab) + " top_k " + std::to_string(sc.top_k) +
                                " top_p " + std::to_string(sc.top_p);
       const std::vector<double> p = reference_distribution(row, sc.temperature, sc.top_k, sc.top_p, sc.min_p);
-      for (int32_t id : device_draws(row, sc, vocab > 200000 ? 128 : 512, seed++)) {
-        EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
-      }
+      const int draws = vocab > 200000 ? 128 : 512;
+      const std::vector<int32_t> got = device_draws(row, sc, draws, seed++);
+      for (int32_t id : got) EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
+      // One row a launch (a cluster of 8 on sm_90) draws the same tokens.
+      const std::vector<int32_t> alone = device_draws(row, sc, 32, seed - 1, 1);
+      EXPECT_EQ(alone, std::vector<int32_t>(got.begin(), got.begin() + 32)) << what << ", one row a launch";
     }
+  }
+}
+
+// A row whose cut falls among more equal logits than the bins can sort
+// (the radix-select fallback): 100,000 zeros and a few larger values; top-p
+// and top-k cuts inside the zeros keep their lowest ids, as the host's sort.
+TEST(CudaKernels, SampleRowsFallBackToTheRadixSelectOnFlatRows) {
+  std::vector<float> row(103424, 0.0f);
+  for (int i = 0; i < 20; ++i) row[static_cast<size_t>(500 + 4000 * i)] = 1.0f + 0.1f * static_cast<float>(i);
+  const SampleCase cases[] = {{1.0f, 0, 0.5f, 0.0f}, {1.0f, 3000, 1.0f, 0.0f}, {0.7f, 5000, 0.9f, 0.0f}};
+  uint64_t seed = 300;
+  for (const SampleCase& sc : cases) {
+    const std::string what = "top_k " + std::to_string(sc.top_k) + " top_p " + std::to_string(sc.top_p);
+    const std::vector<double> p = reference_distribution(row, sc.temperature, sc.top_k, sc.top_p, sc.min_p);
+    const std::vector<int32_t> got = device_draws(row, sc, 256, seed++);
+    for (int32_t id : got) EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
+    EXPECT_EQ(device_draws(row, sc, 16, seed - 1, 1), std::vector<int32_t>(got.begin(), got.begin() + 16)) << what;
   }
 }
 

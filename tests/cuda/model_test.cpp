@@ -269,30 +269,33 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed) {
         ch.start_pos = s.done;
         ch.block_table = s.table;
         ch.want_logits = s.done + n >= s.prompt;
+        ch.all_logits = !decoding && i % 3 == 1;  // some prompts scored row by row (prompt logprobs)
         batch.push_back(ch);
         owners.push_back(i);
         left -= n;
       }
     }
     if (batch.empty()) break;
-    size_t want = 0;
-    for (const auto& ch : batch) want += ch.want_logits ? 1 : 0;
-    std::vector<float> ref(want * static_cast<size_t>(c.vocab_size)), got(ref.size(), NAN);
+    int64_t want = 0;
+    for (const auto& ch : batch) want += logit_rows_of(ch);
+    std::vector<float> ref(static_cast<size_t>(want * c.vocab_size)), got(ref.size(), NAN);
     Status sc = cpu->forward_batch(batch, pool, ref);
     ASSERT_TRUE(sc.is_ok()) << sc.to_string();
     Status sg = gpu->forward_batch(batch, got);
     ASSERT_TRUE(sg.is_ok()) << sg.to_string();
     size_t row = 0;
     for (size_t b = 0; b < batch.size(); ++b) {
-      if (!batch[b].want_logits) continue;
-      const auto v = static_cast<size_t>(c.vocab_size);
-      std::vector<float> g(got.begin() + row * v, got.begin() + (row + 1) * v);
-      std::vector<float> r(ref.begin() + row * v, ref.begin() + (row + 1) * v);
-      const double l2 = test::relative_l2(g, r);
-      worst = std::max(worst, l2);
-      EXPECT_LT(l2, kLogitTolerance) << dir << " block " << bs << " step " << steps << " sequence " << owners[b]
-                                     << " at position " << batch[b].start_pos + static_cast<int64_t>(batch[b].tokens.size()) - 1;
-      ++row;
+      const int64_t rows = logit_rows_of(batch[b]);
+      const int64_t first = batch[b].start_pos + static_cast<int64_t>(batch[b].tokens.size()) - rows;
+      for (int64_t k = 0; k < rows; ++k, ++row) {
+        const auto v = static_cast<size_t>(c.vocab_size);
+        std::vector<float> g(got.begin() + row * v, got.begin() + (row + 1) * v);
+        std::vector<float> r(ref.begin() + row * v, ref.begin() + (row + 1) * v);
+        const double l2 = test::relative_l2(g, r);
+        worst = std::max(worst, l2);
+        EXPECT_LT(l2, kLogitTolerance) << dir << " block " << bs << " step " << steps << " sequence " << owners[b]
+                                       << " at position " << first + k;
+      }
     }
     for (size_t b = 0; b < batch.size(); ++b) seqs[owners[b]].done += static_cast<int64_t>(batch[b].tokens.size());
   }
@@ -528,6 +531,82 @@ TEST(GpuModel, EngineSamplesOnTheDevice) {
   const auto again = run_engine_requests(gpu(), tok.value(), sampled);
   EXPECT_EQ(again, draws) << "the same seeded requests in a new engine";
 
+}
+
+// The prompt's log-probabilities (vLLM's prompt_logprobs) through the
+// engine on the CUDA runner against the CPU runner: prompts chunked over
+// several steps beside plain greedy requests, prompt-only requests
+// (max_tokens 0) and ones that go on generating; each prompt token's
+// log-probability within twice the largest logit error of this model in
+// bf16 (0.25), its rank and top entries' counts as on the CPU.
+TEST(GpuModel, PromptLogprobsMatchCpuRunner) {
+  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
+  auto cpu = load_cpu(dir);
+  ASSERT_NE(cpu, nullptr);
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  const ModelConfig& c = cpu->config();
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int32_t> tok_d(20, 1000);
+  std::vector<Request> requests;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p(static_cast<size_t>(1 + rng() % 150));
+    for (auto& t : p) t = tok_d(rng);
+    Request r = greedy_request("r" + std::to_string(i), p, i % 3 == 0 ? 0 : 6);
+    if (i % 4 != 3) r.params.prompt_logprobs = i % 2 == 0 ? 0 : 3;
+    requests.push_back(std::move(r));
+  }
+  auto run = [&](std::unique_ptr<Runner> runner) {
+    EngineConfig config;
+    config.scheduler.max_num_seqs = 64;
+    config.scheduler.max_num_batched_tokens = 64;
+    config.max_model_len = 1024;
+    config.eos_ids = tok.value().default_stop_ids();
+    Engine engine(std::move(runner), tok.value(), config);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const Request& request : requests) {
+      streams.push_back(std::make_shared<RequestStream>());
+      Status s = engine.add_request(request, streams.back());
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+    }
+    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
+    EXPECT_EQ(engine.allocator().num_used(), 0);
+    std::vector<std::pair<std::vector<SampleResult>, size_t>> out;  // prompt logprobs, tokens generated
+    for (auto& stream : streams) {
+      std::vector<SampleResult> scores;
+      size_t generated = 0;
+      for (auto& e : stream->drain()) {
+        EXPECT_TRUE(e.error.is_ok()) << e.error.to_string();
+        scores.insert(scores.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+        for (auto& s : e.sequences) generated += s.token_ids.size();
+      }
+      out.emplace_back(std::move(scores), generated);
+    }
+    return out;
+  };
+  const int64_t bs = 16, blocks = 256;
+  auto cpu_runner = CpuRunner::create(*cpu, bs, blocks * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), bs));
+  ASSERT_TRUE(cpu_runner.is_ok());
+  const auto want = run(std::move(cpu_runner).value());
+  const auto got = run(tiny_cuda_runner(*cpu, 64));
+  double worst = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& r = requests[i];
+    const size_t scored = r.params.prompt_logprobs ? r.prompt.size() - 1 : 0;
+    ASSERT_EQ(want[i].first.size(), scored) << "request " << i << " on the CPU";
+    ASSERT_EQ(got[i].first.size(), scored) << "request " << i;
+    EXPECT_EQ(got[i].second, static_cast<size_t>(r.params.max_tokens)) << "request " << i;
+    for (size_t k = 0; k < scored; ++k) {
+      const SampleResult& g = got[i].first[k];
+      const SampleResult& w = want[i].first[k];
+      EXPECT_EQ(g.token, r.prompt[k + 1]) << "request " << i << " prompt token " << k + 1;
+      EXPECT_EQ(g.top.size(), w.top.size()) << "request " << i << " prompt token " << k + 1;
+      EXPECT_GE(g.rank, 1);
+      worst = std::max(worst, static_cast<double>(std::abs(g.logprob - w.logprob)));
+      EXPECT_NEAR(g.logprob, w.logprob, 0.5) << "request " << i << " prompt token " << k + 1;
+    }
+  }
+  std::printf("[prompt logprobs] %zu requests, worst |GPU - CPU| log-probability %.3f\n", requests.size(), worst);
 }
 
 // Overlap scheduling (step n + 1 launched before step n is collected, its

@@ -1,6 +1,6 @@
 """`tern serve` under test: a helper that starts the real binary with the
 tiny model on a free 127.0.0.1 port (--port 0, the port read back from the
-"listening on http://HOST:PORT" line), waits for /health, and stops it with
+"listening on http[s]://HOST:PORT" line), waits for /health, and stops it with
 SIGTERM, asserting a clean exit 0; and the session-scoped `server` fixture.
 
 Test modules load it with `pytest_plugins = ["server_fixture"]` so that the
@@ -22,7 +22,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL = ROOT / "tests" / "data" / "ernie-tiny"
-LISTENING = re.compile(r"listening on http://([0-9.]+):(\d+)")
+LISTENING = re.compile(r"listening on (https?)://([0-9.]+):(\d+)")
 
 
 def tern_binary():
@@ -34,9 +34,11 @@ def tern_binary():
 
 class TernServer:
     """One `tern serve` process. stderr goes to a file (a pipe nobody reads
-    would fill up with request logs and stall the server)."""
+    would fill up with request logs and stall the server). With --ssl-*
+    flags, `ssl_context` is what request() verifies the server with."""
 
-    def __init__(self, *flags, model=MODEL, timeout=30.0):
+    def __init__(self, *flags, model=MODEL, timeout=30.0, ssl_context=None):
+        self.ssl_context = ssl_context
         self.log = tempfile.NamedTemporaryFile(prefix="tern-serve-", suffix=".log", delete=False)
         args = [tern_binary(), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0",
                 *map(str, flags)]
@@ -51,8 +53,8 @@ class TernServer:
                 raise RuntimeError(f"tern serve did not print its address:\n{self.logs()}")
             match = LISTENING.search(self.logs())
             time.sleep(0.02)
-        self.host, self.port = match.group(1), int(match.group(2))
-        self.url = f"http://{self.host}:{self.port}"
+        self.scheme, self.host, self.port = match.group(1), match.group(2), int(match.group(3))
+        self.url = f"{self.scheme}://{self.host}:{self.port}"
         while self.get("/health")[0] != 200:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"/health never answered 200:\n{self.logs()}")
@@ -72,7 +74,7 @@ class TernServer:
         if data is not None and "Content-Type" not in (headers or {}):
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context) as resp:
                 return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
         except urllib.error.HTTPError as e:
             return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
@@ -127,8 +129,8 @@ def dedicated_server():
     asserted) at the end of the test."""
     started = []
 
-    def start(*flags):
-        s = TernServer(*flags)
+    def start(*flags, **kw):
+        s = TernServer(*flags, **kw)
         started.append(s)
         return s
 

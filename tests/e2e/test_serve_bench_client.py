@@ -58,12 +58,13 @@ def test_requests_on_closed_keepalive_connections_go_again(tmp_path):
                 time.sleep(0.05)
         out = subprocess.run([sys.executable, str(ROOT / "bench/serving/serve_bench.py"), "--base-url",
                               f"http://127.0.0.1:{port}", "--label", "closer", "--out-dir", str(tmp_path),
-                              "--scenarios", "single:8,conc-4:24", "--time-budget", "60"],
+                              "--scenarios", "single:8,conc-4:24,conc-2+sampled:6", "--time-budget", "60"],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         report = json.loads((tmp_path / "closer.json").read_text())
         scenarios = report["scenarios"]
-        assert [s["completed"] for s in scenarios] == [8, 24]
+        assert [s["completed"] for s in scenarios] == [8, 24, 6]
+        assert scenarios[2]["scenario"] == "conc-2+sampled"
         assert all(s["failed"] == 0 for s in scenarios)
         assert sum(s["retried_on_closed_connection"] for s in scenarios) > 0
     finally:

@@ -3,23 +3,36 @@
 //   1. the row's logit ops, phase by phase (bias, min_tokens mask,
 //      repetition, frequency + presence), in place;
 //   2. greedy rows: the argmax (lowest id on ties, NaN never);
-//   3. the finite logits' maximum m; weights w = exp((x - m) / T);
-//   4. top-k: the k-th largest logit by a radix select over the logits'
-//      order-preserving 32-bit keys (4 passes of 8 bits, counts);
-//   5. top-p: over what top-k kept, the logit at which the mass counted from
-//      the most likely reaches top_p of the total, by the same select over
+//   3. the finite logits' maximum m; weights w = exp((x - m) / T), as
 //      fixed-point masses (integer sums: the same answer whatever order the
 //      atomics land in);
-//   6. ties at the cut keep the lowest ids, as the host's sort does: one
-//      warp walks the ids in order to find the last one kept;
-//   7. min-p: w >= min_p;
-//   8. the draw: the kept token with the largest (x - m) / T + Gumbel noise,
+//   4. the cuts, in the order of the host's sort (largest logit first, the
+//      lowest id first on ties). One pass puts every logit in one of 255
+//      bins of (m - x) / T spanning the row's finite range (at most 32
+//      nats; a 256th holds everything past, whose masses round to 0) with
+//      its count and mass; the bins'
+//      running sums find the bin holding top-k's k-th entry and top-p's cut
+//      (top-p over what top-k kept: the entry at which the mass counted from
+//      the most likely reaches top_p of the top-k set's); that bin's entries
+//      are gathered, sorted and summed, which places the cut exactly. A cut
+//      bin of more than kCandidates entries (a nearly flat row) falls back to
+//      a radix select over the logits' order-preserving 32-bit keys;
+//   5. min-p: w >= min_p;
+//   6. the draw: the kept token with the largest (x - m) / T + Gumbel noise,
 //      the noise a hash of (row key, id). That is an exact draw from the
 //      kept tokens' renormalised softmax; the key comes from the sequence's
 //      own generator, so a seeded request repeats its tokens.
-#include <cfloat>
+// On sm_90 a few rows share the GPU as clusters of up to 8 blocks, each
+// block a slice of its row, the sums and maxima joined through distributed
+// shared memory; the results do not depend on the slicing.
+// Why bins: the radix select's first byte is the logits' sign and exponent,
+// which most of a row shares, and its shared-memory atomics into those few
+// bins serialised (hundreds of microseconds a row); the bins of (m - x) / T
+// spread a row over many counters and leave the far tail out.
 #include <climits>
 #include <cmath>
+
+#include <cooperative_groups.h>
 
 #include "backend/cuda/device_utils.cuh"
 
@@ -27,8 +40,11 @@ namespace tern::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 256;
-constexpr double kMassScale = 1099511627776.0;  // 2^40: a weight in (0, 1] as an integer
+constexpr float kMaxSpan = 32.0f;    // nats of (m - x) / T the bins cover at most; the last bin takes the rest
+constexpr int kCandidates = 2048;    // entries of one cut bin sorted in shared memory
+constexpr float kMassScaleF = 1099511627776.0f;  // 2^40: a weight in (0, 1] as an integer
 
 __device__ __forceinline__ uint32_t order_key(float v) {
   const uint32_t u = __float_as_uint(v + 0.0f);
@@ -42,38 +58,96 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 
 __device__ __forceinline__ bool finite_logit(float v) { return v > -INFINITY && v == v; }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+// The row's weights as fixed-point masses: exp((v - m) / T) * 2^40, rounded down.
+struct Weights {
+  float m, inv_t;
+  float scale;  // bins per nat: the bins below the last span the row's finite range, at most kMaxSpan nats
+  __device__ __forceinline__ float weight(float v) const { return expf((v - m) * inv_t); }
+  // w * 2^40 is exact in float (a power-of-two scale), so this equals the double product.
+  __device__ __forceinline__ uint64_t mass(float v) const { return static_cast<uint64_t>(weight(v) * kMassScaleF); }
+  // The bin of (m - v) / T; NaN and the tail past kMaxSpan go to the last bin.
+  __device__ __forceinline__ int bin(float v) const {
+    const float d = (m - v) * inv_t * scale;
+    return d < static_cast<float>(kBins - 1) ? (d > 0.0f ? static_cast<int>(d) : 0) : kBins - 1;
+  }
+};
 
-// Standard Gumbel noise for (key, id): -log(-log(u)), u uniform in (0, 1).
-__device__ __forceinline__ double gumbel(uint64_t key, int64_t id) {
-  const uint64_t bits = mix64(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(id + 1));
-  const double u = (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
-  return -log(-log(u));
-}
-
-// Below this vocabulary, top-p's per-bin masses are summed in three 32-bit
-// limbs (14 + 14 + 12 bits of a mass <= 2^40) with native shared-memory
-// atomics, exact as long as a limb's sum over the whole row fits 32 bits;
-// at or above it, in one 64-bit atomic (a compare-and-swap loop, slow when
-// most logits share a bin).
+// Below this vocabulary, per-bin masses are summed in three 32-bit limbs
+// (14 + 14 + 12 bits of a mass <= 2^40) with native shared-memory atomics,
+// exact as long as a limb's sum over the whole row fits 32 bits; at or above
+// it, in one 64-bit atomic (a compare-and-swap loop, slow when most logits
+// share a bin).
 constexpr int64_t kLimbVocab = 262144;
+
+// The blocks that share one row: a thread block cluster on sm_90 (each
+// block a slice of the row, the row-wide sums read through distributed
+// shared memory), else the one block.
+struct Cluster {
+  bool solo = false;  // one block alone, whatever its launch
+  __device__ static Cluster single() {
+    Cluster c;
+    c.solo = true;
+    return c;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __device__ unsigned rank() const { return solo ? 0 : cooperative_groups::this_cluster().block_rank(); }
+  __device__ unsigned size() const { return solo ? 1 : cooperative_groups::this_cluster().num_blocks(); }
+  __device__ void sync() const {
+    if (solo) {
+      __syncthreads();
+    } else {
+      cooperative_groups::this_cluster().sync();
+    }
+  }
+  template <class T>
+  __device__ T* at(T* p, unsigned r) const {
+    return solo ? p : cooperative_groups::this_cluster().map_shared_rank(p, r);
+  }
+#else
+  __device__ unsigned rank() const { return 0; }
+  __device__ unsigned size() const { return 1; }
+  __device__ void sync() const { __syncthreads(); }
+  template <class T>
+  __device__ T* at(T* p, unsigned) const {
+    return p;
+  }
+#endif
+};
+
+// A block's slice of the row: ids [lo, hi), a multiple of 32 long but the last.
+struct Slice {
+  int64_t lo, hi;
+};
 
 struct Shared {
   unsigned long long mass_bins[kBins];
   unsigned int mass_lo[kBins], mass_mid[kBins], mass_hi[kBins];
   int count_bins[kBins];
+  unsigned long long candidates[kCandidates];  // argmax keys (pick_key) of one bin's entries, sorted largest first
+  unsigned long long gathered[kCandidates];    // this block's entries of that bin, before the cluster's are joined
+  unsigned long long tot_mass[kBins];          // the cluster's bins: every block's counts and masses summed
+  int tot_count[kBins];
+  unsigned long long warp_totals[kWarps];
+  // This block's share of the row, read by the cluster's other blocks.
+  unsigned long long block_best, block_top;  // argmax keys: of the logits, of the draw's scores
+  unsigned int block_min_key;
+  int block_finite, block_gathered;
+  int num_candidates;
+  int found;
   float max_value;
   int finite;
   unsigned long long best;
+  unsigned int min_key;  // the smallest finite logit's order key
   // Radix select state (thread 0 writes, all read after a barrier).
   uint32_t prefix, mask;
   long long remaining_count;
   unsigned long long remaining_mass;
   int cut_id;
+  // The binned cuts' plan (thread 0 writes, all read after a barrier).
+  int k_bin, p_bin;
+  long long k_need;
+  unsigned long long p_need;
+  unsigned long long cut;  // the last kept entry's argmax key; 0: none yet
 };
 
 __device__ __forceinline__ uint64_t block_max_u64(uint64_t v, unsigned long long* slot) {
@@ -85,6 +159,54 @@ __device__ __forceinline__ uint64_t block_max_u64(uint64_t v, unsigned long long
   if ((threadIdx.x & 31) == 0 && v != 0) atomicMax(slot, static_cast<unsigned long long>(v));
   __syncthreads();
   return *slot;
+}
+
+__device__ __forceinline__ uint64_t warp_inclusive_sum(uint64_t v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const uint64_t o = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += o;
+  }
+  return v;
+}
+
+// Inclusive sum over the block in thread order (integers: exact).
+__device__ uint64_t block_inclusive_sum(uint64_t v, Shared& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_inclusive_sum(v);
+  if (lane == 31) s.warp_totals[warp] = v;
+  __syncthreads();
+  if (warp == 0) s.warp_totals[lane] = warp_inclusive_sum(s.warp_totals[lane]);
+  __syncthreads();
+  if (warp > 0) v += s.warp_totals[warp - 1];
+  __syncthreads();
+  return v;
+}
+
+// Adds a fixed-point mass to bin b (limbs below kLimbVocab).
+__device__ __forceinline__ void add_mass(Shared& s, int b, uint64_t w, bool limbs) {
+  if (limbs) {
+    atomicAdd(&s.mass_lo[b], static_cast<unsigned int>(w & 0x3fffu));
+    atomicAdd(&s.mass_mid[b], static_cast<unsigned int>((w >> 14) & 0x3fffu));
+    atomicAdd(&s.mass_hi[b], static_cast<unsigned int>(w >> 28));
+  } else {
+    atomicAdd(&s.mass_bins[b], static_cast<unsigned long long>(w));
+  }
+}
+
+__device__ __forceinline__ unsigned long long bin_mass(const Shared& s, int b) {
+  return s.mass_bins[b] + (static_cast<unsigned long long>(s.mass_hi[b]) << 28) +
+         (static_cast<unsigned long long>(s.mass_mid[b]) << 14) + s.mass_lo[b];
+}
+
+__device__ void clear_bins(Shared& s) {
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+    s.mass_bins[b] = 0;
+    s.mass_lo[b] = s.mass_mid[b] = s.mass_hi[b] = 0;
+    s.count_bins[b] = 0;
+  }
+  __syncthreads();
 }
 
 // Top-k's cut: the key k* of the k-th largest finite logit, counted from
@@ -117,63 +239,11 @@ __device__ void select_kth_key(const float* x, int64_t vocab, Shared& s) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t vocab, const SampleRow* rows,
-                                                          const LogitOp* ops, uint64_t* keys) {
-  __shared__ Shared s;
-  const SampleRow r = rows[blockIdx.x];
-  float* x = logits + static_cast<int64_t>(r.row) * vocab;
-
-  // 1. The logit ops, in the host sampler's order; within a phase the ids are distinct.
-  for (int phase = 0; phase < 4; ++phase) {
-    for (int i = r.ops_begin + static_cast<int>(threadIdx.x); i < r.ops_end; i += blockDim.x) {
-      const LogitOp op = ops[i];
-      if (op.phase != phase || op.id < 0 || op.id >= vocab) continue;
-      float& v = x[op.id];
-      if (phase == 0) {
-        v += op.a;
-      } else if (phase == 1) {
-        v = -INFINITY;
-      } else if (phase == 2) {
-        v = v > 0.0f ? v / op.a : v * op.a;
-      } else {
-        v -= op.a;
-        v -= op.b;
-      }
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    s.best = 0;
-    s.max_value = -INFINITY;
-    s.finite = 0;
-  }
-  __syncthreads();
-
-  // 2-3. The argmax (greedy, or nothing finite) and the finite maximum.
-  uint64_t best = 0;
-  int finite = 0;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = x[i];
-    if (v == v) {
-      const uint64_t k = pick_key(v, i);
-      best = k > best ? k : best;
-    }
-    finite += finite_logit(v) ? 1 : 0;
-  }
-  finite = __reduce_add_sync(0xffffffffu, finite);
-  if ((threadIdx.x & 31) == 0 && finite > 0) atomicAdd(&s.finite, finite);
-  best = block_max_u64(best, &s.best);
-  const int num_finite = s.finite;
-  if (r.greedy || num_finite == 0) {
-    if (threadIdx.x == 0) keys[r.pick] = best;
-    return;
-  }
-  const float m = key_value(static_cast<uint32_t>(best >> 32));  // the largest value is finite here
-  const float inv_t = 1.0f / r.temperature;
-  auto weight_of = [&](float v) { return expf((v - m) * inv_t); };
-  auto fixed_mass = [&](float v) { return static_cast<uint64_t>(static_cast<double>(weight_of(v)) * kMassScale); };
-
-  // 4. top-k: cut at the k-th largest key; keep_eq entries equal to it.
+// The cuts by radix select over the whole row (the fallback for a cut bin
+// too large to sort): the argmax key of the last kept entry, or 0 for none.
+__device__ uint64_t radix_cut(const float* x, int64_t vocab, const SampleRow& r, const Weights& w, int num_finite,
+                              Shared& s) {
+  // top-k: cut at the k-th largest key; keep_eq entries equal to it.
   bool cut = false;
   uint32_t cut_key = 0;
   long long keep_eq = 0;
@@ -190,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     keep_eq = s.remaining_count;
   }
 
-  // 5. top-p over the top-k set: its mass, then the cut where the mass from the top reaches top_p of it.
+  // top-p over the top-k set: its mass, then the cut where the mass from the top reaches top_p of it.
   if (r.top_p < 1.0f) {
     if (threadIdx.x == 0) s.remaining_mass = 0;
     __syncthreads();
@@ -199,14 +269,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
       const float v = x[i];
       if (!finite_logit(v)) continue;
       const uint32_t k = order_key(v);
-      if (!cut || k > cut_key) mass += fixed_mass(v);
+      if (!cut || k > cut_key) mass += w.mass(v);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, offset);
     if ((threadIdx.x & 31) == 0) atomicAdd(&s.remaining_mass, mass);
     __syncthreads();
     // Entries equal to the top-k cut count keep_eq times (they are equal).
-    const unsigned long long eq_mass = cut ? static_cast<unsigned long long>(keep_eq) * fixed_mass(key_value(cut_key)) : 0;
+    const unsigned long long eq_mass = cut ? static_cast<unsigned long long>(keep_eq) * w.mass(key_value(cut_key)) : 0;
     const unsigned long long total = s.remaining_mass + eq_mass;
     const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(total)));
     __syncthreads();
@@ -220,33 +290,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     // their bin gets keep_eq x their weight from thread 0 instead of one weight per entry.
     const bool limbs = vocab < kLimbVocab;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
-        s.mass_bins[b] = 0;
-        s.mass_lo[b] = s.mass_mid[b] = s.mass_hi[b] = 0;
-      }
-      __syncthreads();
+      clear_bins(s);
       const uint32_t prefix = s.prefix, mask = s.mask;
       for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float v = x[i];
         if (!finite_logit(v)) continue;
         const uint32_t k = order_key(v);
         if ((k & mask) != prefix || (cut && k <= cut_key)) continue;
-        const uint32_t bin = (k >> shift) & 0xffu;
-        const uint64_t w = fixed_mass(v);
-        if (limbs) {
-          atomicAdd(&s.mass_lo[bin], static_cast<unsigned int>(w & 0x3fffu));
-          atomicAdd(&s.mass_mid[bin], static_cast<unsigned int>((w >> 14) & 0x3fffu));
-          atomicAdd(&s.mass_hi[bin], static_cast<unsigned int>(w >> 28));
-        } else {
-          atomicAdd(&s.mass_bins[bin], static_cast<unsigned long long>(w));
-        }
+        add_mass(s, static_cast<int>((k >> shift) & 0xffu), w.mass(v), limbs);
       }
       if (threadIdx.x == 0 && cut && (cut_key & mask) == prefix) atomicAdd(&s.mass_bins[(cut_key >> shift) & 0xffu], eq_mass);
       __syncthreads();
       if (threadIdx.x == 0) {
         for (int b = kBins - 1; b >= 0; --b) {
-          const unsigned long long bm = s.mass_bins[b] + (static_cast<unsigned long long>(s.mass_hi[b]) << 28) +
-                                        (static_cast<unsigned long long>(s.mass_mid[b]) << 14) + s.mass_lo[b];
+          const unsigned long long bm = bin_mass(s, b);
           if (bm >= s.remaining_mass || b == 0) {
             s.prefix |= static_cast<uint32_t>(b) << shift;
             break;
@@ -258,9 +315,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
       __syncthreads();
     }
     const uint32_t p_key = s.prefix;
-    const unsigned long long w = fixed_mass(key_value(p_key));
+    const unsigned long long pw = w.mass(key_value(p_key));
     // Entries equal to the cut needed to reach the target (at least one).
-    long long need = w > 0 ? static_cast<long long>((s.remaining_mass + w - 1) / w) : 1;
+    long long need = pw > 0 ? static_cast<long long>((s.remaining_mass + pw - 1) / pw) : 1;
     need = need < 1 ? 1 : need;
     if (!cut || p_key > cut_key) {
       cut = true;
@@ -270,32 +327,30 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
       keep_eq = need < keep_eq ? need : keep_eq;
     }
   }
+  if (!cut) return 0;
 
-  // 6. Ties at the cut: the lowest ids win. Only when more entries equal the
+  // Ties at the cut: the lowest ids win. Only when more entries equal the
   // cut than are kept (rare) does warp 0 walk the ids in order.
-  int last_eq_id = INT_MAX;
-  if (cut) {
-    if (threadIdx.x == 0) {
-      s.cut_id = INT_MAX;
-      s.finite = 0;
-    }
-    __syncthreads();
-    int eq = 0;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = x[i];
-      eq += finite_logit(v) && order_key(v) == cut_key ? 1 : 0;
-    }
-    eq = __reduce_add_sync(0xffffffffu, eq);
-    if ((threadIdx.x & 31) == 0 && eq > 0) atomicAdd(&s.finite, eq);
-    __syncthreads();
+  if (threadIdx.x == 0) {
+    s.cut_id = INT_MAX;
+    s.finite = 0;
   }
-  if (cut && s.finite > keep_eq) {
+  __syncthreads();
+  int eq = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = x[i];
+    eq += finite_logit(v) && order_key(v) == cut_key ? 1 : 0;
+  }
+  eq = __reduce_add_sync(0xffffffffu, eq);
+  if ((threadIdx.x & 31) == 0 && eq > 0) atomicAdd(&s.finite, eq);
+  __syncthreads();
+  if (s.finite > keep_eq) {
     if (threadIdx.x < 32) {
       long long seen = 0;
       for (int64_t base = 0; base < vocab && seen < keep_eq; base += 32) {
         const int64_t i = base + threadIdx.x;
-        const bool eq = i < vocab && finite_logit(x[i]) && order_key(x[i]) == cut_key;
-        const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
+        const bool is_eq = i < vocab && finite_logit(x[i]) && order_key(x[i]) == cut_key;
+        const uint32_t ballot = __ballot_sync(0xffffffffu, is_eq);
         const int n = __popc(ballot);
         if (seen + n >= keep_eq) {
           // The (keep_eq - seen)-th set bit of the ballot is the last id kept.
@@ -307,34 +362,352 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
       }
     }
     __syncthreads();
-    last_eq_id = s.cut_id;
+    return (static_cast<uint64_t>(cut_key) << 32) | (0xffffffffu - static_cast<uint32_t>(s.cut_id));
+  }
+  return static_cast<uint64_t>(cut_key) << 32;  // every entry equal to the cut is kept
+}
+
+// Sorts s.candidates[0, n), largest first (the host's order), padding to a power of two with 0.
+__device__ void sort_candidates(int n, Shared& s) {
+  int size = 1;
+  while (size < n) size <<= 1;
+  for (int i = n + static_cast<int>(threadIdx.x); i < size; i += blockDim.x) s.candidates[i] = 0;
+  __syncthreads();
+  // Bitonic sort; padding (0) sinks to the end.
+  for (int k = 2; k <= size; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < size; i += blockDim.x) {
+        const int other = i ^ j;
+        if (other <= i) continue;
+        const unsigned long long a = s.candidates[i], c = s.candidates[other];
+        if (((i & k) == 0) ? a < c : a > c) {
+          s.candidates[i] = c;
+          s.candidates[other] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Gathers the argmax keys of bin b's finite entries, every block of the
+// cluster its slice, joins them in every block's s.candidates and sorts
+// them there. Returns their number, or -1 when they are more than
+// kCandidates (the same answer in every block).
+__device__ int gather_bin(const float* x, const Slice& sl, const Weights& w, int b, Shared& s, const Cluster& cl) {
+  if (threadIdx.x == 0) s.block_gathered = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  for (int64_t base = sl.lo; base < sl.hi; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const float v = i < sl.hi ? x[i] : -INFINITY;
+    const bool in = finite_logit(v) && w.bin(v) == b;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, in);
+    if (ballot == 0) continue;
+    const int leader = __ffs(ballot) - 1;
+    int slot = 0;
+    if (lane == leader) slot = atomicAdd(&s.block_gathered, __popc(ballot));
+    slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(ballot & ((1u << lane) - 1u));
+    if (in && slot < kCandidates) s.gathered[slot] = pick_key(v, i);
+  }
+  cl.sync();
+  int n = 0;
+  for (unsigned r = 0; r < cl.size(); ++r) {
+    const Shared* other = cl.at(&s, r);
+    const int count = other->block_gathered;
+    if (n + count <= kCandidates) {
+      for (int j = threadIdx.x; j < count; j += blockDim.x) s.candidates[n + j] = other->gathered[j];
+    }
+    n += count;
+  }
+  cl.sync();  // every block has read the others' entries before any gathers again
+  if (n > kCandidates) return -1;
+  sort_candidates(n, s);
+  return n;
+}
+
+__device__ __forceinline__ float candidate_value(unsigned long long key) {
+  return key_value(static_cast<uint32_t>(key >> 32));
+}
+
+// The first of the sorted candidates [0, n) at which their running mass
+// reaches `need` (n - 1 when it never does); n <= 2 * blockDim.x.
+__device__ int first_reaching(const Weights& w, int n, unsigned long long need, Shared& s) {
+  const int a = 2 * static_cast<int>(threadIdx.x), b = a + 1;
+  const uint64_t ma = a < n ? w.mass(candidate_value(s.candidates[a])) : 0;
+  const uint64_t mb = b < n ? w.mass(candidate_value(s.candidates[b])) : 0;
+  if (threadIdx.x == 0) s.found = n - 1;
+  const uint64_t through_b = block_inclusive_sum(ma + mb, s);  // has a barrier after its last shared write
+  const uint64_t through_a = through_b - mb;
+  if (a < n && through_a >= need) {
+    atomicMin(&s.found, a);
+  } else if (b < n && through_b >= need) {
+    atomicMin(&s.found, b);
+  }
+  __syncthreads();
+  return s.found;
+}
+
+// The sum of the sorted candidates' masses [0, n).
+__device__ uint64_t candidates_mass(const Weights& w, int n, Shared& s) {
+  const int a = 2 * static_cast<int>(threadIdx.x), b = a + 1;
+  uint64_t m = a < n ? w.mass(candidate_value(s.candidates[a])) : 0;
+  m += b < n ? w.mass(candidate_value(s.candidates[b])) : 0;
+  block_inclusive_sum(m, s);
+  return s.warp_totals[kWarps - 1];
+}
+
+// The cuts through bins of (m - x) / T (the header says how): the argmax
+// key of the last kept entry in `cut` (0: no cut), the same in every block
+// of the cluster. Returns false when a cut bin holds more entries than can
+// be sorted (then the caller falls back).
+__device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const SampleRow& r, const Weights& w,
+                           int num_finite, Shared& s, const Cluster& cl, uint64_t& cut) {
+  const bool top_k = r.top_k > 0 && r.top_k < num_finite, top_p = r.top_p < 1.0f;
+  cut = 0;
+  if (!top_k && !top_p) return true;
+  const bool limbs = vocab < kLimbVocab;
+  const int lane = threadIdx.x & 31;
+  clear_bins(s);
+  for (int64_t base = sl.lo; base < sl.hi; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const float v = i < sl.hi ? x[i] : -INFINITY;
+    const bool finite = finite_logit(v);
+    const int b = finite ? w.bin(v) : kBins - 1;
+    // The tail's entries (most of a peaked row) are counted a warp at a time; their masses are 0.
+    const uint32_t tail = __ballot_sync(0xffffffffu, finite && b == kBins - 1);
+    if (top_k && lane == 0 && tail != 0) atomicAdd(&s.count_bins[kBins - 1], __popc(tail));
+    if (!finite || b == kBins - 1) continue;
+    if (top_k) atomicAdd(&s.count_bins[b], 1);
+    if (top_p) add_mass(s, b, w.mass(v), limbs);
+  }
+  // The cluster's bins, summed in every block.
+  cl.sync();
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+    unsigned long long m = 0;
+    int c = 0;
+    for (unsigned q = 0; q < cl.size(); ++q) {
+      const Shared* other = cl.at(&s, q);
+      m += bin_mass(*other, b);
+      c += other->count_bins[b];
+    }
+    s.tot_mass[b] = m;
+    s.tot_count[b] = c;
+  }
+  cl.sync();  // every block has read the others' bins before any clears them
+
+  // top-k: the bin holding the k-th entry, and how many of its entries are in.
+  int n = 0;
+  unsigned long long k_mass = 0;  // the top-k set's mass in k_bin
+  if (top_k) {
+    if (threadIdx.x == 0) {
+      long long left = r.top_k;
+      s.k_bin = kBins - 1;
+      for (int b = 0; b < kBins; ++b) {
+        if (s.tot_count[b] >= left) {
+          s.k_bin = b;
+          break;
+        }
+        left -= s.tot_count[b];
+      }
+      s.k_need = left;
+    }
+    __syncthreads();
+    n = gather_bin(x, sl, w, s.k_bin, s, cl);
+    if (n < 0) return false;
+    const int need = static_cast<int>(s.k_need < n ? s.k_need : n);
+    cut = s.candidates[need - 1];
+    if (!top_p) return true;
+    n = need;  // the bin's entries in the top-k set, for top-p below
+    k_mass = candidates_mass(w, n, s);
   }
 
-  // 7-8. min-p and the draw.
+  // top-p over the top-k set: the bin where the running mass reaches top_p
+  // of the set's, then the entry in it.
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    const int last = top_k ? s.k_bin : kBins - 1;
+    for (int b = 0; b < last; ++b) total += s.tot_mass[b];
+    total += top_k ? k_mass : s.tot_mass[kBins - 1];
+    const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(total)));
+    unsigned long long need = target > 0 ? target : 1;
+    s.p_bin = -1;
+    for (int b = 0; b <= last; ++b) {
+      const unsigned long long m = b == last && top_k ? k_mass : s.tot_mass[b];
+      if (m >= need) {
+        s.p_bin = b;
+        break;
+      }
+      need -= m;
+    }
+    s.p_need = need;
+  }
+  __syncthreads();
+  const int p_bin = s.p_bin;
+  if (p_bin < 0) return true;  // no mass reaches the target (nothing but zero masses): keep the top-k cut
+  if (!top_k || p_bin != s.k_bin) {
+    n = gather_bin(x, sl, w, p_bin, s, cl);
+    if (n < 0) return false;
+  }
+  cut = s.candidates[first_reaching(w, n, s.p_need, s)];
+  return true;
+}
+
+__device__ __forceinline__ bool kept(float v, int64_t i, uint64_t cut, const SampleRow& r, const Weights& w) {
+  return finite_logit(v) && pick_key(v, i) >= cut && (r.min_p <= 0.0f || w.weight(v) >= r.min_p);
+}
+
+// Standard Gumbel noise for (key, id): -log(-log(u)), u uniform in (0, 1)
+// at 24 bits, from a hash of the row key and the id (the same noise
+// whichever block of a cluster reads the id).
+__device__ __forceinline__ float gumbel(uint64_t key, int64_t id) {
+  uint32_t h = static_cast<uint32_t>(key) ^ (static_cast<uint32_t>(key >> 32) * 0x9e3779b9u);
+  h ^= static_cast<uint32_t>(id) * 0x85ebca6bu;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  const float u = (static_cast<float>(h >> 8) + 0.5f) * 0x1.0p-24f;
+  return -logf(-logf(u));
+}
+
+// The draw: the kept entry with the largest (x - m) / T + Gumbel noise,
+// which is an exact draw from the kept entries' renormalised softmax and
+// does not depend on how the row is sliced (a seeded request draws the same
+// token in any batch). Block 0 writes its argmax key to keys[r.pick]
+// (`fallback` if nothing is kept).
+__device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const Weights& w, uint64_t cut,
+                     uint64_t fallback, uint64_t* keys, Shared& s, const Cluster& cl) {
+  uint64_t top = 0;  // the score's order key above (2^32 - 1 - id), as pick_key
+  for (int64_t i = sl.lo + threadIdx.x; i < sl.hi; i += blockDim.x) {
+    const float v = x[i];
+    if (!kept(v, i, cut, r, w)) continue;
+    const uint64_t k = pick_key((v - w.m) * w.inv_t + gumbel(r.key, i), i);
+    top = k > top ? k : top;
+  }
   if (threadIdx.x == 0) s.best = 0;
   __syncthreads();
-  double top = -DBL_MAX;
-  int top_id = -1;
-  const float inv_t_draw = inv_t;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = x[i];
-    if (!finite_logit(v)) continue;
-    if (cut) {
-      const uint32_t k = order_key(v);
-      if (k < cut_key || (k == cut_key && i > last_eq_id)) continue;
+  top = block_max_u64(top, &s.best);
+  if (threadIdx.x == 0) s.block_top = top;
+  cl.sync();
+  if (threadIdx.x == 0 && cl.rank() == 0) {
+    for (unsigned q = 1; q < cl.size(); ++q) {
+      const unsigned long long other = cl.at(&s, q)->block_top;
+      top = other > top ? other : top;
     }
-    if (r.min_p > 0.0f && weight_of(v) < r.min_p) continue;
-    const double score = static_cast<double>((v - m) * inv_t_draw) + gumbel(r.key, i);
-    if (score > top) {
-      top = score;
-      top_id = static_cast<int>(i);
+    const int id = static_cast<int>(0xffffffffu - static_cast<uint32_t>(top & 0xffffffffu));
+    keys[r.pick] = top != 0 ? pick_key(x[id], id) : fallback;
+  }
+  cl.sync();  // block 0 has read the others' before any leaves
+}
+
+// One row per cluster of `blocks` blocks (1 without clusters), each block a slice of the row.
+__global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t vocab, const SampleRow* rows,
+                                                          const LogitOp* ops, uint64_t* keys) {
+  __shared__ Shared s;
+  const Cluster cl{};
+  const unsigned blocks = cl.size(), rank = cl.rank();
+  const SampleRow r = rows[blockIdx.x / blocks];
+  float* x = logits + static_cast<int64_t>(r.row) * vocab;
+  const int64_t chunk = ((vocab + blocks - 1) / blocks + 31) / 32 * 32;
+  const Slice sl{rank * chunk < vocab ? rank * chunk : vocab, (rank + 1) * chunk < vocab ? (rank + 1) * chunk : vocab};
+
+  // 1. The logit ops of the slice's ids, in the host sampler's order; within a phase the ids are distinct.
+  for (int phase = 0; phase < 4; ++phase) {
+    for (int i = r.ops_begin + static_cast<int>(threadIdx.x); i < r.ops_end; i += blockDim.x) {
+      const LogitOp op = ops[i];
+      if (op.phase != phase || op.id < sl.lo || op.id >= sl.hi) continue;
+      float& v = x[op.id];
+      if (phase == 0) {
+        v += op.a;
+      } else if (phase == 1) {
+        v = -INFINITY;
+      } else if (phase == 2) {
+        v = v > 0.0f ? v / op.a : v * op.a;
+      } else {
+        v -= op.a;
+        v -= op.b;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    s.best = 0;
+    s.finite = 0;
+    s.min_key = UINT_MAX;
+  }
+  __syncthreads();
+
+  // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.
+  uint64_t best = 0;
+  int finite = 0;
+  uint32_t min_key = UINT_MAX;
+  for (int64_t i = sl.lo + threadIdx.x; i < sl.hi; i += blockDim.x) {
+    const float v = x[i];
+    if (v == v) {
+      const uint64_t k = pick_key(v, i);
+      best = k > best ? k : best;
+    }
+    if (finite_logit(v)) {
+      ++finite;
+      min_key = min(min_key, order_key(v));
     }
   }
-  // The largest score; its id (ties, vanishingly rare, to the lower id).
-  uint64_t packed = 0;
-  if (top_id >= 0) packed = pick_key(static_cast<float>(top), top_id);
-  packed = block_max_u64(packed, &s.best);
-  if (threadIdx.x == 0) keys[r.pick] = packed != 0 ? packed : best;
+  finite = __reduce_add_sync(0xffffffffu, finite);
+  min_key = __reduce_min_sync(0xffffffffu, min_key);
+  if ((threadIdx.x & 31) == 0 && finite > 0) {
+    atomicAdd(&s.finite, finite);
+    atomicMin(&s.min_key, min_key);
+  }
+  best = block_max_u64(best, &s.best);
+  if (threadIdx.x == 0) {
+    s.block_best = best;
+    s.block_finite = s.finite;
+    s.block_min_key = s.min_key;
+  }
+  cl.sync();
+  if (threadIdx.x == 0) {
+    for (unsigned q = 0; q < blocks; ++q) {
+      const Shared* other = cl.at(&s, q);
+      s.best = other->block_best > s.best ? other->block_best : s.best;
+      s.min_key = min(s.min_key, other->block_min_key);
+      if (q != rank) s.finite += other->block_finite;
+    }
+  }
+  cl.sync();  // every block has read the others' before any goes on (or leaves)
+  best = s.best;
+  const int num_finite = s.finite;
+  if (r.greedy || num_finite == 0) {
+    if (threadIdx.x == 0 && rank == 0) keys[r.pick] = best;
+    return;
+  }
+  // The largest value is finite here. The bins below the last span the row from m down to its smallest
+  // logit, or kMaxSpan nats (a nearly flat row gets narrow bins, a peaked one wide bins and a long tail).
+  const float m = key_value(static_cast<uint32_t>(best >> 32)), inv_t = 1.0f / r.temperature;
+  const float span = fminf((m - key_value(s.min_key)) * inv_t, kMaxSpan);
+  const Weights w{m, inv_t, span > 0.0f ? (static_cast<float>(kBins) - 1.5f) / span : 1.0f};
+
+  // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw.
+  uint64_t cut = 0;
+  if (binned_cut(x, vocab, sl, r, w, num_finite, s, cl, cut)) {
+    draw(x, sl, r, w, cut, best, keys, s, cl);
+  } else if (rank == 0) {
+    cut = radix_cut(x, vocab, r, w, num_finite, s);
+    draw(x, Slice{0, vocab}, r, w, cut, best, keys, s, Cluster::single());
+  }
+}
+
+// Blocks per row: on sm_90, a cluster of up to 8 while the rows leave SMs idle.
+int blocks_per_row(int64_t num_rows) {
+  static int major[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
+  if (major[device] == 0 && cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 1;
+  }
+  if (major[device] < 9) return 1;
+  return num_rows <= 16 ? 8 : num_rows <= 33 ? 4 : num_rows <= 66 ? 2 : 1;
 }
 
 }  // namespace
@@ -343,6 +716,22 @@ cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int
                         uint64_t* keys, cudaStream_t stream) {
   if (num_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT32_MAX) return cudaErrorInvalidValue;
+  const int blocks = blocks_per_row(num_rows);
+  if (blocks > 1) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned int>(num_rows * blocks));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned int>(blocks);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // no room for such clusters: one block per row
+  }
   return launch_kernel(sample_kernel, dim3(static_cast<unsigned int>(num_rows)), dim3(kThreads), 0, stream, false,
                        logits, vocab, rows, ops, keys);
 }

@@ -48,7 +48,7 @@ Result<StepCounts> check_step(const StepPlanLimits& lim, const StepInputs& in) {
     n.tokens += len;
     n.table_entries += used;
     n.max_ctx = std::max(n.max_ctx, chunk.start_pos + len);
-    if (chunk.want_logits) {
+    for (int64_t k = logit_rows_of(chunk); k > 0; --k) {
       const auto r = static_cast<size_t>(n.rows);
       const uint8_t mode = r < in.modes.size() ? in.modes[r] : kPickOnHost;
       if (mode > kPickSample) return bad("row mode " + std::to_string(mode) + " is not one of 0, 1, 2");
@@ -106,7 +106,9 @@ void pack_general(const DeviceStepPlan& p, std::span<int32_t> out) {
       out[static_cast<size_t>(l.slots + row)] = slot_of(chunk, pos, bs);
       out[static_cast<size_t>(l.token_seq + row)] = static_cast<int32_t>(s);
     }
-    if (chunk.want_logits) out[static_cast<size_t>(l.logit_rows + want++)] = static_cast<int32_t>(row - 1);
+    for (int64_t k = logit_rows_of(chunk); k > 0; --k) {
+      out[static_cast<size_t>(l.logit_rows + want++)] = static_cast<int32_t>(row - k);
+    }
     entry += used;
   }
 }

@@ -35,7 +35,7 @@ struct StepPlanLimits {
 // One step's inputs, all borrowed from the caller for as long as the plan is used.
 struct StepInputs {
   std::span<const SequenceChunk> batch;
-  std::span<const uint8_t> modes;        // one per want_logits row, or empty: all kPickOnHost
+  std::span<const uint8_t> modes;        // one per row with logits (logit_rows_of), or empty: all kPickOnHost
   std::span<const int32_t> feedback;     // empty, or per chunk: r >= 0 takes the last step's pick of row r
   std::span<const uint8_t> last_picked;  // per row of the step before: nonzero where the device picked it
 };

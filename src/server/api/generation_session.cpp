@@ -3,7 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/utf8.h"
 #include "server/api/metrics.h"
+#include "server/http/json_escape.h"
 
 namespace tern::server {
 
@@ -20,11 +22,22 @@ void GenerationSession::cancel_all() {
     if (!request_done_[i]) ctx_.engine->cancel(requests_[i].id);
 }
 
+void GenerationSession::log_prompt(const Request& r) const {
+  std::string text = ctx_.tokenizer->decode(r.prompt, false);
+  const bool cut = ctx_.max_log_len > 0 && text.size() > static_cast<size_t>(ctx_.max_log_len);
+  if (cut) text = utf8_sanitize(std::string_view(text).substr(0, static_cast<size_t>(ctx_.max_log_len)));
+  // Quoted and escaped: a prompt's newlines cannot start a log line of their own.
+  spdlog::info("request {} api={} prompt={}{} n={} max_tokens={} temperature={} top_p={} seed={}", r.id, api_,
+               json_quote(text), cut ? " (cut at --max-log-len)" : "", r.n, r.params.max_tokens, r.params.temperature,
+               r.params.top_p, r.params.seed ? std::to_string(*r.params.seed) : "none");
+}
+
 std::optional<ApiError> GenerationSession::start() {
   auto notify = res_.event_notifier();
   for (size_t i = 0; i < requests_.size(); ++i) {
     requests_[i].id = requests_.size() == 1 ? id_ : id_ + "-" + std::to_string(i);
     requests_[i].arrival = start_;
+    if (ctx_.log_requests && ctx_.log_requests_text) log_prompt(requests_[i]);
     auto stream = ctx_.engine->submit(requests_[i]);
     if (!stream.is_ok()) {
       cancel_all();

@@ -69,6 +69,7 @@ class GenerationSession {
  private:
   void drain(std::vector<ChoiceUpdate>& out);
   void finish_request(size_t i, const RequestOutput& e);
+  void log_prompt(const Request& r) const;  // --log-requests-text
   void cancel_all();
 
   ServingContext& ctx_;

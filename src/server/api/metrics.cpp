@@ -143,6 +143,9 @@ std::string Metrics::render(const EngineStats& s, const HttpCounters& http) cons
   gauge("tern:http_requests_in_flight", "HTTP requests being served.", static_cast<double>(h.requests_in_flight));
   counter("tern:http_client_disconnects_total", "Requests whose client left early.",
           static_cast<double>(h.client_disconnects));
+  counter("tern:http_tls_handshake_failures_total",
+          "HTTPS connections whose TLS handshake failed (plain HTTP, untrusted or missing client certificate).",
+          static_cast<double>(h.tls_handshake_failures));
   return out;
 }
 

@@ -3,8 +3,11 @@
 #include "server/api/openai_request.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
+
+#include "server/api/request_json.h"
 
 namespace tern::server {
 namespace {
@@ -97,20 +100,19 @@ std::optional<ApiError> parse_token_list(const json& j, const char* key, std::ve
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_logit_bias(const json& j, SamplingParams& p) {
+std::optional<ApiError> parse_logit_bias(const json& j, const RequestLimits& limits, SamplingParams& p) {
   auto it = j.find("logit_bias");
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) return bad_request("logit_bias must be an object of token id -> bias", "logit_bias");
+  TRY(check_logit_bias(it->size(), limits));
   for (const auto& [key, value] : it->items()) {
     if (!value.is_number()) return bad_request("logit_bias values must be numbers", "logit_bias");
-    size_t pos = 0;
+    // Only an integer in the usual form: no spaces, no '+' (std::stoll took " 5" as 5).
     int64_t id = 0;
-    try {
-      id = std::stoll(key, &pos);
-    } catch (...) {
-      pos = 0;
+    auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size()) {
+      return bad_request("logit_bias keys must be token ids, got '" + key.substr(0, 40) + "'", "logit_bias");
     }
-    if (pos == 0 || pos != key.size()) return bad_request("logit_bias keys must be token ids, got '" + key + "'", "logit_bias");
     p.logit_bias[id] = value.get<double>();
   }
   return std::nullopt;
@@ -277,38 +279,53 @@ std::optional<ApiError> parse_sampling_fields(const json& j, const ServingContex
   p.skip_special_tokens = skip_special.value_or(true);
   p.include_stop_str_in_output = include_stop.value_or(false);
   TRY(parse_stop(j, p));
+  TRY(check_stop(p.stop, ctx.limits));
   TRY(parse_token_list(j, "stop_token_ids", p.stop_token_ids));
-  TRY(parse_logit_bias(j, p));
+  TRY(parse_logit_bias(j, ctx.limits, p));
   return std::nullopt;
 }
 
+std::optional<ApiError> check_prompt_bytes(size_t bytes, const ServingContext& ctx, const std::string& param) {
+  const int64_t limit = ctx.max_model_len * kMaxPromptBytesPerToken;
+  if (static_cast<int64_t>(bytes) <= limit) return std::nullopt;
+  return bad_request("This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                         " tokens. However, your prompt is " + std::to_string(bytes) + " bytes of text, more than " +
+                         std::to_string(ctx.max_model_len) + " tokens can hold (at most " +
+                         std::to_string(kMaxPromptBytesPerToken) + " bytes each). Please reduce the length of the " +
+                         (param == "messages" ? "messages." : "prompt."),
+                     param);
+}
+
 std::optional<ApiError> fit_context(Request& r, std::optional<int64_t> asked, int64_t default_max,
-                                    const ServingContext& ctx, bool allow_zero) {
+                                    const ServingContext& ctx, bool allow_zero, const std::string& field) {
   int64_t len = static_cast<int64_t>(r.prompt.size());
   const std::string limit = "This model's maximum context length is " + std::to_string(ctx.max_model_len) + " tokens. ";
+  const std::string flag = " (The server's limit: --max-model-len.)";
   if (len >= ctx.max_model_len) {
     return bad_request(limit + "However, your request has " + std::to_string(len) +
-                       " input tokens. Please reduce the length of the input messages.");
+                       " input tokens. Please reduce the length of the input messages." + flag);
   }
   if (asked && *asked < (allow_zero ? 0 : 1)) {
-    return bad_request("max_tokens must be at least 1, got " + std::to_string(*asked) + "." +
+    return bad_request(field + " must be at least 1, got " + std::to_string(*asked) + "." +
                            (*asked == 0 ? " (0, the prompt alone, needs echo on /v1/completions.)" : ""),
-                       "max_tokens");
+                       field);
   }
   int64_t room = ctx.max_model_len - len;
   if (asked && *asked > room) {
     return bad_request(limit + "However, you requested " + std::to_string(len + *asked) + " tokens (" +
                            std::to_string(len) + " in the messages, " + std::to_string(*asked) +
-                           " in the completion). Please reduce the length of the messages or completion.",
-                       "max_tokens");
+                           " in the completion, " + field + "). Please reduce the length of the messages or "
+                           "completion." + flag,
+                       field);
   }
   r.params.max_tokens = asked ? *asked : (default_max > 0 ? std::min(default_max, room) : room);
   return std::nullopt;
 }
 
 ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind kind, const ServingContext& ctx) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return bad_request("the request body is not valid JSON");
+  auto parsed = parse_request_json(body);
+  if (auto* error = std::get_if<std::string>(&parsed)) return bad_request(*error);
+  json j = std::move(std::get<json>(parsed));
   if (!j.is_object()) return bad_request("the request body must be a JSON object");
   if (auto e = unsupported_features(j)) return *e;
 
@@ -345,22 +362,25 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
   TRY(get_int(j, "priority", priority));
   std::optional<std::string> cache_salt;
   TRY(get_string(j, "cache_salt", cache_salt));
+  const std::string max_tokens_field = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   if (max_completion_tokens) max_tokens = max_completion_tokens;
-  if (n && (*n < 1 || *n > 128)) return bad_request("n must be between 1 and 128, got " + std::to_string(*n) + ".", "n");
+  if (n && (*n < 1 || *n > ctx.limits.max_n)) {
+    return bad_request("n must be between 1 and " + std::to_string(ctx.limits.max_n) + ", got " + std::to_string(*n) +
+                           " (the server's limit on choices per prompt).",
+                       "n");
+  }
 
   if (kind == ApiKind::kChat) {
     TRY(get_bool(j, "logprobs", logprobs_flag));
     TRY(get_int(j, "top_logprobs", top_logprobs));
-    if (top_logprobs && (*top_logprobs < 0 || *top_logprobs > 20))
-      return bad_request("top_logprobs must be between 0 and 20", "top_logprobs");
+    if (top_logprobs) TRY(check_logprobs("top_logprobs", *top_logprobs, ctx.limits));
     if (logprobs_flag.value_or(false)) job.logprobs = static_cast<int>(top_logprobs.value_or(0));
     else if (top_logprobs && *top_logprobs > 0)
       return bad_request("top_logprobs needs logprobs to be true", "top_logprobs");
   } else {
     TRY(get_int(j, "logprobs", logprobs_int));
     TRY(get_bool(j, "echo", echo));
-    if (logprobs_int && (*logprobs_int < 0 || *logprobs_int > 20))
-      return bad_request("logprobs must be between 0 and 20", "logprobs");
+    if (logprobs_int) TRY(check_logprobs("logprobs", *logprobs_int, ctx.limits));
     if (logprobs_int) job.logprobs = static_cast<int>(*logprobs_int);
     job.echo = echo.value_or(false);
   }
@@ -368,8 +388,7 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
   // vLLM's prompt_logprobs; completions' echo with logprobs asks for them too.
   std::optional<int64_t> prompt_logprobs;
   TRY(get_int(j, "prompt_logprobs", prompt_logprobs));
-  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > 20))
-    return bad_request("prompt_logprobs must be between 0 and 20", "prompt_logprobs");
+  if (prompt_logprobs) TRY(check_logprobs("prompt_logprobs", *prompt_logprobs, ctx.limits));
   if (prompt_logprobs) job.prompt_logprobs = static_cast<int>(*prompt_logprobs);
   if (job.echo && job.logprobs) job.echo_logprobs = true;
   if (job.prompt_logprobs || job.echo_logprobs) {
@@ -388,6 +407,7 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     if (msgs == j.end() || !msgs->is_array() || msgs->empty())
       return bad_request("messages must be a non-empty list", "messages");
     json clean = json::array();
+    size_t chat_bytes = 0;
     for (const auto& m : *msgs) {
       if (!m.is_object()) return bad_request("each message must be an object", "messages");
       auto role = m.find("role");
@@ -399,6 +419,8 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
       }
       std::optional<std::string> text = content == m.end() ? std::optional<std::string>("") : message_text(*content);
       if (!text) return bad_request("message content must be a string or a list of text parts", "messages");
+      chat_bytes += text->size();
+      TRY(check_prompt_bytes(chat_bytes, ctx, "messages"));
       json cm = m;
       cm["content"] = *text;
       clean.push_back(std::move(cm));
@@ -420,11 +442,18 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
   } else {
     auto p = j.find("prompt");
     if (p == j.end() || p->is_null()) return bad_request("prompt is required", "prompt");
+    const std::string too_many = "prompt holds more than " + std::to_string(ctx.limits.max_prompts) +
+                                 " prompts; the server's limit is " + std::to_string(ctx.limits.max_prompts) +
+                                 " prompts per request";
+    if (p->is_array() && !p->empty() && !p->at(0).is_number_integer() && p->size() > ctx.limits.max_prompts)
+      return bad_request(too_many, "prompt");
     std::optional<bool> add_special;
     TRY(get_bool(j, "add_special_tokens", add_special));
-    auto add_text = [&](const std::string& s) {
+    auto add_text = [&](const std::string& s) -> std::optional<ApiError> {
+      TRY(check_prompt_bytes(s.size(), ctx, "prompt"));
       job.prompt_texts.push_back(s);
       prompts.push_back(ctx.tokenizer->encode(s, add_special.value_or(true)));
+      return std::nullopt;
     };
     auto add_ids = [&](const json& ids) -> std::optional<ApiError> {
       std::vector<int32_t> v;
@@ -438,19 +467,19 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
       return std::nullopt;
     };
     if (p->is_string()) {
-      add_text(p->get<std::string>());
+      TRY(add_text(p->get<std::string>()));
     } else if (p->is_array() && !p->empty() && p->at(0).is_number_integer()) {
       TRY(add_ids(*p));
     } else if (p->is_array() && !p->empty()) {
       for (const auto& e : *p) {
-        if (e.is_string()) add_text(e.get<std::string>());
+        if (e.is_string()) TRY(add_text(e.get<std::string>()));
         else if (e.is_array() && !e.empty()) TRY(add_ids(e));
         else return bad_request("prompt must be a string, a list of strings, or token ids", "prompt");
       }
     } else {
       return bad_request("prompt must be a string, a list of strings, or token ids", "prompt");
     }
-    if (prompts.size() > 256) return bad_request("at most 256 prompts per request", "prompt");
+    if (prompts.size() > ctx.limits.max_prompts) return bad_request(too_many, "prompt");
   }
 
   for (auto& ids : prompts) {
@@ -461,8 +490,8 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     r.n = static_cast<int>(n.value_or(1));
     r.priority = static_cast<int>(priority.value_or(0));
     r.cache_salt = cache_salt.value_or("");
-    TRY(fit_context(r, max_tokens, kind == ApiKind::kChat ? 0 : 16, ctx, job.echo));
-    Status st = r.params.validate(ctx.vocab_size);
+    TRY(fit_context(r, max_tokens, kind == ApiKind::kChat ? 0 : 16, ctx, job.echo, max_tokens_field));
+    Status st = r.params.validate(ctx.vocab_size, ctx.limits.max_logprobs);
     if (!st.is_ok()) return bad_request(st.message());
     job.requests.push_back(std::move(r));
   }

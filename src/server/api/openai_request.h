@@ -52,8 +52,18 @@ std::optional<ApiError> parse_sampling_fields(const nlohmann::json& j, const Ser
 // wording, setting max_tokens when the client left it out (`default_max`,
 // 0 meaning "the rest of the context"); max_tokens 0 only when allow_zero
 // (completions' echo: the prompt alone).
+// `field` names the field the client set (max_tokens or max_completion_tokens).
 std::optional<ApiError> fit_context(Request& r, std::optional<int64_t> asked_max_tokens, int64_t default_max,
-                                    const ServingContext& ctx, bool allow_zero = false);
+                                    const ServingContext& ctx, bool allow_zero = false,
+                                    const std::string& field = "max_tokens");
+
+// Prompt text longer than max_model_len times this many bytes cannot fit the
+// context with any tokenizer tern loads; it is refused before tokenizing
+// (linear, but megabytes would hold an io thread for seconds).
+inline constexpr int64_t kMaxPromptBytesPerToken = 64;
+
+// The 400 for `bytes` of prompt text (the field `param`) past that bound, else nullopt.
+std::optional<ApiError> check_prompt_bytes(size_t bytes, const ServingContext& ctx, const std::string& param);
 
 // The text of a message's content: a string, null, or a list of
 // {"type": "text", "text": ...} parts.

@@ -5,11 +5,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 
 #include "base/utf8.h"
 #include "server/api/generation_session.h"
 #include "server/api/openai_request.h"
+#include "server/api/request_json.h"
 #include "server/http/error.h"
 #include "server/http/sse.h"
 
@@ -129,11 +132,17 @@ json finish_json(const ChoiceUpdate& u) {
   return u.finish ? json(std::string(finish_reason_name(*u.finish))) : json(nullptr);
 }
 
-json stop_reason_json(const ChoiceUpdate& u) {
-  if (u.stop_reason.empty()) return nullptr;
-  bool numeric = u.stop_reason.find_first_not_of("0123456789") == std::string::npos;
-  if (numeric) return std::stoll(u.stop_reason);
-  return u.stop_reason;
+// vLLM's stop_reason: the stop string that matched, or the stop token id (an
+// integer). The engine reports both as text; a stop string of digits ("42")
+// stays a string.
+json stop_reason_json(const ChoiceUpdate& u, const std::vector<std::string>& stop_strings) {
+  const std::string& r = u.stop_reason;
+  if (r.empty()) return nullptr;
+  if (std::find(stop_strings.begin(), stop_strings.end(), r) != stop_strings.end()) return r;
+  int64_t id = 0;
+  auto [end, ec] = std::from_chars(r.data(), r.data() + r.size(), id);
+  if (ec == std::errc() && end == r.data() + r.size()) return id;
+  return r;
 }
 
 struct ChoiceState {
@@ -178,6 +187,9 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
   const int64_t created = unix_now();
   const std::string object = chat ? "chat.completion" : "text_completion";
   const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+  // Every prompt of a job shares its sampling parameters.
+  const std::vector<std::string> stop_strings = job.requests.empty() ? std::vector<std::string>{}
+                                                                     : job.requests.front().params.stop;
   GenerationSession session(ctx, res, std::move(job.requests), id, chat ? "chat" : "completions");
   if (auto err = session.start()) {
     co_await respond_error(res, *err);
@@ -247,7 +259,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
             choice["text"] = u.text;
             choice["logprobs"] = u.logprobs.empty() ? json(nullptr) : completion_logprobs(ctx, u, s.text_offset);
           }
-          if (u.finish) choice["stop_reason"] = stop_reason_json(u);
+          if (u.finish) choice["stop_reason"] = stop_reason_json(u, stop_strings);
           json j = base;
           j["choices"] = json::array({choice});
           if (u.finish && session.done()) j["tern"] = tern_json(session.usage());
@@ -290,7 +302,9 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
     all.logprobs = s.logprobs;
     all.finish = s.finish;
     all.stop_reason = s.stop_reason;
-    json choice = {{"index", c}, {"finish_reason", finish_json(all)}, {"stop_reason", stop_reason_json(all)}};
+    json choice = {{"index", c},
+                   {"finish_reason", finish_json(all)},
+                   {"stop_reason", stop_reason_json(all, stop_strings)}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", s.text}};
       choice["logprobs"] = s.logprobs.empty() && !job.logprobs ? json(nullptr) : chat_logprobs(ctx, all);
@@ -309,6 +323,58 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
                {"choices", choices_json}, {"usage", usage_json(usage)}, {"tern", tern_json(usage)}};
   if (chat && job.prompt_logprobs) body["prompt_logprobs"] = prompt_logprobs_json(ctx, session.prompt_logprobs(0));
   co_await res.respond(200, std::string(kJsonContentType), dump(body));
+}
+
+// /tokenize: vLLM's request, a prompt or chat messages; every field checked
+// (a flag of the wrong type is refused, not read as its default).
+struct TokenizeJob {
+  std::vector<int32_t> ids;
+  bool token_strs = false;
+};
+
+std::optional<ApiError> read_flag(const json& j, const char* key, bool& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return bad_request(std::string(key) + " must be a boolean", key);
+  out = it->get<bool>();
+  return std::nullopt;
+}
+
+ApiResult<TokenizeJob> parse_tokenize_request(std::string_view body, const ServingContext& ctx) {
+  auto parsed = parse_request_json(body);
+  if (auto* error = std::get_if<std::string>(&parsed)) return bad_request(*error);
+  const json& j = std::get<json>(parsed);
+  if (!j.is_object()) return bad_request("the request body must be a JSON object");
+  bool add_special = true, add_generation_prompt = true;
+  TokenizeJob job;
+  if (auto e = read_flag(j, "add_special_tokens", add_special)) return *e;
+  if (auto e = read_flag(j, "add_generation_prompt", add_generation_prompt)) return *e;
+  if (auto e = read_flag(j, "return_token_strs", job.token_strs)) return *e;
+  auto p = j.find("prompt");
+  auto m = j.find("messages");
+  if (p != j.end() && !p->is_null()) {
+    if (!p->is_string()) return bad_request("prompt must be a string", "prompt");
+    if (auto e = check_prompt_bytes(p->get_ref<const std::string&>().size(), ctx, "prompt")) return *e;
+    job.ids = ctx.tokenizer->encode(p->get<std::string>(), add_special);
+    return job;
+  }
+  if (m == j.end() || !m->is_array()) return bad_request("give a string prompt or a list of messages", "prompt");
+  json clean = json::array();
+  size_t bytes = 0;
+  for (const auto& msg : *m) {
+    auto role = msg.is_object() ? msg.find("role") : msg.end();
+    auto content = msg.is_object() ? msg.find("content") : msg.end();
+    auto text = content != msg.end() ? message_text(*content) : std::nullopt;
+    if (!msg.is_object() || role == msg.end() || !role->is_string() || !text)
+      return bad_request("each message needs a string role and text content", "messages");
+    bytes += text->size();
+    if (auto e = check_prompt_bytes(bytes, ctx, "messages")) return *e;
+    clean.push_back({{"role", *role}, {"content", *text}});
+  }
+  auto rendered = ctx.render_chat(clean, add_generation_prompt, json::object());
+  if (!rendered.is_ok()) return bad_request("the chat template failed: " + rendered.status().message(), "messages");
+  job.ids = ctx.tokenizer->encode(*rendered, false);
+  return job;
 }
 
 Handler generation_handler(ServingContext& ctx, ApiKind kind) {
@@ -381,52 +447,30 @@ void add_openai_routes(Router& router, ServingContext& ctx) {
   });
 
   router.post("/tokenize", [&ctx](HttpRequest& req, Responder& res) -> Task<void> {
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      co_await respond_error(res, bad_request("the request body must be a JSON object"));
+    auto parsed = parse_tokenize_request(req.body, ctx);
+    if (auto* err = std::get_if<ApiError>(&parsed)) {
+      co_await respond_error(res, *err);
       co_return;
     }
-    std::vector<int32_t> ids;
-    std::string text;
-    auto add_special = j.find("add_special_tokens");
-    bool add = add_special == j.end() || !add_special->is_boolean() || add_special->get<bool>();
-    if (auto p = j.find("prompt"); p != j.end() && p->is_string()) {
-      text = p->get<std::string>();
-      ids = ctx.tokenizer->encode(text, add);
-    } else if (auto m = j.find("messages"); m != j.end() && m->is_array()) {
-      json clean = json::array();
-      for (const auto& msg : *m) {
-        auto c = msg.is_object() && msg.contains("content") ? message_text(msg["content"]) : std::nullopt;
-        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string() || !c) {
-          co_await respond_error(res, bad_request("each message needs a string role and text content", "messages"));
-          co_return;
-        }
-        clean.push_back({{"role", msg["role"]}, {"content", *c}});
-      }
-      auto agp = j.find("add_generation_prompt");
-      auto rendered = ctx.render_chat(clean, agp == j.end() || !agp->is_boolean() || agp->get<bool>(), json::object());
-      if (!rendered.is_ok()) {
-        co_await respond_error(res, bad_request(rendered.status().message(), "messages"));
-        co_return;
-      }
-      ids = ctx.tokenizer->encode(*rendered, false);
-    } else {
-      co_await respond_error(res, bad_request("give a string prompt or a list of messages", "prompt"));
-      co_return;
-    }
-    json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len}};
-    if (auto rt = j.find("return_token_strs"); rt != j.end() && rt->is_boolean() && rt->get<bool>()) {
+    auto& t = std::get<TokenizeJob>(parsed);
+    json out = {{"tokens", t.ids}, {"count", t.ids.size()}, {"max_model_len", ctx.max_model_len}};
+    if (t.token_strs) {
       json strs = json::array();
-      for (int32_t id : ids) strs.push_back(utf8_sanitize(ctx.tokenizer->id_to_piece(id)));
+      for (int32_t id : t.ids) strs.push_back(utf8_sanitize(ctx.tokenizer->id_to_piece(id)));
       out["token_strs"] = strs;
     }
     co_await respond_json(res, out);
   });
 
   router.post("/detokenize", [&ctx](HttpRequest& req, Responder& res) -> Task<void> {
-    json j = json::parse(req.body, nullptr, false);
+    auto parsed = parse_request_json(req.body);
+    if (auto* error = std::get_if<std::string>(&parsed)) {
+      co_await respond_error(res, bad_request(*error));
+      co_return;
+    }
+    const json& j = std::get<json>(parsed);
     auto t = j.is_object() ? j.find("tokens") : j.end();
-    if (j.is_discarded() || !j.is_object() || t == j.end() || !t->is_array()) {
+    if (!j.is_object() || t == j.end() || !t->is_array()) {
       co_await respond_error(res, bad_request("tokens must be a list of token ids", "tokens"));
       co_return;
     }

@@ -4,8 +4,11 @@
 
 #include <string>
 
+#include "server/api/request_limits.h"
+
 namespace tern::server {
 
-std::string openapi_spec(const std::string& model_name);
+// `limits` sets the request schemas' bounds (logprobs, n).
+std::string openapi_spec(const std::string& model_name, const RequestLimits& limits);
 
 }  // namespace tern::server

@@ -17,6 +17,7 @@
 #include "chat/chat_template.h"
 #include "engine/engine_client.h"
 #include "model/model_config.h"
+#include "server/api/request_limits.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::server {
@@ -32,11 +33,13 @@ struct ServingContext {
   std::string model_path;
   std::string model_notice;            // config.json's tern_notice, shown in /v1/models
   int64_t max_model_len = 0;
+  RequestLimits limits;
   int64_t vocab_size = 0;
   GenerationDefaults generation_defaults;
   bool use_generation_defaults = true;  // --generation-config auto (vLLM's default) vs vllm
   bool log_requests = true;
-  bool log_requests_text = false;
+  bool log_requests_text = false;      // the prompt's text in the request log
+  int64_t max_log_len = 0;             // bytes of prompt text logged; 0: all
   std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
   std::atomic<bool> ready{false};       // /health answers 200 once set
   std::atomic<uint64_t> next_request{0};

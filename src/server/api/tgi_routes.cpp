@@ -16,6 +16,8 @@
 
 #include "base/utf8.h"
 #include "server/api/generation_session.h"
+#include "server/api/openai_request.h"
+#include "server/api/request_json.h"
 #include "server/http/error.h"
 #include "server/http/sse.h"
 
@@ -25,7 +27,7 @@ namespace {
 using nlohmann::json;
 
 // TGI's defaults for what a client may ask; max_stop_sequences and the top
-// tokens follow the engine's limits (kMaxStopStrings, kMaxLogprobs).
+// tokens follow the server's RequestLimits (--max-logprobs).
 constexpr int kMaxBestOf = 1;
 
 struct TgiError {
@@ -138,8 +140,11 @@ using Parsed = std::variant<TgiJob, TgiError>;
 
 // TGI's validation order and wording (router/src/validation.rs).
 Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool read_stream_flag) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return TgiError{400, "Failed to parse the request body as JSON", "validation", 0};
+  auto parsed = parse_request_json(body);
+  if (auto* error = std::get_if<std::string>(&parsed)) {
+    return TgiError{400, "Failed to parse the request body as JSON: " + *error, "validation", 0};
+  }
+  json j = std::move(std::get<json>(parsed));
   if (!j.is_object()) return bad_body("invalid type: " + type_name(j) + ", expected struct GenerateRequest");
   TgiJob job;
   auto in = j.find("inputs");
@@ -201,9 +206,9 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   if (best_of && (*best_of == 0 || *best_of > kMaxBestOf))
     return invalid("`best_of` must be > 0 and <= " + std::to_string(kMaxBestOf) +
                    ". Given: " + std::to_string(*best_of));
-  if (top_n && *top_n > static_cast<uint64_t>(kMaxLogprobs))
-    return invalid("`top_n_tokens` must be >= 0 and <= " + std::to_string(kMaxLogprobs) + ". Given: " +
-                   std::to_string(*top_n));
+  if (top_n && *top_n > static_cast<uint64_t>(ctx.limits.max_logprobs))
+    return invalid("`top_n_tokens` must be >= 0 and <= " + std::to_string(ctx.limits.max_logprobs) + ". Given: " +
+                   std::to_string(*top_n) + " (the server's limit, --max-logprobs)");
   if (temperature && *temperature <= 0) return invalid("`temperature` must be strictly positive");
   if (repetition && *repetition <= 0) return invalid("`repetition_penalty` must be strictly positive");
   if (frequency && (*frequency < -2.0 || *frequency > 2.0))
@@ -214,9 +219,14 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
     return invalid("`typical_p` (typical decoding) is not supported by this server; omit it");
   if (top_k && *top_k == 0) return invalid("`top_k` must be strictly positive");
   if (max_new_tokens && *max_new_tokens == 0) return invalid("`max_new_tokens` must be strictly positive");
-  if (job.stop.size() > kMaxStopStrings)
-    return invalid("`stop` supports up to " + std::to_string(kMaxStopStrings) + " stop sequences. Given: " +
-                   std::to_string(job.stop.size()));
+  if (job.stop.size() > ctx.limits.max_stop)
+    return invalid("`stop` supports up to " + std::to_string(ctx.limits.max_stop) + " stop sequences. Given: " +
+                   std::to_string(job.stop.size()) + " (the server's limit)");
+  for (const std::string& s : job.stop) {
+    if (s.size() > ctx.limits.max_stop_bytes)
+      return invalid("`stop` sequences must be at most " + std::to_string(ctx.limits.max_stop_bytes) +
+                     " bytes (the server's limit). Given: " + std::to_string(s.size()) + " bytes");
+  }
   if (decoder_input_details)
     return invalid("`decoder_input_details` (prompt logprobs) is not supported by this server");
 
@@ -226,6 +236,11 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   if (truncate && (*truncate == 0 || static_cast<int64_t>(*truncate) > max_input))
     return invalid("`truncate` must be strictly positive and less than " + std::to_string(max_input) +
                    ". Given: " + std::to_string(*truncate));
+  if (static_cast<int64_t>(job.inputs.size()) > max_total * kMaxPromptBytesPerToken) {
+    return invalid("`inputs` must have less than " + std::to_string(max_input) + " tokens. Given: " +
+                   std::to_string(job.inputs.size()) + " bytes of text, more than that many tokens can hold (at most " +
+                   std::to_string(kMaxPromptBytesPerToken) + " bytes each)");
+  }
   std::vector<int32_t> ids = ctx.tokenizer->encode(job.inputs, /*add_special_tokens=*/true);
   if (truncate && ids.size() > *truncate) ids.erase(ids.begin(), ids.end() - static_cast<int64_t>(*truncate));
   const int64_t input_length = static_cast<int64_t>(ids.size());
@@ -254,7 +269,7 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   sp.stop = job.stop;
   sp.max_tokens = new_tokens;
   sp.skip_special_tokens = true;
-  Status st = sp.validate(ctx.vocab_size);
+  Status st = sp.validate(ctx.vocab_size, ctx.limits.max_logprobs);
   if (!st.is_ok()) return invalid(st.message());
   job.request.prompt = std::move(ids);
   job.request.n = 1;
@@ -460,8 +475,8 @@ void add_tgi_routes(Router& router, ServingContext& ctx) {
                {"model_dtype", model_dtype(ctx.model_path)},
                {"model_pipeline_tag", "text-generation"},
                {"max_best_of", kMaxBestOf},
-               {"max_stop_sequences", kMaxStopStrings},
-               {"max_top_n_tokens", kMaxLogprobs},
+               {"max_stop_sequences", ctx.limits.max_stop},
+               {"max_top_n_tokens", ctx.limits.max_logprobs},
                {"max_input_tokens", ctx.max_model_len - 1},
                {"max_input_length", ctx.max_model_len - 1},
                {"max_total_tokens", ctx.max_model_len},

@@ -102,7 +102,7 @@ std::vector<std::string> add_web_routes(Router& router, ServingContext& ctx, std
     co_await res.respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(body));
   });
   router.get("/openapi.json", [&ctx](HttpRequest&, Responder& res) -> Task<void> {
-    co_await res.respond(200, std::string(kJsonContentType), openapi_spec(ctx.model_name));
+    co_await res.respond(200, std::string(kJsonContentType), openapi_spec(ctx.model_name, ctx.limits));
   });
   return page_paths;
 }

@@ -47,10 +47,11 @@ std::optional<ReadRefusal> refusal_for_read_error(const boost::system::error_cod
                                                   const HttpServerOptions& options) {
   if (ec == http::error::header_limit) {
     return ReadRefusal{431, "Request header fields too large (limit " + std::to_string(options.max_header_bytes) +
-                                " bytes)"};
+                                " bytes, --max-header-bytes)"};
   }
   if (ec == http::error::body_limit) {
-    return ReadRefusal{413, "Request body too large (limit " + std::to_string(options.max_body_bytes) + " bytes)"};
+    return ReadRefusal{413, "Request body too large (limit " + std::to_string(options.max_body_bytes) +
+                                " bytes, --max-body-bytes)"};
   }
   // The client left, cleanly or mid-request: nobody to answer.
   if (ec == http::error::end_of_stream || ec == http::error::partial_message) return std::nullopt;

@@ -2,9 +2,12 @@
 // Beast (its request parser, set up by beast_request.h). A coroutine per
 // connection on its own strand reads a request, dispatches it with a
 // StreamResponder, and loops while keep-alive holds. Around it: a watchdog
-// timer for read/idle/write deadlines, a read kept pending on the socket while
+// timer for read/idle/write deadlines (a request begun but not whole by its
+// read deadline gets 408), a read kept pending on the socket while
 // the handler runs (so a disconnect is seen at once), and the engine-event
-// wake-up that handlers await.
+// wake-up that handlers await. One template serves plain TCP and TLS (Asio's
+// OpenSSL stream): they differ only in the handshake, how an idle connection
+// waits for its next request, and the close_notify at the end.
 #include "server/http/connection.h"
 
 #include <array>
@@ -13,6 +16,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -22,10 +27,15 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
+#include <cstdio>
+#include <openssl/ssl.h>
+#include <spdlog/spdlog.h>
+#include <type_traits>
 
 #include "server/http/beast_request.h"
 #include "server/http/error.h"
 #include "server/http/response_head.h"
+#include "server/http/server_context.h"
 
 namespace tern::server {
 
@@ -35,6 +45,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using TlsStream = asio::ssl::stream<tcp::socket>;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
@@ -49,6 +60,12 @@ constexpr auto kLingerTime = std::chrono::seconds(2);
 
 auto redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
+std::string format_seconds(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
 std::string format_remote(const tcp::socket& socket) {
   error_code ec;
   auto ep = socket.remote_endpoint(ec);
@@ -58,26 +75,47 @@ std::string format_remote(const tcp::socket& socket) {
   return addr + ":" + std::to_string(ep.port());
 }
 
-class Connection;
+tcp::socket& tcp_socket(tcp::socket& s) { return s; }
+tcp::socket& tcp_socket(TlsStream& s) { return s.next_layer(); }
+
+// A client that spoke plain HTTP to the HTTPS port (OpenSSL saw a request line).
+bool is_plain_http_on_tls(const error_code& ec) {
+  return ec.category() == asio::error::get_ssl_category() && ERR_GET_REASON(ec.value()) == SSL_R_HTTP_REQUEST;
+}
+
+struct EventSignal;
+
+// What an EventSignal wakes: a connection of either stream type.
+class EventTarget : public ConnectionControl {
+ public:
+  // Any thread: wakes the handler waiting on `signal` (if still current).
+  virtual void post_event(std::shared_ptr<EventSignal> signal) = 0;
+};
 
 // Engine thread -> connection strand wake-up for one request. The engine
 // keeps it (inside the notify callback) as long as it likes; it holds no
 // executor, only the gate, so it is safe after the connection or server died.
 struct EventSignal : std::enable_shared_from_this<EventSignal> {
-  EventSignal(std::shared_ptr<PostGate> g, std::weak_ptr<Connection> c) : gate(std::move(g)), conn(std::move(c)) {}
+  EventSignal(std::shared_ptr<PostGate> g, std::weak_ptr<EventTarget> c) : gate(std::move(g)), conn(std::move(c)) {}
   void notify();
 
   std::shared_ptr<PostGate> gate;
-  std::weak_ptr<Connection> conn;
+  std::weak_ptr<EventTarget> conn;
   std::atomic<bool> posted{false};  // a wake-up is queued: later calls coalesce
 };
 
+template <class Stream>
 class StreamResponder;
 
-class Connection final : public ConnectionControl, public std::enable_shared_from_this<Connection> {
+// Stream is tcp::socket (HTTP) or TlsStream (HTTPS).
+template <class Stream>
+class Connection final : public EventTarget, public std::enable_shared_from_this<Connection<Stream>> {
  public:
-  Connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx)
-      : socket_(std::move(socket)),
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+  Connection(Stream stream, std::shared_ptr<ServerContext> ctx)
+      : stream_(std::move(stream)),
+        socket_(tcp_socket(stream_)),
         strand_(socket_.get_executor()),
         ctx_(std::move(ctx)),
         watchdog_timer_(strand_),
@@ -87,25 +125,24 @@ class Connection final : public ConnectionControl, public std::enable_shared_fro
   }
   ~Connection() override { ctx_->counters->on_connection_close(); }
 
-  void start() { asio::co_spawn(strand_, run(shared_from_this()), asio::detached); }
+  void start() { asio::co_spawn(strand_, run(this->shared_from_this()), asio::detached); }
 
   void begin_shutdown() override {
-    asio::post(strand_, [self = shared_from_this()] {
+    asio::post(strand_, [self = this->shared_from_this()] {
       self->shutting_down_ = true;
       if (self->phase_ == Phase::kIdle) self->close_socket();
     });
   }
   void force_close() override {
-    asio::post(strand_, [self = shared_from_this()] {
+    asio::post(strand_, [self = this->shared_from_this()] {
       self->shutting_down_ = true;
       self->mark_gone();
       self->close_socket();
     });
   }
 
-  // Any thread: wakes the handler waiting on `signal` (if still current).
-  void post_event(std::shared_ptr<EventSignal> signal) {
-    asio::post(strand_, [self = shared_from_this(), signal = std::move(signal)] {
+  void post_event(std::shared_ptr<EventSignal> signal) override {
+    asio::post(strand_, [self = this->shared_from_this(), signal = std::move(signal)] {
       if (signal.get() != self->current_signal_) return;  // a wake-up for an earlier request
       self->signalled_ = true;
       self->wake_timer_.cancel();
@@ -113,10 +150,12 @@ class Connection final : public ConnectionControl, public std::enable_shared_fro
   }
 
  private:
-  friend class StreamResponder;
+  friend class StreamResponder<Stream>;
   enum class Phase { kIdle, kReading, kHandling, kClosing };
 
   Task<void> run(std::shared_ptr<Connection> self);
+  Task<bool> handshake();
+  Task<bool> wait_for_request();
   Task<void> serve();
   Task<void> watchdog(std::shared_ptr<Connection> self);  // `self` keeps the connection alive
   Task<bool> handle_read_error(const error_code& ec);
@@ -147,7 +186,8 @@ class Connection final : public ConnectionControl, public std::enable_shared_fro
   void on_monitor_read(const error_code& ec, size_t n);
   Task<void> stop_monitor();
 
-  tcp::socket socket_;
+  Stream stream_;
+  tcp::socket& socket_;  // stream_ itself, or the TCP socket under TLS
   asio::any_io_executor strand_;
   std::shared_ptr<ServerContext> ctx_;
   beast::flat_buffer buffer_;
@@ -158,6 +198,7 @@ class Connection final : public ConnectionControl, public std::enable_shared_fro
   Phase phase_ = Phase::kIdle;
   uint64_t id_ = 0;
   std::string remote_;
+  bool read_timed_out_ = false;  // the request did not arrive whole within read_timeout
   bool gone_ = false;           // the peer left (or we closed on it)
   bool closed_ = false;         // the socket is closed
   bool shutting_down_ = false;  // no more requests on this connection
@@ -182,9 +223,10 @@ void EventSignal::notify() {
 }
 
 // The Responder of one request on a Connection; lives in the session frame.
+template <class Stream>
 class StreamResponder final : public Responder {
  public:
-  StreamResponder(Connection& conn, const HttpRequest& request, bool keep_alive)
+  StreamResponder(Connection<Stream>& conn, const HttpRequest& request, bool keep_alive)
       : c_(conn), version_(request.version), keep_alive_(keep_alive), head_only_(request.method == "HEAD") {}
   ~StreamResponder() override {
     c_.current_signal_ = nullptr;
@@ -244,7 +286,7 @@ class StreamResponder final : public Responder {
 
   std::function<void()> event_notifier() override {
     if (!signal_) {
-      signal_ = std::make_shared<EventSignal>(c_.ctx_->gate, c_.weak_from_this());
+      signal_ = std::make_shared<EventSignal>(c_.ctx_->gate, std::weak_ptr<EventTarget>(c_.weak_from_this()));
       c_.current_signal_ = signal_.get();
       c_.signalled_ = false;
     }
@@ -278,7 +320,7 @@ class StreamResponder final : public Responder {
   enum class State { kNone, kStreaming, kDone };
   bool keep_alive() const { return keep_alive_ && !c_.shutting_down_; }
 
-  Connection& c_;
+  Connection<Stream>& c_;
   int version_;
   bool keep_alive_;
   bool head_only_;
@@ -288,15 +330,23 @@ class StreamResponder final : public Responder {
   std::shared_ptr<EventSignal> signal_;
 };
 
-Task<void> Connection::run(std::shared_ptr<Connection> self) {
+template <class Stream>
+Task<void> Connection<Stream>::run(std::shared_ptr<Connection> self) {
   remote_ = format_remote(socket_);
-  id_ = ctx_->add(weak_from_this());
+  id_ = ctx_->add(this->weak_from_this());
   if (id_ != 0) {
     error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks go out at once
     asio::co_spawn(strand_, watchdog(self), asio::detached);
     try {
-      co_await serve();
+      if (co_await handshake()) co_await serve();
+      if constexpr (kTls) {
+        // close_notify tells the client the response ended here, not cut short.
+        if (!closed_ && !gone_) {
+          set_deadline(Clock::now() + kLingerTime);
+          co_await stream_.async_shutdown(redirect(ec));
+        }
+      }
     } catch (const std::exception&) {
       // bad_alloc and the like: drop this connection, keep the server.
     }
@@ -305,24 +355,86 @@ Task<void> Connection::run(std::shared_ptr<Connection> self) {
   if (id_ != 0) ctx_->remove(id_);
 }
 
-Task<void> Connection::watchdog([[maybe_unused]] std::shared_ptr<Connection> self) {
+// TLS: the handshake, within read_timeout. A client that sent plain HTTP is
+// told in plain HTTP to use https.
+template <class Stream>
+Task<bool> Connection<Stream>::handshake() {
+  if constexpr (!kTls) {
+    co_return true;
+  } else {
+    set_deadline(Clock::now() + ctx_->options.read_timeout);
+    error_code ec;
+    co_await stream_.async_handshake(asio::ssl::stream_base::server, redirect(ec));
+    set_deadline(kNever);
+    if (!ec) co_return true;
+    if (closed_) co_return false;  // timed out or shut down
+    ctx_->counters->on_tls_handshake_failure();
+    spdlog::debug("http: TLS handshake with {} failed: {}", remote_, ec.message());
+    if (is_plain_http_on_tls(ec)) {
+      phase_ = Phase::kClosing;
+      ctx_->counters->on_response(400);
+      std::string body = openai_error_body(400, "This port serves HTTPS: use an https:// URL");
+      ResponseFraming framing{body.size(), false, false, 11};
+      std::string head = response_head(400, kJsonContentType, framing, {}, {});
+      set_deadline(Clock::now() + ctx_->options.write_timeout);
+      co_await asio::async_write(socket_, std::array{asio::buffer(head), asio::buffer(body)}, redirect(ec));
+      if (!ec) co_await lingering_close();
+    }
+    co_return false;
+  }
+}
+
+// Idle: waits until the next request's first bytes can be read (false: the
+// client left or the connection is closing). Plain TCP waits on the socket;
+// TLS must read, as a record may already sit decrypted in OpenSSL's buffers.
+template <class Stream>
+Task<bool> Connection<Stream>::wait_for_request() {
+  error_code ec;
+  if constexpr (kTls) {
+    size_t n = co_await stream_.async_read_some(buffer_.prepare(kMonitorReadSize), redirect(ec));
+    if (!ec) buffer_.commit(n);
+  } else {
+    co_await socket_.async_wait(tcp::socket::wait_read, redirect(ec));
+  }
+  co_return !ec && !closed_ && !shutting_down_;
+}
+
+template <class Stream>
+Task<void> Connection<Stream>::watchdog([[maybe_unused]] std::shared_ptr<Connection> self) {
   error_code ec;
   while (!closed_) {
     watchdog_timer_.expires_at(deadline_);
     co_await watchdog_timer_.async_wait(redirect(ec));
     if (closed_) break;
     if (Clock::now() >= deadline_) {
+      if (phase_ == Phase::kReading && !read_timed_out_) {
+        // A request begun but not whole in time (a slowloris trickle): the
+        // read is cancelled and serve() answers 408 within the linger time.
+        read_timed_out_ = true;
+        deadline_ = Clock::now() + kLingerTime;
+        socket_.cancel(ec);
+        continue;
+      }
       mark_gone();
       close_socket();
     }
   }
 }
 
-Task<bool> Connection::write(std::array<asio::const_buffer, 3> buffers) {
+template <class Stream>
+Task<bool> Connection<Stream>::write(std::array<asio::const_buffer, 3> buffers) {
   if (gone_ || closed_) co_return false;
   set_deadline(Clock::now() + ctx_->options.write_timeout);
   error_code ec;
-  co_await asio::async_write(socket_, buffers, redirect(ec));
+  if constexpr (kTls) {
+    // One TLS record (and one send) per response piece rather than one per buffer.
+    std::string joined;
+    joined.reserve(asio::buffer_size(buffers));
+    for (const auto& b : buffers) joined.append(static_cast<const char*>(b.data()), b.size());
+    co_await asio::async_write(stream_, asio::buffer(joined), redirect(ec));
+  } else {
+    co_await asio::async_write(stream_, buffers, redirect(ec));
+  }
   set_deadline(kNever);
   if (ec) {
     mark_gone();
@@ -331,7 +443,8 @@ Task<bool> Connection::write(std::array<asio::const_buffer, 3> buffers) {
   co_return true;
 }
 
-Task<void> Connection::serve() {
+template <class Stream>
+Task<void> Connection<Stream>::serve() {
   const HttpServerOptions& opt = ctx_->options;
   bool first = true;
   while (!closed_ && !shutting_down_) {
@@ -339,8 +452,7 @@ Task<void> Connection::serve() {
     if (buffer_.size() == 0) {
       phase_ = Phase::kIdle;
       set_deadline(Clock::now() + (first ? opt.read_timeout : opt.idle_timeout));
-      co_await socket_.async_wait(tcp::socket::wait_read, redirect(ec));
-      if (ec || closed_ || shutting_down_) co_return;
+      if (!co_await wait_for_request()) co_return;
     }
     first = false;
     phase_ = Phase::kReading;
@@ -348,7 +460,7 @@ Task<void> Connection::serve() {
 
     BeastRequestParser parser;
     apply_limits(parser, opt);
-    co_await http::async_read_header(socket_, buffer_, parser, redirect(ec));
+    co_await http::async_read_header(stream_, buffer_, parser, redirect(ec));
     if (ec) {
       co_await handle_read_error(ec);
       co_return;
@@ -366,7 +478,7 @@ Task<void> Connection::serve() {
         }
         set_deadline(Clock::now() + opt.read_timeout);
       }
-      co_await http::async_read(socket_, buffer_, parser, redirect(ec));
+      co_await http::async_read(stream_, buffer_, parser, redirect(ec));
       if (ec) {
         co_await handle_read_error(ec);
         co_return;
@@ -385,7 +497,7 @@ Task<void> Connection::serve() {
         ~InFlight() { counters.on_request_end(); }
         HttpCounters& counters;
       } in_flight(*ctx_->counters);
-      StreamResponder responder(*this, request, keep_alive);
+      StreamResponder<Stream> responder(*this, request, keep_alive);
       start_monitor();
       co_await ctx_->dispatcher.dispatch(request, responder);
       co_await responder.finish();
@@ -397,16 +509,23 @@ Task<void> Connection::serve() {
 }
 
 // Answers what can be answered (limits, malformed requests) and closes.
-Task<bool> Connection::handle_read_error(const error_code& ec) {
+template <class Stream>
+Task<bool> Connection<Stream>::handle_read_error(const error_code& ec) {
   const HttpServerOptions& opt = ctx_->options;
   if (closed_) co_return false;  // timed out (watchdog) or shut down
+  if (read_timed_out_) {
+    co_await send_error_and_close(408, "Request not received in time: the request line, headers and body must "
+                                       "arrive within " + format_seconds(opt.read_timeout) + " of its first byte");
+    co_return false;
+  }
   if (auto refusal = refusal_for_read_error(ec, opt)) {
     co_await send_error_and_close(refusal->status, std::move(refusal->message));
   }
   co_return false;
 }
 
-Task<void> Connection::send_error_and_close(int status, std::string message) {
+template <class Stream>
+Task<void> Connection<Stream>::send_error_and_close(int status, std::string message) {
   phase_ = Phase::kClosing;
   ctx_->counters->on_response(status);
   std::string body = openai_error_body(status, message);
@@ -415,7 +534,8 @@ Task<void> Connection::send_error_and_close(int status, std::string message) {
   if (co_await write({asio::buffer(head), asio::buffer(body), asio::const_buffer()})) co_await lingering_close();
 }
 
-Task<void> Connection::lingering_close() {
+template <class Stream>
+Task<void> Connection<Stream>::lingering_close() {
   error_code ec;
   socket_.shutdown(tcp::socket::shutdown_send, ec);
   set_deadline(Clock::now() + kLingerTime);
@@ -427,17 +547,19 @@ Task<void> Connection::lingering_close() {
   close_socket();
 }
 
-void Connection::start_monitor() {
+template <class Stream>
+void Connection<Stream>::start_monitor() {
   monitoring_ = true;
   if (monitor_pending_ || gone_ || closed_ || buffer_.size() >= kMaxBufferedWhileHandling) return;
   monitor_pending_ = true;
-  socket_.async_read_some(buffer_.prepare(kMonitorReadSize),
-                          [self = shared_from_this()](const error_code& ec, size_t n) {
+  stream_.async_read_some(buffer_.prepare(kMonitorReadSize),
+                          [self = this->shared_from_this()](const error_code& ec, size_t n) {
                             self->on_monitor_read(ec, n);
                           });
 }
 
-void Connection::on_monitor_read(const error_code& ec, size_t n) {
+template <class Stream>
+void Connection<Stream>::on_monitor_read(const error_code& ec, size_t n) {
   monitor_pending_ = false;
   if (!ec) {
     buffer_.commit(n);  // pipelined bytes: the next request's
@@ -456,7 +578,8 @@ void Connection::on_monitor_read(const error_code& ec, size_t n) {
   monitor_timer_.cancel();
 }
 
-Task<void> Connection::stop_monitor() {
+template <class Stream>
+Task<void> Connection<Stream>::stop_monitor() {
   monitoring_ = false;
   if (monitor_pending_) {
     error_code ec;
@@ -496,10 +619,22 @@ Task<void> reject(std::shared_ptr<tcp::socket> socket, std::shared_ptr<ServerCon
 }  // namespace
 
 void start_connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
-  std::make_shared<Connection>(std::move(socket), std::move(ctx))->start();
+  if (ctx->tls) {
+    TlsStream stream(std::move(socket), *ctx->tls);
+    std::make_shared<Connection<TlsStream>>(std::move(stream), std::move(ctx))->start();
+  } else {
+    std::make_shared<Connection<tcp::socket>>(std::move(socket), std::move(ctx))->start();
+  }
 }
 
 void reject_connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
+  if (ctx->tls) {
+    // A plain-text 503 means nothing to a TLS client, and a handshake costs what an overloaded server lacks.
+    ctx->counters->on_connection_rejected();
+    error_code ec;
+    socket.close(ec);
+    return;
+  }
   auto executor = socket.get_executor();
   asio::co_spawn(executor, reject(std::make_shared<tcp::socket>(std::move(socket)), std::move(ctx)), asio::detached);
 }

@@ -1,6 +1,7 @@
 // HttpServer: the io_context and its threads, the acceptor, signals and the
 // graceful-shutdown sequence (stop accepting -> close idle connections ->
-// wait for in-flight requests until the deadline -> close the rest -> stop).
+// wait for in-flight requests until the deadline -> have the owner end the
+// rest (on_drain_deadline) -> close what is still open -> stop).
 // Connections themselves live in connection.cpp.
 #include "server/http/server.h"
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "server/http/connection.h"
+#include "server/http/tls_context.h"
 
 namespace tern::server {
 
@@ -27,8 +29,9 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 namespace {
-// After the shutdown deadline closes every socket, handlers get this long to
-// notice and return before the io_context stops regardless.
+// After on_drain_deadline, handlers get this long to answer and return before
+// their sockets close; after that, as long to notice before the io_context
+// stops regardless.
 constexpr auto kForceGrace = std::chrono::seconds(2);
 }  // namespace
 
@@ -49,6 +52,7 @@ struct HttpServer::Impl {
   Task<void> accept_loop();
   void wait_signal();
   void begin_shutdown(bool force);  // on `strand`
+  void drain_deadline();            // on `strand`
   void force_all();                 // on `strand`
   void finish();                    // on `strand`
 
@@ -113,10 +117,28 @@ void HttpServer::Impl::begin_shutdown(bool force) {
     for (auto& c : conns) c->begin_shutdown();
     shutdown_timer.expires_after(ctx->options.shutdown_timeout);
     shutdown_timer.async_wait([this](const error_code& e) {
-      if (!e) force_all();
+      if (!e) drain_deadline();
     });
   }
   if (force) force_all();
+}
+
+void HttpServer::Impl::drain_deadline() {
+  if (forced || finished) return;
+  if (!ctx->options.on_drain_deadline) {
+    force_all();
+    return;
+  }
+  // The owner ends what still runs (the engine aborts it), so handlers answer
+  // with an error and end their streams properly; sockets close only if they
+  // have not returned within the grace.
+  spdlog::warn("http: {} connection(s) still busy at the shutdown deadline; ending their requests",
+               ctx->live().size());
+  ctx->options.on_drain_deadline();
+  shutdown_timer.expires_after(kForceGrace);
+  shutdown_timer.async_wait([this](const error_code& e) {
+    if (!e) force_all();
+  });
 }
 
 void HttpServer::Impl::force_all() {
@@ -141,6 +163,11 @@ void HttpServer::Impl::finish() {
   ioc.stop();
 }
 
+Status check_tls_options(const TlsOptions& tls) {
+  if (!tls.enabled()) return Status::ok();
+  return make_tls_context(tls).status();
+}
+
 HttpServer::HttpServer(HttpServerOptions options, Router router, std::shared_ptr<HttpCounters> counters)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(router), std::move(counters))) {}
 
@@ -148,6 +175,11 @@ HttpServer::~HttpServer() = default;
 
 Status HttpServer::listen() {
   const HttpServerOptions& opt = impl_->ctx->options;
+  if (opt.tls.enabled()) {
+    auto tls = make_tls_context(opt.tls);
+    if (!tls.is_ok()) return tls.status();
+    impl_->ctx->tls = std::move(tls).value();
+  }
   error_code ec;
   asio::ip::address address = asio::ip::make_address(opt.host, ec);
   tcp::endpoint endpoint;

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,17 @@
 
 namespace tern::server {
 
+// HTTPS (vLLM's --ssl-* flags): on when certfile and keyfile are given. With
+// cert_reqs 1 a client may present a certificate, with 2 it must; either way
+// one must chain to ca_certs.
+struct TlsOptions {
+  std::string certfile;  // PEM certificate chain, the server's first
+  std::string keyfile;   // PEM private key of the first certificate, unencrypted
+  std::string ca_certs;  // PEM CA certificates for client certificates
+  int cert_reqs = 0;     // 0 none, 1 optional, 2 required (Python's ssl.CERT_*)
+  bool enabled() const { return !certfile.empty() || !keyfile.empty(); }
+};
+
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 8000;  // 0 picks a free port (see HttpServer::port())
@@ -32,7 +44,8 @@ struct HttpServerOptions {
   int64_t max_connections = 10000;         // more -> 503 and close
   // A request must arrive whole (headers and body) within read_timeout of its
   // first byte (a new connection gets as long for its first byte); a
-  // keep-alive connection may sit idle for idle_timeout. Then it is closed.
+  // keep-alive connection may sit idle for idle_timeout. Then it is closed
+  // (a request partly read first gets 408).
   std::chrono::milliseconds read_timeout{60'000};
   std::chrono::milliseconds idle_timeout{75'000};
   // A response write that makes no progress for this long: the client is gone.
@@ -40,10 +53,20 @@ struct HttpServerOptions {
   // Graceful shutdown: in-flight requests get this long, then their sockets
   // close (handlers see client_gone() and cancel).
   std::chrono::milliseconds shutdown_timeout{30'000};
+  // Called once (on an io thread, must not block) when shutdown_timeout
+  // passes with requests still in flight: the owner ends them so that their
+  // handlers answer (an error, a stream's last event) and return; sockets
+  // still open 2 s later are closed. Unset: they are closed at once.
+  std::function<void()> on_drain_deadline;
   bool handle_signals = true;
   AuthOptions auth;
   CorsOptions cors;
+  TlsOptions tls;
 };
+
+// Loads `tls`'s files as listen() will, so a bad certificate or key is
+// reported before a long model load; ok when TLS is off.
+Status check_tls_options(const TlsOptions& tls);
 
 class HttpServer {
  public:
@@ -53,7 +76,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens. After it, port() is the bound port.
+  // Loads the TLS certificate and key (when options.tls is on), binds and
+  // listens. After it, port() is the bound port.
   Status listen();
   uint16_t port() const;
 

@@ -14,7 +14,10 @@
 
 namespace boost::asio {
 class io_context;
-}
+namespace ssl {
+class context;
+}  // namespace ssl
+}  // namespace boost::asio
 
 namespace tern::server {
 
@@ -47,6 +50,8 @@ class ServerContext {
   const Dispatcher dispatcher;
   const std::shared_ptr<HttpCounters> counters;
   const std::shared_ptr<PostGate> gate;
+  // Set by HttpServer::listen() when serving HTTPS, before any connection.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 
   // Registers a connection; 0 if the server is closing (close it at once).
   uint64_t add(std::weak_ptr<ConnectionControl> conn);

@@ -1,7 +1,7 @@
 // The device step's plan on hand-made batches: the exact int32 metadata the
 // CUDA kernels read (a decode batch padded to its bucket, prefill tiles, a
 // mixed step with singles and tiles, fed tokens, tables over several
-// blocks, want_logits rows), the bucket choice, and every check that must
+// blocks, want_logits and all_logits rows), the bucket choice, and every check that must
 // refuse a batch before any GPU work.
 #include "model/ernie4_5/device_step_plan.h"
 
@@ -22,13 +22,14 @@ struct Chunk {
   int64_t start_pos = 0;
   std::vector<int32_t> table;
   bool want = true;
+  bool all = false;  // all_logits: a row for every token
 };
 
 struct Batch {
   std::vector<Chunk> chunks;
   std::vector<SequenceChunk> views;
   explicit Batch(std::vector<Chunk> c) : chunks(std::move(c)) {
-    for (const Chunk& k : chunks) views.push_back({k.tokens, k.start_pos, k.table, k.want});
+    for (const Chunk& k : chunks) views.push_back({k.tokens, k.start_pos, k.table, k.want, k.all});
   }
 };
 
@@ -210,6 +211,34 @@ TEST(DeviceStepPlan, MixedStepListsSinglesBesideTilesAndFedTokens) {
       6, 0,                   // fed: row 6 takes the last step's pick 0
   };
   EXPECT_EQ(pack(plan), want);
+}
+
+TEST(DeviceStepPlan, AllLogitsChunksListARowForEveryToken) {
+  Fixture f;
+  // A scored prompt chunk without a pick (3 rows), a decode token, a scored
+  // last chunk (2 rows, its last also the pick): 6 rows with logits.
+  Batch b({{{1, 2, 3}, 0, {0}, false, true}, {{4}, 7, {1, 2}}, {{5, 6}, 3, {3, 4}, true, true}});
+  const std::vector<uint8_t> modes = {kPickOnHost, kPickOnHost, kPickOnHost, kPickArgmax, kPickOnHost, kPickOnHost};
+  const DeviceStepPlan plan = plan_of(f.limits, {b.views, modes, {}, {}});
+  EXPECT_FALSE(plan.decode());
+  EXPECT_EQ(plan.counts.rows, 6);
+  EXPECT_EQ(plan.counts.host_rows, 5);
+  EXPECT_EQ(plan.meta_rows, 6);
+  const std::vector<int32_t> want = {
+      1,  2,  3,  4,  5,  6,         // ids
+      0,  1,  2,  7,  3,  4,         // positions
+      0,  1,  2,  11, 15, 16,        // slots
+      0,  0,  0,  1,  2,  2,         // token_seq
+      0,  1,  2,  3,  4,  5,         // logit_rows: every token of chunks 0 and 2
+      0,  1,  3,                     // table_offsets
+      0,  1,  2,  3,  4,             // tables
+  };
+  EXPECT_EQ(pack(plan), want);
+  const std::vector<uint8_t> short_modes = {kPickOnHost, kPickArgmax, kPickOnHost};
+  expect_error(error_of(f.limits, {b.views, short_modes, {}, {}}), "3 row modes for 6 rows with logits");
+  // One-token scored chunks still make a decode step: one row per sequence.
+  Batch one({{{1}, 0, {0}, false, true}, {{2}, 0, {1}}});
+  EXPECT_TRUE(plan_of(f.limits, {one.views, {}, {}, {}}).decode());
 }
 
 TEST(DeviceStepPlan, TablesCopyOnlyTheBlocksThePositionsUse) {

@@ -455,9 +455,9 @@ Status DeviceModel::finish_step(std::span<int32_t> tokens, std::span<float> logi
 int64_t DeviceModel::steps_in_flight() const { return static_cast<int64_t>(impl_->launched.size()); }
 
 Status DeviceModel::forward_batch(std::span<const SequenceChunk> batch, std::span<float> logits) {
-  size_t want = 0;
-  for (const SequenceChunk& c : batch) want += c.want_logits ? 1 : 0;
-  std::vector<int32_t> tokens(want);
+  int64_t rows = 0;
+  for (const SequenceChunk& c : batch) rows += logit_rows_of(c);
+  std::vector<int32_t> tokens(static_cast<size_t>(rows));
   return forward_step(batch, {}, tokens, logits);
 }
 

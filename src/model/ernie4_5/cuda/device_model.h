@@ -108,8 +108,10 @@ class DeviceModel {
 
   // One engine step over this model's device pool: chunk i's tokens sit at
   // start_pos.., their K/V go to the pool through its block table (as
-  // Ernie45Model::forward_batch, model/ernie4_5/ernie4_5_model.h). For the r-th
-  // want_logits chunk, device_greedy[r] != 0 (an empty span: none) asks for
+  // Ernie45Model::forward_batch, model/ernie4_5/ernie4_5_model.h). Rows with
+  // logits: every token of an all_logits chunk, else the last token of a
+  // want_logits chunk (logit_rows_of), in batch order. For row r,
+  // device_greedy[r] != 0 (an empty span: none) asks for
   // the argmax of its logits: tokens[r] gets it (lowest index on ties, as
   // the host argmax); otherwise tokens[r] = -1 and the row's vocab_size
   // logits fill the next slice of `logits` (rows the host samples, in
@@ -128,10 +130,10 @@ class DeviceModel {
 
   // forward_step in two halves, for overlap scheduling: launch_step checks
   // and enqueues a step and returns; finish_step waits for the oldest
-  // launched step and fills its tokens (one per want_logits chunk) and
+  // launched step and fills its tokens (one per row with logits) and
   // the logits of its host rows, as forward_step. `feedback`, empty or one
   // entry per chunk: an entry r >= 0 makes the chunk's first token the
-  // pick of want_logits row r of the step launched just before (taken on
+  // pick of row r of the step launched just before (taken on
   // the device; the id in chunk.tokens is ignored), which must have been
   // picked there (argmax or sampled). At most two steps are launched and
   // not finished, and a step with host rows must be finished before the
@@ -144,7 +146,7 @@ class DeviceModel {
   int64_t steps_in_flight() const;
 
   // forward_step with every row's logits to the host: `logits` holds
-  // vocab_size floats per want_logits chunk.
+  // vocab_size floats per row with logits.
   Status forward_batch(std::span<const SequenceChunk> batch, std::span<float> logits);
 
   // Copies every layer's K and V of block src into dst (copy on write),
