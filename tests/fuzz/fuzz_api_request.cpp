@@ -5,10 +5,11 @@
 // /tokenize and /detokenize (their real handlers, run through the Router with a
 // recording responder); the rest is the request body.
 // Checked: any body gives a request or a clean error, never an escaping
-// exception, crash or UB. An accepted request has 1..128 choices, a non-empty
-// prompt of ids in [0, vocab_size), sampling parameters that pass validate(),
-// prompt + max_tokens within max_model_len, at most kMaxLogprobs logprobs and
-// kMaxStopStrings stop strings. An error is a 4xx with a message and a JSON body.
+// exception, crash or UB. An accepted request stays within the context's
+// RequestLimits (choices, logprobs, stop strings and their size, logit_bias),
+// has a non-empty prompt of ids in [0, vocab_size), sampling parameters that
+// pass validate(), and prompt + max_tokens within max_model_len. An error is a
+// 4xx with a message and a JSON body.
 // A violation traps.
 #include <nlohmann/json.hpp>
 
@@ -67,16 +68,19 @@ Fixture& fixture() {
 }
 
 void check_request(const Request& r, const ServingContext& ctx, bool allow_zero_max_tokens) {
-  check(r.n >= 1 && r.n <= 128);
+  const RequestLimits& lim = ctx.limits;
+  check(r.n >= 1 && r.n <= lim.max_n);
   check(!r.prompt.empty());
   for (int32_t id : r.prompt) check(id >= 0 && id < ctx.vocab_size);
   const SamplingParams& p = r.params;
   check(p.validate(ctx.vocab_size).is_ok());
   check(p.max_tokens >= (allow_zero_max_tokens ? 0 : 1));
   check(static_cast<int64_t>(r.prompt.size()) + p.max_tokens <= ctx.max_model_len);
-  check(!p.logprobs || (*p.logprobs >= 0 && *p.logprobs <= kMaxLogprobs));
-  check(!p.prompt_logprobs || (*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= kMaxLogprobs));
-  check(p.stop.size() <= kMaxStopStrings);
+  check(!p.logprobs || (*p.logprobs >= 0 && *p.logprobs <= lim.max_logprobs));
+  check(!p.prompt_logprobs || (*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= lim.max_logprobs));
+  check(p.stop.size() <= lim.max_stop);
+  for (const std::string& s : p.stop) check(s.size() <= lim.max_stop_bytes);
+  check(p.logit_bias.size() <= lim.max_logit_bias);
 }
 
 void check_error(int status, const std::string& body) {
@@ -94,6 +98,7 @@ void fuzz_generation(std::string_view body, ApiKind kind, const ServingContext& 
   const GenerationJob& job = std::get<GenerationJob>(parsed);
   check(job.kind == kind && !job.requests.empty());
   if (job.echo) check(job.prompt_texts.size() == job.requests.size());
+  check(job.requests.size() <= ctx.limits.max_prompts);
   for (const Request& r : job.requests) check_request(r, ctx, job.echo);
 }
 
