@@ -10,8 +10,8 @@ CMAKE_FLAGS ?=
 TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
-.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build run bench bench-cpu random-model clean \
-  wheel reliability soak
+.PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build tsan run bench bench-cpu \
+  random-model clean wheel reliability soak
 
 all: build
 
@@ -60,15 +60,20 @@ soak: build
 
 # Fuzzing: the untrusted-input parsers built with clang + libFuzzer (ASan and
 # UBSan) in their own build dir, without CUDA or the other modules. Each fuzzer
-# runs FUZZ_SECONDS on a scratch copy of tests/fuzz/corpus/<fuzzer> (new inputs
-# never land in the repo); a crash, leak, timeout or broken invariant fails the
-# target and leaves the input in $(FUZZ_BUILD_DIR)/artifacts/.
+# runs on a scratch copy of tests/fuzz/corpus/<fuzzer> (new inputs never land in
+# the repo), one after the other; a crash, leak, timeout or broken invariant fails
+# the target and leaves the input in $(FUZZ_BUILD_DIR)/artifacts/.
+#   make fuzz:      FUZZ_RUNS executions per fuzzer (10 million), capped at
+#                   FUZZ_MAX_SECONDS each; the figures land in $(FUZZ_BUILD_DIR)/fuzz-summary.txt.
+#   make test-fuzz: FUZZ_TEST_SECONDS per fuzzer (part of `make test`).
+# FUZZERS=fuzz_http picks some. docs/reliability.md records the long runs.
 FUZZ_BUILD_DIR ?= build-fuzz
-FUZZ_SECONDS ?= 20
+FUZZ_RUNS ?= 10000000
+FUZZ_MAX_SECONDS ?= 7200
 FUZZ_TEST_SECONDS ?= 10
 FUZZ_CC ?= $(if $(shell command -v clang),clang,clang-14)
 FUZZ_CXX ?= $(if $(shell command -v clang++),clang++,clang++-14)
-FUZZERS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.cpp)))
+FUZZERS ?= $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.cpp)))
 
 fuzz-build: deps
 	@cmake -S . -B $(FUZZ_BUILD_DIR) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) \
@@ -76,31 +81,65 @@ fuzz-build: deps
 	  -DTERN_BUILD_FUZZERS=ON -DTERN_ENABLE_CUDA=OFF -DTERN_BUILD_TESTS=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target $(FUZZERS)
 
-# $(call run-fuzzers,SECONDS): runs every fuzzer in turn, then fails if any did.
+# $(call run-fuzzers,RUNS,SECONDS): runs every fuzzer in turn until RUNS executions
+# (-1: no count) or SECONDS, whichever comes first, then fails if any fuzzer did.
+# One summary line per fuzzer goes to the terminal and to $(FUZZ_BUILD_DIR)/fuzz-summary.txt.
 # Scratch space is in RAM where possible: fuzz_tokenizer_config writes files per input.
 define run-fuzzers
 scratch=$$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && failed="" && \
-mkdir -p $(FUZZ_BUILD_DIR)/artifacts && \
+mkdir -p $(FUZZ_BUILD_DIR)/artifacts && summary=$(FUZZ_BUILD_DIR)/fuzz-summary.txt && : >"$$summary" && \
 for f in $(FUZZERS); do \
   mkdir "$$scratch/$$f" && cp tests/fuzz/corpus/$$f/* "$$scratch/$$f/" || \
     { echo "fuzz: $$f has no seeds in tests/fuzz/corpus/$$f"; failed="$$failed $$f"; continue; }; \
   dict=""; [ ! -f tests/fuzz/$$f.dict ] || dict="-dict=tests/fuzz/$$f.dict"; \
+  start=$$(date +%s); \
   if PATH="/usr/lib/llvm-14/bin:$$PATH" TMPDIR="$$scratch" $(FUZZ_BUILD_DIR)/bin/$$f $$dict \
-       -max_total_time=$(1) -timeout=25 -print_final_stats=1 \
+       -runs=$(1) -max_total_time=$(2) -timeout=25 -print_final_stats=1 \
        -artifact_prefix=$(abspath $(FUZZ_BUILD_DIR))/artifacts/$$f- "$$scratch/$$f" >"$$scratch/$$f.log" 2>&1; then \
-    echo "fuzz: $$f ok, $$(sed -n 's/^stat::number_of_executed_units: *//p' "$$scratch/$$f.log") runs in $(1) s"; \
+    runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' "$$scratch/$$f.log"); \
+    secs=$$(( $$(date +%s) - start )); \
+    line="fuzz: $$f ok, $$runs runs in $$secs s ($$(( runs / (secs > 0 ? secs : 1) )) exec/s)"; \
+    line="$$line, corpus $$(ls "$$scratch/$$f" | wc -l), peak RSS $$(sed -n 's/^stat::peak_rss_mb: *//p' "$$scratch/$$f.log") MB"; \
+    echo "$$line"; echo "$$line" >>"$$summary"; \
   else \
-    tail -n 40 "$$scratch/$$f.log"; failed="$$failed $$f"; \
+    tail -n 40 "$$scratch/$$f.log"; failed="$$failed $$f"; echo "fuzz: $$f FAILED" >>"$$summary"; \
   fi; \
 done; \
 [ -z "$$failed" ] || { echo "fuzz: FAILED:$$failed (inputs in $(FUZZ_BUILD_DIR)/artifacts/)"; exit 1; }
 endef
 
 fuzz: fuzz-build
-	@$(call run-fuzzers,$(FUZZ_SECONDS))
+	@$(call run-fuzzers,$(FUZZ_RUNS),$(FUZZ_MAX_SECONDS))
 
 test-fuzz: fuzz-build
-	@$(call run-fuzzers,$(FUZZ_TEST_SECONDS))
+	@$(call run-fuzzers,-1,$(FUZZ_TEST_SECONDS))
+
+# ThreadSanitizer: the engine (engine_tests: the engine thread, EngineClient and
+# its callers), the HTTP layer (server_tests) and the real servers under load
+# from the e2e tests (tern_http_echo: the transport with its io threads,
+# disconnects and shutdown; tern serve: routes, engine thread and streams), all
+# built with -fsanitize=thread in $(TSAN_BUILD_DIR), without CUDA. Any report
+# fails the target; reports land in $(TSAN_BUILD_DIR)/tsan-reports/. Too slow
+# for `make test` on 2 cores (a full build of its own); docs/reliability.md
+# records the last run.
+TSAN_BUILD_DIR ?= build-tsan
+TSAN_PYTESTS ?= tests/e2e/test_http_transport.py tests/e2e/test_server_openai.py tests/e2e/test_server_tgi.py
+# Timing-bound under TSan's slowdown (the server cannot fill a stalled reader's
+# socket buffers within the test's 5 s), not a race.
+TSAN_DESELECT ?= --deselect tests/e2e/test_http_transport.py::test_client_that_stops_reading_is_dropped
+
+tsan: deps
+	@cmake -S . -B $(TSAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+	  -DTERN_SANITIZE_THREAD=ON -DTERN_ENABLE_CUDA=OFF -DTERN_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target engine_tests server_tests tern tern_http_echo
+	@rm -rf $(TSAN_BUILD_DIR)/tsan-reports && mkdir -p $(TSAN_BUILD_DIR)/tsan-reports
+	@export TSAN_OPTIONS="second_deadlock_stack=1 log_path=$(abspath $(TSAN_BUILD_DIR))/tsan-reports/report"; \
+	  $(TSAN_BUILD_DIR)/bin/engine_tests --gtest_brief=1 && $(TSAN_BUILD_DIR)/bin/server_tests --gtest_brief=1 && \
+	  TERN_BIN=$(abspath $(TSAN_BUILD_DIR))/bin/tern TERN_HTTP_ECHO=$(abspath $(TSAN_BUILD_DIR))/bin/tern_http_echo \
+	    $(PY) -m pytest -q $(TSAN_PYTESTS) $(TSAN_DESELECT); status=$$?; \
+	  if ls $(TSAN_BUILD_DIR)/tsan-reports/report.* >/dev/null 2>&1; then \
+	    cat $(TSAN_BUILD_DIR)/tsan-reports/report.*; echo "tsan: data races or other reports above"; exit 1; fi; \
+	  [ $$status -eq 0 ] && echo "tsan: clean"
 
 # Serves MODEL (the small demo model unless given) with the OpenAI/vLLM/TGI APIs and
 # the chat page on http://HOST:PORT/.
@@ -143,7 +182,7 @@ bench-cpu: configure
 	  bench/serving/baselines/llama_cpp_cpu_bench.sh bench/results/cpu-llama
 
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(TSAN_BUILD_DIR)
 
 # GPU tests (tests/cuda): each CUDA kernel against the CPU reference kernels,
 # the model on the GPU against the HF goldens and the CPU engine path. Needs

@@ -490,4 +490,16 @@ void add_tgi_routes(Router& router, ServingContext& ctx) {
   });
 }
 
+TgiValidation validate_tgi_request(std::string_view body, const ServingContext& ctx, bool compat_route) {
+  Parsed parsed = parse_tgi_request(body, ctx, compat_route);
+  TgiValidation out;
+  if (auto* err = std::get_if<TgiError>(&parsed)) {
+    out.status = err->status;
+    out.error_body = error_body(*err);
+  } else {
+    out.request = std::move(std::get<TgiJob>(parsed).request);
+  }
+  return out;
+}
+
 }  // namespace tern::server

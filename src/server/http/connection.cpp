@@ -1,5 +1,5 @@
-// Connection: one TCP connection's session, the only code that uses Beast
-// (its request parser, for the header and body limits). A coroutine per
+// Connection: one TCP connection's session, the code that reads sockets with
+// Beast (its request parser, set up by beast_request.h). A coroutine per
 // connection on its own strand reads a request, dispatches it with a
 // StreamResponder, and loops while keep-alive holds. Around it: a watchdog
 // timer for read/idle/write deadlines (a request begun but not whole by its
@@ -32,6 +32,7 @@
 #include <spdlog/spdlog.h>
 #include <type_traits>
 
+#include "server/http/beast_request.h"
 #include "server/http/error.h"
 #include "server/http/response_head.h"
 #include "server/http/server_context.h"
@@ -58,10 +59,6 @@ constexpr size_t kMonitorReadSize = 4096;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 auto redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
-
-bool is_http_parse_error(const error_code& ec) {
-  return ec.category() == http::make_error_code(http::error::bad_method).category();
-}
 
 std::string format_seconds(std::chrono::milliseconds d) {
   char buf[32];
@@ -461,23 +458,19 @@ Task<void> Connection<Stream>::serve() {
     phase_ = Phase::kReading;
     set_deadline(Clock::now() + opt.read_timeout);
 
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(opt.max_header_bytes);
-    parser.body_limit(opt.max_body_bytes);
+    BeastRequestParser parser;
+    apply_limits(parser, opt);
     co_await http::async_read_header(stream_, buffer_, parser, redirect(ec));
     if (ec) {
       co_await handle_read_error(ec);
       co_return;
     }
-    // A request body framed by anything but chunked cannot be delimited
-    // (RFC 9112 6.3): refuse it rather than guess where the next request starts.
-    if (parser.get().count(http::field::transfer_encoding) > 0 && !parser.chunked()) {
-      co_await send_error_and_close(400, "Unsupported Transfer-Encoding (only chunked is accepted)");
+    if (auto refusal = check_framing(parser)) {
+      co_await send_error_and_close(refusal->status, std::move(refusal->message));
       co_return;
     }
     if (!parser.is_done()) {
-      auto expect = parser.get()[http::field::expect];
-      if (beast::iequals(expect, "100-continue")) {
+      if (expects_continue(parser)) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
         if (!co_await write({asio::buffer(kContinue.data(), kContinue.size()), asio::const_buffer(),
                              asio::const_buffer()})) {
@@ -493,18 +486,8 @@ Task<void> Connection<Stream>::serve() {
     }
     set_deadline(kNever);
 
-    http::request<http::string_body> msg = parser.release();
-    HttpRequest request;
-    request.method = std::string(msg.method_string());
-    request.target = std::string(msg.target());
-    size_t q = request.target.find('?');
-    request.path = request.target.substr(0, q);
-    if (q != std::string::npos) request.query = request.target.substr(q + 1);
-    request.version = static_cast<int>(msg.version());
-    request.remote = remote_;
-    for (const auto& field : msg) request.headers.add(std::string(field.name_string()), std::string(field.value()));
-    request.body = std::move(msg.body());
-    bool keep_alive = msg.keep_alive();
+    bool keep_alive = false;
+    HttpRequest request = release_request(parser, remote_, keep_alive);
 
     phase_ = Phase::kHandling;
     bool reusable = false;
@@ -535,16 +518,8 @@ Task<bool> Connection<Stream>::handle_read_error(const error_code& ec) {
                                        "arrive within " + format_seconds(opt.read_timeout) + " of its first byte");
     co_return false;
   }
-  if (ec == http::error::header_limit) {
-    co_await send_error_and_close(431, "Request header fields too large (limit " +
-                                           std::to_string(opt.max_header_bytes) + " bytes, --max-header-bytes)");
-  } else if (ec == http::error::body_limit) {
-    co_await send_error_and_close(413, "Request body too large (limit " + std::to_string(opt.max_body_bytes) +
-                                           " bytes, --max-body-bytes)");
-  } else if (ec == http::error::end_of_stream || ec == http::error::partial_message) {
-    // The client left, cleanly or mid-request.
-  } else if (is_http_parse_error(ec)) {
-    co_await send_error_and_close(400, "Malformed HTTP request: " + ec.message());
+  if (auto refusal = refusal_for_read_error(ec, opt)) {
+    co_await send_error_and_close(refusal->status, std::move(refusal->message));
   }
   co_return false;
 }
