@@ -41,6 +41,7 @@ inline __m256i bcast(const void* p) {
 
 // Logical right shift of 16-bit lanes by a count known only at run time.
 inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+inline __m256i sll16(__m256i v, int n) { return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)); }
 
 // The 8 rows' fp16 values at p as fp32 lanes.
 inline __m256 fp16x8(const uint8_t* p) {
@@ -69,13 +70,16 @@ struct Q4_0Kernel {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kPackedQ4_0Bytes) {
+      const X* xs[M];
+      for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
       __m256i s[M];
       for (int m = 0; m < M; ++m) s[m] = _mm256_setzero_si256();
+      #pragma GCC unroll 16
       for (int u = 0; u < 4; ++u) {
         const __m256i q = load(w + 16 + 32 * u);
         const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         for (int m = 0; m < M; ++m) {
-          const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+          const X& xb = *xs[m];
           const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast(xb.q.qs + 4 * u)),
                                              _mm256_maddubs_epi16(hi, bcast(xb.q.qs + 16 + 4 * u)));
           s[m] = _mm256_add_epi16(s[m], p);
@@ -83,7 +87,7 @@ struct Q4_0Kernel {
       }
       const __m256 dw = fp16x8(w);
       for (int m = 0; m < M; ++m) {
-        const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+        const X& xb = *xs[m];
         const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(s[m], ones), _mm256_set1_epi32(8 * xb.sum));
         acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(xb.q.d)), acc[m]);
       }
@@ -99,20 +103,23 @@ struct Q8_0Kernel {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kPackedQ8_0Bytes) {
+      const X* xs[M];
+      for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
       __m256i s[M];
       for (int m = 0; m < M; ++m) s[m] = _mm256_setzero_si256();
+      #pragma GCC unroll 16
       for (int u = 0; u < 8; ++u) {
         const __m256i q = load(w + 16 + 32 * u);
         const __m256i aq = _mm256_abs_epi8(q);
         for (int m = 0; m < M; ++m) {
-          const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+          const X& xb = *xs[m];
           const __m256i sx = _mm256_sign_epi8(bcast(xb.q.qs + 4 * u), q);
           s[m] = _mm256_add_epi32(s[m], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones));
         }
       }
       const __m256 dw = fp16x8(w);
       for (int m = 0; m < M; ++m) {
-        const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+        const X& xb = *xs[m];
         acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[m]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.q.d)), acc[m]);
       }
     }
@@ -134,6 +141,8 @@ struct K4Kernel {
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
+      const X* xs[M];
+      for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
       const __m256 d = fp16x8(w), dmin = fp16x8(w + 16);
       const uint8_t* sc = w + 32;
       const uint8_t* mins = w + 96;
@@ -142,26 +151,30 @@ struct K4Kernel {
       {
         __m256i summ[M];
         for (int m = 0; m < M; ++m) summ[m] = _mm256_setzero_si256();
+        #pragma GCC unroll 16
         for (int t = 0; t < 4; ++t) {
           const __m256i mp = pair_u8(mins + 16 * t, mins + 16 * t + 8);
           for (int m = 0; m < M; ++m) {
-            const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+            const X& xb = *xs[m];
             summ[m] = _mm256_add_epi32(summ[m], _mm256_madd_epi16(mp, bcast(xb.bsum32 + 2 * t)));
           }
         }
         for (int m = 0; m < M; ++m) {
-          const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+          const X& xb = *xs[m];
           acc[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[m]), _mm256_mul_ps(dmin, _mm256_set1_ps(xb.q.d)), acc[m]);
         }
       }
       __m256i sumi[M];
       for (int m = 0; m < M; ++m) sumi[m] = _mm256_setzero_si256();
+      #pragma GCC unroll 16
       for (int j = 0; j < 8; ++j) {
         const __m256i scale = pair_u8(sc + 8 * j, sc + 8 * j);
         const int c = j / 2, shift = 4 * (j % 2);
+        #pragma GCC unroll 16
         for (int g0 = 0; g0 < 8; g0 += kGroupsPerSum) {
           __m256i s[M];
           for (int m = 0; m < M; ++m) s[m] = _mm256_setzero_si256();
+          #pragma GCC unroll 16
           for (int g = g0; g < g0 + kGroupsPerSum; ++g) {
             __m256i q = _mm256_and_si256(srl16(load(qs + 32 * (8 * c + g)), shift), m4);
             if constexpr (kFifthBit) {
@@ -169,7 +182,7 @@ struct K4Kernel {
               q = _mm256_or_si256(q, _mm256_slli_epi16(bit, 4));
             }
             for (int m = 0; m < M; ++m) {
-              const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+              const X& xb = *xs[m];
               s[m] = _mm256_add_epi16(s[m], _mm256_maddubs_epi16(q, bcast(xb.q.qs + 32 * j + 4 * g)));
             }
           }
@@ -177,7 +190,7 @@ struct K4Kernel {
         }
       }
       for (int m = 0; m < M; ++m) {
-        const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+        const X& xb = *xs[m];
         acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[m]), _mm256_mul_ps(d, _mm256_set1_ps(xb.q.d)), acc[m]);
       }
     }
@@ -191,38 +204,46 @@ struct Q6KKernel {
   using X = BlockQ8KS;
   template <int M>
   static void run(const uint8_t* w, int64_t blocks, const uint8_t* x, int64_t x_row_bytes, __m256* acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
     for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kPackedQ6KBytes) {
+      const X* xs[M];
+      for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
       const uint8_t* sc = w + 16;
       const uint8_t* ql = w + 144;
       const uint8_t* qh = w + 144 + 8 * 128;
       __m256i sumi[M];
       for (int m = 0; m < M; ++m) sumi[m] = _mm256_setzero_si256();
+      #pragma GCC unroll 16
       for (int t = 0; t < 8; ++t) {
         // Lane r: int16 pair (scale of sub-block 2t, of 2t+1) of row r.
         const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 * t));
         const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 * t + 8));
         const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi));
         for (int m = 0; m < M; ++m) {
-          const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+          const X& xb = *xs[m];
           sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(sp, bcast(xb.q.bsums + 2 * t)));
         }
       }
       for (int m = 0; m < M; ++m) sumi[m] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sumi[m], 5));
+      #pragma GCC unroll 16
       for (int sb = 0; sb < 16; ++sb) {
         const int h = sb / 8, gq = (sb % 8) / 2, half = sb % 2;
         const __m256i scale = pair_i8(sc + 8 * sb);
+        #pragma GCC unroll 16
         for (int i0 = 4 * half; i0 < 4 * half + 4; i0 += 2) {
           __m256i s[M];
           for (int m = 0; m < M; ++m) s[m] = _mm256_setzero_si256();
+          #pragma GCC unroll 16
           for (int i = i0; i < i0 + 2; ++i) {
             const __m256i l = load(ql + 32 * (16 * h + 8 * (gq & 1) + i));
             const __m256i lo4 = _mm256_and_si256(srl16(l, 4 * (gq >> 1)), m4);
-            const __m256i hi2 = _mm256_and_si256(srl16(load(qh + 32 * (8 * h + i)), 2 * gq), m2);
-            const __m256i q = _mm256_or_si256(lo4, _mm256_slli_epi16(hi2, 4));
+            // Bits 2gq, 2gq+1 of each qh byte moved to bits 4, 5 in one shift.
+            const __m256i hv = load(qh + 32 * (8 * h + i));
+            const __m256i hi2 = _mm256_and_si256(gq == 3 ? _mm256_srli_epi16(hv, 2) : sll16(hv, 4 - 2 * gq), m2);
+            const __m256i q = _mm256_or_si256(lo4, hi2);
             for (int m = 0; m < M; ++m) {
-              const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+              const X& xb = *xs[m];
               s[m] = _mm256_add_epi16(s[m], _mm256_maddubs_epi16(q, bcast(xb.q.qs + 128 * h + 32 * gq + 4 * i)));
             }
           }
@@ -231,7 +252,7 @@ struct Q6KKernel {
       }
       const __m256 d = fp16x8(w);
       for (int m = 0; m < M; ++m) {
-        const X& xb = reinterpret_cast<const X*>(x + m * x_row_bytes)[b];
+        const X& xb = *xs[m];
         acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[m]), _mm256_mul_ps(d, _mm256_set1_ps(xb.q.d)), acc[m]);
       }
     }
