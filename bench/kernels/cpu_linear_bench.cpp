@@ -2,7 +2,8 @@
 // reference cpu::linear against linear_fast (exact and, where the CPU has
 // AVX512_BF16, bf16 activations), for T = 1 (decode) and T = 512 (prefill),
 // on 1 and 2 threads, for bf16 weights and the quantized types (Q8_0, Q4_0,
-// Q4_K, Q5_K, Q6_K: GB/s counts the quantized bytes). Also measures the
+// Q4_K, Q5_K, Q6_K: GB/s counts the quantized bytes; "packed" is the same
+// matrix repacked as the optimized kernel set reads it). Also measures the
 // machine's read bandwidth (STREAM-style sum over 1 GiB) so decode can be
 // read as a share of it. Weights are cycled over copies totalling >= 512 MiB
 // so decode reads DRAM, as a real model does, not a last-level cache holding
@@ -23,11 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/linear_kernels.h"
+#include "backend/cpu/quant_pack.h"
 #include "backend/cpu/quant_reference.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
         const int64_t matrix_bytes = row_bytes(d.dtype, s.in) * s.out;
         const int copies = static_cast<int>(std::max<int64_t>(1, (int64_t{512} << 20) / matrix_bytes));
         const std::vector<uint8_t> w = make_weights(d.dtype, s.out, s.in, copies, rng);
+        std::vector<std::unique_ptr<PackedWeight>> packed;
         for (int tokens : tokens_list) {
           std::vector<float> x(static_cast<size_t>(tokens * s.in));
           for (auto& v : x) v = dist(rng);
@@ -249,6 +253,18 @@ int main(int argc, char** argv) {
           LinearOptions exact{.max_isa = isa, .activations = Activations::kExact};
           report("fast", time_calls(copies, budget, cpu_threads,
                                     [&](int c) { linear_fast(pool, x.data(), tokens, matrix(c), y.data(), exact); }));
+          if (is_quantized_weight_dtype(d.dtype) && best_cpu_isa() >= CpuIsa::kAvx2 && isa >= CpuIsa::kAvx2) {
+            // What the optimized kernel set reads: each copy repacked (quant_pack.h).
+            if (packed.size() != static_cast<size_t>(copies)) {
+              packed.clear();
+              for (int c = 0; c < copies; ++c) packed.push_back(pack_weight(matrix(c)));
+            }
+            report("packed", time_calls(copies, budget, cpu_threads, [&](int c) {
+                     WeightMatrix m = matrix(c);
+                     m.packed = packed[static_cast<size_t>(c)].get();
+                     linear_fast(pool, x.data(), tokens, m, y.data(), exact);
+                   }));
+          }
           if (bf16_dot && d.dtype == tern::DType::kBF16) {
             LinearOptions rounded{.max_isa = isa, .activations = Activations::kBf16};
             report("fast-bf16x", time_calls(copies, budget, cpu_threads, [&](int c) {

@@ -4,7 +4,8 @@
 // as llama_decode gives). tg: N one-token forwards starting from an empty
 // cache, each token random (llama-bench samples nothing either). Each test
 // runs once to warm up, then R times; tokens/s per run, mean and sample
-// stddev over the runs, as llama-bench reports them. No engine, scheduler
+// stddev over the runs, as llama-bench reports them, and where each test's
+// time went (Ernie45Model's ForwardProfile). No engine, scheduler
 // or sampler: what is timed is Ernie45Model::forward on a KvCache.
 #include <nlohmann/json.hpp>
 
@@ -105,7 +106,9 @@ int run_bench_pp_tg(const BenchOptions& o) {
   const auto clear = [&cache] { cache.clear(); };
 
   RunStats pp, tg;
+  ForwardProfile pp_split, tg_split;
   if (o.n_prompt > 0) {
+    model.reset_profile();
     std::vector<int32_t> prompt(static_cast<size_t>(o.n_prompt));
     for (auto& t : prompt) t = token(rng);
     auto r = time_test(o.n_prompt, o.repetitions, clear, [&] { return model.forward(prompt, cache, logits); });
@@ -114,8 +117,10 @@ int run_bench_pp_tg(const BenchOptions& o) {
       return 1;
     }
     pp = *r;
+    pp_split = model.profile();
   }
   if (o.n_gen > 0) {
+    model.reset_profile();
     auto r = time_test(o.n_gen, o.repetitions, clear, [&]() -> Status {
       for (int64_t i = 0; i < o.n_gen; ++i) {
         const int32_t t = token(rng);
@@ -128,6 +133,7 @@ int run_bench_pp_tg(const BenchOptions& o) {
       return 1;
     }
     tg = *r;
+    tg_split = model.profile();
   }
 
   const std::string weights(dtype_name(model.layer_weights()[0].q.dtype));
@@ -141,6 +147,22 @@ int run_bench_pp_tg(const BenchOptions& o) {
   };
   if (o.n_prompt > 0) row("pp", o.n_prompt, pp);
   if (o.n_gen > 0) row("tg", o.n_gen, tg);
+  const auto split = [](const char* test, const ForwardProfile& p) {
+    const double total = p.linear_s + p.attention_s + p.lm_head_s + p.other_s;
+    if (total <= 0) return;
+    std::printf("%s time (all runs): linear %.0f%%, attention %.0f%%, LM head %.0f%%, other %.0f%%\n", test,
+                100 * p.linear_s / total, 100 * p.attention_s / total, 100 * p.lm_head_s / total,
+                100 * p.other_s / total);
+  };
+  if (o.n_prompt > 0) split("pp", pp_split);
+  if (o.n_gen > 0) split("tg", tg_split);
+  const auto split_json = [](const ForwardProfile& p) {
+    return nlohmann::json{{"linear_s", p.linear_s},
+                          {"attention_s", p.attention_s},
+                          {"lm_head_s", p.lm_head_s},
+                          {"other_s", p.other_s},
+                          {"forward_calls", p.calls}};
+  };
 
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"scenario", "pp-tg"},
@@ -159,7 +181,9 @@ int run_bench_pp_tg(const BenchOptions& o) {
                         {"pp_samples_tokens_per_s", pp.tokens_per_s},
                         {"tg_tokens_per_s", tg.mean},
                         {"tg_tokens_per_s_stddev", tg.stddev},
-                        {"tg_samples_tokens_per_s", tg.tokens_per_s}};
+                        {"tg_samples_tokens_per_s", tg.tokens_per_s},
+                        {"pp_time_split", split_json(pp_split)},
+                        {"tg_time_split", split_json(tg_split)}};
     std::ofstream(o.json_out) << j.dump(2) << "\n";
   }
   return 0;

@@ -65,6 +65,14 @@ def test_pp_tg_reports_llama_bench_style_rates(tern_bin, tiny_model, tmp_path):
     # The tiny model's 16-token prefill is one forward: far more tokens/s than one token per forward.
     assert j["pp_tokens_per_s"] > j["tg_tokens_per_s"]
     assert "| pp16 " in text and "| tg8 " in text
+    # Where each test's time went (the model's forward profile, all runs).
+    for test in ("pp", "tg"):
+        split = j[f"{test}_time_split"]
+        assert set(split) == {"linear_s", "attention_s", "lm_head_s", "other_s", "forward_calls"}
+        assert split["linear_s"] > 0 and all(v >= 0 for v in split.values())
+        assert f"{test} time (all runs): linear " in text
+    assert j["pp_time_split"]["forward_calls"] == 3 + 1  # the timed runs and the warm-up
+    assert j["tg_time_split"]["forward_calls"] == (3 + 1) * 8
 
 
 def test_pp_tg_runs_one_test_alone_and_the_reference_kernels(tern_bin, tiny_model, tmp_path):

@@ -1,6 +1,7 @@
 // The reference and optimized kernel sets.
 #include "backend/cpu/kernel_set.h"
 
+#include "backend/cpu/attention_fast.h"
 #include "backend/cpu/linear_kernels.h"
 
 namespace tern::cpu {
@@ -24,6 +25,17 @@ void linear_exact(ThreadPool& pool, const float* x, int64_t num_tokens, const We
   linear_fast(pool, x, num_tokens, w, y);
 }
 
+void linear_many_exact(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
+                       std::span<float* const> ys) {
+  linear_fast_many(pool, x, num_tokens, ws, ys);
+}
+
+// Only quantized matrices have a packed form, and only the AVX2 kernels read it.
+std::unique_ptr<PackedWeight> pack_for_cpu(const WeightMatrix& w) {
+  if (!is_quantized_weight_dtype(w.dtype) || best_cpu_isa() < CpuIsa::kAvx2) return nullptr;
+  return pack_weight(w);
+}
+
 }  // namespace
 
 const KernelSet& optimized_kernel_set() {
@@ -31,6 +43,9 @@ const KernelSet& optimized_kernel_set() {
     KernelSet s = reference_kernel_set();
     s.name = "optimized";
     s.linear = linear_exact;
+    s.linear_many = linear_many_exact;
+    s.pack = pack_for_cpu;
+    s.attention_batch = attention_batch_fast;
     return s;
   }();
   return set;

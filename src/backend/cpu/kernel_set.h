@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 
+#include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/thread_pool.h"
 
@@ -19,18 +21,29 @@ struct KernelSet {
   // The contracts are the reference kernels' (reference_kernels.h).
   void (*embedding_lookup)(const WeightMatrix& table, std::span<const int32_t> ids, float* out) = nullptr;
   void (*linear)(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y) = nullptr;
+  // Several matrices on the same x (q|k|v, gate|up) in one call, with the
+  // bits of `linear` on each: ys[i] gets [T, ws[i]->rows]. nullptr: the
+  // caller calls `linear` per matrix.
+  void (*linear_many)(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
+                      std::span<float* const> ys) = nullptr;
   void (*rmsnorm)(const float* x, int64_t num_tokens, const WeightVector& w, float eps, float* y) = nullptr;
   void (*rope_interleaved)(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                            std::span<const int64_t> positions, std::span<const float> inv_freq) = nullptr;
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   void (*attention_batch)(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                           std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out) = nullptr;
+  // The repacked copy of a weight matrix this set's `linear` reads through
+  // WeightMatrix::packed (quant_pack.h), or nullptr when it reads w as is.
+  // nullptr in a set that never repacks (the reference).
+  std::unique_ptr<PackedWeight> (*pack)(const WeightMatrix& w) = nullptr;
 };
 
 // The reference kernels as a set: the oracle every other set is tested against.
 const KernelSet& reference_kernel_set();
 // The fastest kernels this CPU runs (linear_fast with exact fp32 activations:
-// AVX-512 or AVX2 by runtime dispatch), the reference for the other ops.
+// AVX-512 or AVX2 by runtime dispatch; quantized matrices repacked for the
+// AVX2 GEMM where the CPU has AVX2), attention_batch_fast, the reference for
+// the other ops.
 const KernelSet& optimized_kernel_set();
 
 // "reference" or "optimized" (what --cpu-kernels takes); nullptr for any other name.

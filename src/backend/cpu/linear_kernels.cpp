@@ -151,4 +151,10 @@ void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
              [&](int64_t first, int64_t end) { rows_fn(task, first, end); });
 }
 
+void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
+                      std::span<float* const> ys, const LinearOptions& options) {
+  if (linear_quantized_many(pool, x, num_tokens, ws, ys, options.max_isa)) return;
+  for (size_t i = 0; i < ws.size(); ++i) linear_fast(pool, x, num_tokens, *ws[i], ys[i], options);
+}
+
 }  // namespace tern::cpu

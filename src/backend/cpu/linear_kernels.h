@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backend/cpu/reference_kernels.h"
 #include "base/thread_pool.h"
@@ -47,5 +48,12 @@ struct LinearOptions {
 // seen and then reused (no allocation per call in steady state).
 void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
                  const LinearOptions& options = {});
+
+// linear_fast of several matrices on the same x (q|k|v, gate|up): ys[i]
+// gets [T, ws[i]->rows], with the bits of separate calls. Packed quantized
+// matrices that take the same activations share one activation
+// quantization and one pool call (linear_quantized_many); others run one by one.
+void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
+                      std::span<float* const> ys, const LinearOptions& options = {});
 
 }  // namespace tern::cpu

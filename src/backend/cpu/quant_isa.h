@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_pack.h"
 
 namespace tern::cpu::quant_isa {
 
@@ -54,9 +55,50 @@ struct QuantKernels {
   QuantizeFn quantize_q8k = nullptr;
 };
 
+// Activations for packed Q8_0 / Q4_0 weights: BlockQ8A and the sum of its
+// quants (for Q4_0's -8 offset).
+struct BlockQ8S {
+  BlockQ8A q;
+  int32_t sum = 0;
+};
+
+// Activations for packed K-quant weights: BlockQ8K and the sums of each 32
+// quants (sub-blocks of Q4_K / Q5_K; pairs of bsums).
+struct BlockQ8KS {
+  BlockQ8K q;
+  int16_t bsum32[kQKK / 32];
+};
+
+// One linear problem on a packed matrix (quant_pack.h): x quantized, one row
+// of BlockQ8S (Q8_0, Q4_0) or BlockQ8KS (K-quants) per token. Borrowed.
+struct PackedTask {
+  const uint8_t* x = nullptr;
+  int64_t x_row_bytes = 0;
+  int64_t num_tokens = 0;
+  const PackedWeight* w = nullptr;
+  float* y = nullptr;  // [num_tokens, w->rows]
+};
+
+// y[:, rows of groups g_begin .. g_end) of the task; safe on disjoint group
+// ranges concurrently.
+using PackedRowsFn = void (*)(const PackedTask& task, int64_t g_begin, int64_t g_end);
+
+struct PackedKernels {
+  PackedRowsFn q8_0 = nullptr;
+  PackedRowsFn q4_0 = nullptr;
+  PackedRowsFn q4_k = nullptr;
+  PackedRowsFn q5_k = nullptr;
+  PackedRowsFn q6_k = nullptr;
+  // QuantizeFn's contract with BlockQ8S / BlockQ8KS output: the same d and
+  // quants as quantize_q8a / quantize_q8k, plus the sums.
+  QuantizeFn quantize_q8s = nullptr;
+  QuantizeFn quantize_q8ks = nullptr;
+};
+
 const QuantKernels& portable_quant_kernels();
 #if defined(__x86_64__) && defined(__GNUC__)
 const QuantKernels& avx2_quant_kernels();
+const PackedKernels& avx2_packed_kernels();
 #endif
 
 }  // namespace tern::cpu::quant_isa

@@ -5,6 +5,7 @@
 #include "backend/cpu/quant_linear.h"
 
 #include <algorithm>
+#include <span>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -162,7 +163,7 @@ namespace {
 using quant_isa::QuantKernels;
 
 // Output rows per unit of the parallel split (row_split.h).
-constexpr int64_t kRowUnit = 16;
+constexpr int64_t kRowUnit = 16;  // a multiple of kPackRows
 
 std::vector<uint8_t>& thread_scratch() {
   thread_local std::vector<uint8_t> scratch;
@@ -177,11 +178,107 @@ const QuantKernels& kernels_for(CpuIsa isa) {
   return quant_isa::portable_quant_kernels();
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// Packed matrices that take the same quantized x: Q8_0 / Q4_0 (BlockQ8S) or
+// the K-quants (BlockQ8KS).
+bool k_family(DType dtype) { return dtype_block_size(dtype) == kQKK; }
+
+quant_isa::PackedRowsFn packed_rows_fn(const quant_isa::PackedKernels& k, DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return k.q8_0;
+    case DType::kQ4_0:
+      return k.q4_0;
+    case DType::kQ4_K:
+      return k.q4_k;
+    case DType::kQ5_K:
+      return k.q5_k;
+    default:
+      return k.q6_k;
+  }
+}
+
+// The AVX2 GEMM over packed matrices of one family and width, all on x: x
+// quantized once with its block sums, then the row groups of every matrix,
+// end to end, split over the pool in one call.
+void linear_packed(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const PackedWeight* const> ws,
+                   std::span<float* const> ys) {
+  const quant_isa::PackedKernels& k = quant_isa::avx2_packed_kernels();
+  const PackedWeight& w0 = *ws[0];
+  const bool k_quant = k_family(w0.dtype);
+  const int64_t x_block_bytes = k_quant ? sizeof(quant_isa::BlockQ8KS) : sizeof(quant_isa::BlockQ8S);
+  const quant_isa::QuantizeFn quantize = k_quant ? k.quantize_q8ks : k.quantize_q8s;
+  const int64_t x_row_bytes = w0.blocks * x_block_bytes;
+  const int64_t cols = w0.cols;
+
+  std::vector<uint8_t>& xq = thread_scratch();
+  const auto x_bytes = static_cast<size_t>(num_tokens * x_row_bytes);
+  if (xq.size() < x_bytes) xq.resize(x_bytes);
+  const int64_t token_grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, cols));
+  pool.parallel_for(num_tokens, token_grain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) quantize(x + t * cols, cols, xq.data() + t * x_row_bytes);
+  });
+
+  constexpr size_t kMaxMatrices = 4;
+  struct Part {
+    quant_isa::PackedTask task;
+    quant_isa::PackedRowsFn fn;
+    int64_t first_group;
+  };
+  Part parts[kMaxMatrices];
+  int64_t groups = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    parts[i] = Part{{.x = xq.data(), .x_row_bytes = x_row_bytes, .num_tokens = num_tokens, .w = ws[i], .y = ys[i]},
+                    packed_rows_fn(k, ws[i]->dtype), groups};
+    groups += ws[i]->groups;
+  }
+  split_rows(pool, groups * kPackRows, cols, num_tokens, kRowUnit, [&](int64_t first, int64_t end) {
+    const int64_t g0 = first / kPackRows, g1 = end / kPackRows;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const Part& p = parts[i];
+      const int64_t lo = std::max(g0, p.first_group), hi = std::min(g1, p.first_group + p.task.w->groups);
+      if (lo < hi) p.fn(p.task, lo - p.first_group, hi - p.first_group);
+    }
+  });
+}
+
+// True when the matrices can share one linear_packed call on this CPU.
+bool packable_together(std::span<const WeightMatrix* const> ws, CpuIsa isa) {
+  if (ws.empty() || ws.size() > 4 || std::min(isa, best_cpu_isa()) < CpuIsa::kAvx2) return false;
+  for (const WeightMatrix* w : ws) {
+    if (w->packed == nullptr || w->cols != ws[0]->cols || k_family(w->dtype) != k_family(ws[0]->dtype)) return false;
+  }
+  return true;
+}
+#endif
+
 }  // namespace
+
+bool linear_quantized_many(ThreadPool& pool, const float* x, int64_t num_tokens,
+                           std::span<const WeightMatrix* const> ws, std::span<float* const> ys, CpuIsa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (num_tokens <= 0 || ws.size() != ys.size() || !packable_together(ws, isa)) return false;
+  const PackedWeight* packed[4];
+  for (size_t i = 0; i < ws.size(); ++i) packed[i] = ws[i]->packed;
+  linear_packed(pool, x, num_tokens, std::span<const PackedWeight* const>(packed, ws.size()), ys);
+  return true;
+#else
+  (void)pool, (void)x, (void)num_tokens, (void)ws, (void)ys, (void)isa;
+  return false;
+#endif
+}
 
 void linear_quantized(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
                       CpuIsa isa) {
   if (num_tokens <= 0 || w.rows <= 0) return;
+#if defined(__x86_64__) && defined(__GNUC__)
+  const WeightMatrix* one = &w;
+  if (packable_together(std::span<const WeightMatrix* const>(&one, 1), isa)) {
+    linear_packed(pool, x, num_tokens, std::span<const PackedWeight* const>(&w.packed, 1),
+                  std::span<float* const>(&y, 1));
+    return;
+  }
+#endif
   const QuantKernels& k = kernels_for(std::min(isa, best_cpu_isa()));
   const bool k_quant = dtype_block_size(w.dtype) == kQKK;
   const int64_t blocks = w.cols / dtype_block_size(w.dtype);

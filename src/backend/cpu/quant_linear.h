@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backend/cpu/linear_kernels.h"
 #include "backend/cpu/reference_kernels.h"
@@ -21,5 +22,13 @@ namespace tern::cpu {
 // thread; the quantized activations live in that thread's reused scratch.
 void linear_quantized(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
                       CpuIsa isa);
+
+// linear_quantized of up to 4 matrices on the same x (ys[i] gets [T,
+// ws[i]->rows]) in one pool call with one activation quantization, with the
+// bits of separate calls. Only for packed matrices of one width whose types
+// take the same activations (Q8_0 / Q4_0, or the K-quants) on a CPU with
+// AVX2; returns false, having done nothing, for any other set.
+bool linear_quantized_many(ThreadPool& pool, const float* x, int64_t num_tokens,
+                           std::span<const WeightMatrix* const> ws, std::span<float* const> ys, CpuIsa isa);
 
 }  // namespace tern::cpu

@@ -14,6 +14,8 @@
 
 namespace tern::cpu {
 
+struct PackedWeight;  // quant_pack.h
+
 // A weight matrix in PyTorch [out, in] layout, row-major: row r holds the
 // `cols` input weights of output feature r. dtype is kF32, kF16 or kBF16 and
 // `data` must be aligned to the element size, or one of the quantized weight
@@ -25,6 +27,9 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t rows = 0;  // out features
   int64_t cols = 0;  // in features
+  // The same matrix repacked for the optimized kernels (quant_pack.h), or
+  // nullptr. Borrowed; the reference kernels never read it.
+  const PackedWeight* packed = nullptr;
 };
 
 // A 1-D weight (norm scales); same dtypes and alignment rule as WeightMatrix.

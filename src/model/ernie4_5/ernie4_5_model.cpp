@@ -77,6 +77,7 @@ Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& path
       new Ernie45Model(std::move(config), std::move(checkpoint), num_threads, kernels));
   TERN_RETURN_IF_ERROR(model->bind_weights());
   if (model->checkpoint_.gguf() != nullptr) TERN_RETURN_IF_ERROR(model->check_all_tensors_used());
+  model->pack_weights();
   model->inv_freq_ = cpu::rope_inv_freq(model->config_.head_dim, model->config_.rope_theta);
   return model;
 }
@@ -199,7 +200,31 @@ Status Ernie45Model::quantize(QuantMix mix) {
     owned_.push_back(std::move(owned));
   }
   if (tied) lm_head_ = embed_;
+  pack_weights();
   return Status::ok();
+}
+
+void Ernie45Model::pack_weights() {
+  packed_.clear();
+  auto pack = [&](cpu::WeightMatrix& m) {
+    m.packed = nullptr;
+    if (kernels_->pack == nullptr) return;
+    std::unique_ptr<cpu::PackedWeight> p = kernels_->pack(m);
+    if (p == nullptr) return;
+    m.packed = p.get();
+    packed_.push_back(std::move(p));
+  };
+  // The embedding table is only looked up (from `data`) unless it is also the head.
+  embed_.packed = nullptr;
+  if (config_.tie_word_embeddings) {
+    pack(embed_);
+    lm_head_ = embed_;
+  } else {
+    pack(lm_head_);
+  }
+  for (LayerWeights& w : layers_) {
+    for (cpu::WeightMatrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) pack(*m);
+  }
 }
 
 // Shapes are PyTorch's [out, in] for both sources (a GGUF's ne {in, out}
@@ -485,6 +510,18 @@ void Ernie45Model::run_step(KvAccess& kv, std::span<float> logits) {
   ++profile_.calls;
 }
 
+// Several projections of one input: one kernel call where the set fuses them.
+void Ernie45Model::project(const float* x, int64_t n, std::initializer_list<const cpu::WeightMatrix*> ws,
+                           std::initializer_list<float*> ys) {
+  if (kernels_->linear_many != nullptr) {
+    kernels_->linear_many(pool_, x, n, std::span<const cpu::WeightMatrix* const>(ws.begin(), ws.size()),
+                          std::span<float* const>(ys.begin(), ys.size()));
+    return;
+  }
+  float* const* y = ys.begin();
+  for (const cpu::WeightMatrix* w : ws) kernels_->linear(pool_, x, n, *w, *y++);
+}
+
 // One decoder layer over all tokens of the step: the linear layers see every
 // token at once; attention runs per sequence over its own K/V.
 void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
@@ -502,9 +539,7 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
   // Attention block.
   kernels_->rmsnorm(x, n, w.input_norm, eps, h);
   lap(prof.other_s);
-  kernels_->linear(pool_, h, n, w.q, q_.data());
-  kernels_->linear(pool_, h, n, w.k, k_.data());
-  kernels_->linear(pool_, h, n, w.v, v_.data());
+  project(h, n, {&w.q, &w.k, &w.v}, {q_.data(), k_.data(), v_.data()});
   lap(prof.linear_s);
   kernels_->rope_interleaved(q_.data(), n, c.num_heads, c.head_dim, positions_, inv_freq_);
   kernels_->rope_interleaved(k_.data(), n, c.num_kv_heads, c.head_dim, positions_, inv_freq_);
@@ -521,8 +556,7 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
   // MLP block.
   kernels_->rmsnorm(x, n, w.post_attention_norm, eps, h);
   lap(prof.other_s);
-  kernels_->linear(pool_, h, n, w.gate, gate_.data());
-  kernels_->linear(pool_, h, n, w.up, up_.data());
+  project(h, n, {&w.gate, &w.up}, {gate_.data(), up_.data()});
   lap(prof.linear_s);
   kernels_->silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
   lap(prof.other_s);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -119,6 +120,9 @@ class Ernie45Model {
   Ernie45Model(ModelConfig config, Checkpoint checkpoint, int num_threads, const cpu::KernelSet& kernels);
 
   Status bind_weights();
+  // The kernel set's repacked copies of the matrices (KernelSet::pack), set
+  // as their WeightMatrix::packed; redone after quantize.
+  void pack_weights();
   // The checkpoint's name of a weight: Hugging Face's, or GGUF's for a GGUF file.
   std::string weight_name(ernie45::Weight w, int64_t layer = 0) const;
   // GGUF: every tensor of the file must be a weight the model bound, as llama.cpp requires.
@@ -142,12 +146,16 @@ class Ernie45Model {
   // every layer, then the head for the logit rows.
   void run_step(KvAccess& kv, std::span<float> logits);
   void run_layer(int64_t layer, KvAccess& kv);
+  // ys[i] = x . ws[i]^T for n tokens, through the set's linear_many when it has one.
+  void project(const float* x, int64_t n, std::initializer_list<const cpu::WeightMatrix*> ws,
+               std::initializer_list<float*> ys);
   void compute_logits(std::span<float> logits);
 
   ModelConfig config_;
   Checkpoint checkpoint_;  // owns the memory maps the weight views point into
   std::vector<std::string> bound_;  // names of the tensors bind_weights took
   std::vector<std::unique_ptr<uint64_t[]>> owned_;  // aligned copies of misaligned tensors
+  std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;  // what the matrices' `packed` point to
   cpu::WeightMatrix embed_;
   cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings
   cpu::WeightVector final_norm_;

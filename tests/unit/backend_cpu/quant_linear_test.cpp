@@ -9,17 +9,20 @@
 //    differs, so |y - y_ref(x^)| <= (K/8 + 64) 2^-24 S;
 //  - against the reference on x itself (what a caller gets): additionally the
 //    activation rounding, at most sum_blocks d_x/2 sum_block |w|;
-//  - AVX2 and portable kernels agree within the first bound, and each gives
-//    the same bits on 1 and 2 threads and for a token alone or in a batch.
+//  - AVX2 (on the matrix as given and on its packed copy, quant_pack.h) and
+//    portable kernels agree within the first bound, and each gives the same
+//    bits on 1 and 2 threads and for a token alone or in a batch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/kernel_set.h"
 #include "backend/cpu/linear_kernels.h"
+#include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/thread_pool.h"
 #include "quant_test_util.h"
@@ -39,7 +42,7 @@ struct Shape {
 // T: decode, the 4-token tile and its tails, many tiles; N odd and even.
 const Shape kShapes[] = {
     {1, 1, 1}, {1, 4, 97},  {1, 12, 33}, {2, 3, 13},  {3, 5, 50},
-    {5, 1, 7}, {5, 4, 129}, {17, 2, 31}, {33, 12, 9}, {130, 3, 21},
+    {5, 1, 7}, {5, 4, 129}, {17, 2, 31}, {33, 12, 9}, {130, 3, 21}, {341, 16, 19},
 };
 
 // x rounded as the kernels round it, per `block` elements.
@@ -119,23 +122,43 @@ TEST_P(QuantLinear, FastMatchesReferenceOnDequantizedWeights) {
     linear(pool1, x.data(), s.tokens, w.f32_view(), ref_x.data());
     linear(pool1, x_hat.data(), s.tokens, w.f32_view(), ref_x_hat.data());
 
+    // The AVX2 GEMM reads the packed copy (rows in groups of 8, the last one padded).
+    const std::unique_ptr<PackedWeight> packed = pack_weight(w.view());
+    ASSERT_NE(packed, nullptr);
+    WeightMatrix packed_view = w.view();
+    packed_view.packed = packed.get();
+
     std::vector<std::vector<float>> results;
-    for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2}) {
+    for (int path_index = 0; path_index < 3; ++path_index) {
+      const CpuIsa isa = path_index == 0 ? CpuIsa::kPortable : CpuIsa::kAvx2;
       if (isa == CpuIsa::kAvx2 && !have_avx2) continue;
-      const std::string path = where + (isa == CpuIsa::kAvx2 ? " avx2" : " portable");
+      const WeightMatrix view = path_index == 2 ? packed_view : w.view();
+      const std::string path = where + (path_index == 0 ? " portable" : path_index == 1 ? " avx2" : " avx2 packed");
       std::vector<float> y1(out), y2(out, -7.0f);
-      linear_fast(pool1, x.data(), s.tokens, w.view(), y1.data(), {.max_isa = isa});
-      linear_fast(pool2, x.data(), s.tokens, w.view(), y2.data(), {.max_isa = isa});
+      linear_fast(pool1, x.data(), s.tokens, view, y1.data(), {.max_isa = isa});
+      linear_fast(pool2, x.data(), s.tokens, view, y2.data(), {.max_isa = isa});
       EXPECT_EQ(y1, y2) << path << ": 1 vs 2 threads";
       expect_within(y1, ref_x_hat, b.summation, nullptr, path + " vs reference(x^)");
       expect_within(y1, ref_x, b.summation, &b.rounding, path + " vs reference(x)");
-      // The last token alone gives the bits it got in the batch.
+      // Every token alone gives the bits it got in the batch (each tile
+      // position and tail), and so does the last token of any shorter batch.
+      for (int64_t t = 0; t < std::min<int64_t>(s.tokens, 9); ++t) {
+        std::vector<float> alone(static_cast<size_t>(s.rows));
+        linear_fast(pool2, x.data() + t * cols, 1, view, alone.data(), {.max_isa = isa});
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y1.begin() + t * s.rows)) << path << " token " << t;
+      }
       std::vector<float> alone(static_cast<size_t>(s.rows));
-      linear_fast(pool2, x.data() + (s.tokens - 1) * cols, 1, w.view(), alone.data(), {.max_isa = isa});
+      linear_fast(pool2, x.data() + (s.tokens - 1) * cols, 1, view, alone.data(), {.max_isa = isa});
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y1.begin() + (s.tokens - 1) * s.rows)) << path;
       results.push_back(std::move(y1));
     }
-    if (results.size() == 2) expect_within(results[1], results[0], b.summation, nullptr, where + " avx2 vs portable");
+    for (size_t i = 1; i < results.size(); ++i) {
+      expect_within(results[i], results[0], b.summation, nullptr, where + " avx2 vs portable");
+    }
+    // With the ISA capped at portable, a packed matrix is read as it was given.
+    std::vector<float> capped(out);
+    linear_fast(pool2, x.data(), s.tokens, packed_view, capped.data(), {.max_isa = CpuIsa::kPortable});
+    EXPECT_EQ(capped, results[0]) << where;
   }
 }
 
@@ -150,14 +173,63 @@ TEST_P(QuantLinear, OptimizedKernelSetRunsModelShapes) {
     for (int64_t tokens : {1, 7}) {
       const std::vector<float> x = gaussian(rng, static_cast<size_t>(tokens * cols));
       const Bounds b = bounds(x, w, tokens, dtype_block_size(dtype));
-      std::vector<float> y(static_cast<size_t>(tokens * rows)), ref(y.size());
+      std::vector<float> y(static_cast<size_t>(tokens * rows)), ref(y.size()), y_packed(y.size());
       optimized_kernel_set().linear(pool, x.data(), tokens, w.view(), y.data());
+      // What the model does at load: the set's packed copy, read by the same linear.
+      const std::unique_ptr<PackedWeight> packed = optimized_kernel_set().pack(w.view());
+      EXPECT_EQ(packed != nullptr, best_cpu_isa() >= CpuIsa::kAvx2);
+      WeightMatrix packed_view = w.view();
+      packed_view.packed = packed.get();
+      optimized_kernel_set().linear(pool, x.data(), tokens, packed_view, y_packed.data());
       reference_kernel_set().linear(pool, x.data(), tokens, w.f32_view(), ref.data());
+      expect_within(y_packed, ref, b.summation, &b.rounding, name(dtype) + " packed K=" + std::to_string(cols));
       expect_within(y, ref, b.summation, &b.rounding, name(dtype) + " K=" + std::to_string(cols));
       // The reference set on the quantized matrix is the dequantized result.
       std::vector<float> ref_q(y.size());
       reference_kernel_set().linear(pool, x.data(), tokens, w.view(), ref_q.data());
       EXPECT_EQ(ref_q, ref) << name(dtype);
+    }
+  }
+}
+
+// linear_many (q|k|v, gate|up in one call) gives the bits of one linear call
+// per matrix: packed matrices of one activation family share a call (Q4_K
+// with Q6_K, as Q4_K_M mixes them; Q4_0 with Q8_0), others (a mixed family,
+// an unpacked matrix) run one by one. The reference set has no linear_many.
+TEST(QuantLinearMany, SameBitsAsOneCallPerMatrix) {
+  EXPECT_EQ(reference_kernel_set().linear_many, nullptr);
+  const KernelSet& set = optimized_kernel_set();
+  ASSERT_NE(set.linear_many, nullptr);
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  const int64_t cols = 512;
+  for (const std::vector<DType>& types :
+       {std::vector<DType>{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, {DType::kQ4_0, DType::kQ8_0},
+        {DType::kQ4_0, DType::kQ4_K}, {DType::kQ5_K, DType::kQ6_K, DType::kQ4_K, DType::kQ5_K}}) {
+    std::vector<QuantMatrix> ms;
+    std::vector<std::unique_ptr<PackedWeight>> packed;
+    std::vector<WeightMatrix> views;
+    const int64_t rows[] = {40, 24, 13, 8};
+    for (size_t i = 0; i < types.size(); ++i) ms.push_back(make_quant(rng, types[i], rows[i], cols));
+    for (size_t i = 0; i < types.size(); ++i) {
+      packed.push_back(set.pack(ms[i].view()));
+      views.push_back(ms[i].view());
+      views.back().packed = packed.back().get();
+    }
+    for (int64_t tokens : {1, 6}) {
+      const std::vector<float> x = gaussian(rng, static_cast<size_t>(tokens * cols));
+      std::vector<std::vector<float>> one(types.size()), many(types.size());
+      std::vector<const WeightMatrix*> ws;
+      std::vector<float*> ys;
+      for (size_t i = 0; i < types.size(); ++i) {
+        one[i].resize(static_cast<size_t>(tokens * rows[i]));
+        many[i].assign(one[i].size(), -1.0f);
+        set.linear(pool, x.data(), tokens, views[i], one[i].data());
+        ws.push_back(&views[i]);
+        ys.push_back(many[i].data());
+      }
+      set.linear_many(pool, x.data(), tokens, ws, ys);
+      for (size_t i = 0; i < types.size(); ++i) EXPECT_EQ(one[i], many[i]) << name(types[i]) << " T=" << tokens;
     }
   }
 }

@@ -1,0 +1,202 @@
+// attention_batch_fast: the reference's split of (token, kv head) units over
+// the pool by K/V rows read, with one unit's `group` query heads attended by
+// AVX2+FMA code (compiled for that ISA in the region below, entered only
+// after checking the CPU). Scores: each K row is loaded once for all heads of
+// the group; softmax: a vectorized exp (degree-7 polynomial after reduction by
+// ln 2, within a few ulp of expf); P V: one 8-float slice of every head's
+// output in registers while the V rows pass.
+#include "backend/cpu/attention_fast.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+namespace tern::cpu {
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// e^x for x <= 0 (scores minus their max); below -87 the result is 0.
+inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2 in two steps (ln2's high part is exact in n * hi for |n| < 2^9).
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  // e^r, |r| <= ln2 / 2: Taylor to r^7 (error below 1e-8 relative).
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// out[g, :] += sum_j probs[g, j] v_j for G heads and the 8-float slice at d.
+template <int G>
+inline void pv_slice(const float* probs, int64_t len, const KvRowTable& v, int64_t kv_offset, int64_t head_dim,
+                     int64_t d, float* out) {
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < len; ++j) {
+    const __m256 vj = _mm256_loadu_ps(v.row(j) + kv_offset + d);
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + g * len + j), vj, acc[g]);
+  }
+  for (int g = 0; g < G; ++g) _mm256_storeu_ps(out + g * head_dim + d, acc[g]);
+}
+
+// One unit: `group` query heads (q, out: group * head_dim floats) against
+// K/V rows 0..len-1 at kv_offset. head_dim is a multiple of 8.
+void attend_group_avx2(const float* q, int64_t len, const KvRowTable& k, const KvRowTable& v, int64_t kv_offset,
+                       int64_t group, int64_t head_dim, float scale, float* probs, float* out) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* kj = k.row(j) + kv_offset;
+    for (int64_t g = 0; g < group; ++g) {
+      const float* qg = q + g * head_dim;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+      int64_t d = 0;
+      for (; d + 16 <= head_dim; d += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(kj + d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8), _mm256_loadu_ps(kj + d + 8), a1);
+      }
+      if (d < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(kj + d), a0);
+      probs[g * len + j] = hsum(_mm256_add_ps(a0, a1)) * scale;
+    }
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    float* p = probs + g * len;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
+    float max_score = hmax(mv);
+    for (; j < len; ++j) max_score = std::max(max_score, p[j]);
+    const __m256 m = _mm256_set1_ps(max_score);
+    __m256 sv = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= len; j += 8) {
+      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
+      _mm256_storeu_ps(p + j, e);
+      sv = _mm256_add_ps(sv, e);
+    }
+    if (j < len) {
+      // The tail through the same exp, padded with -inf (e^-inf = 0 here).
+      alignas(32) float tail[8];
+      for (int i = 0; i < 8; ++i) tail[i] = j + i < len ? p[j + i] - max_score : -INFINITY;
+      const __m256 e = exp_nonpositive(_mm256_load_ps(tail));
+      _mm256_store_ps(tail, e);
+      sv = _mm256_add_ps(sv, e);
+      for (int i = 0; j + i < len; ++i) p[j + i] = tail[i];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum(sv));
+    for (j = 0; j + 8 <= len; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), inv));
+    for (; j < len; ++j) p[j] *= _mm256_cvtss_f32(inv);
+  }
+  for (int64_t g0 = 0; g0 < group;) {
+    const int64_t left = group - g0;
+    const float* pg = probs + g0 * len;
+    float* og = out + g0 * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      if (left >= 8) {
+        pv_slice<8>(pg, len, v, kv_offset, head_dim, d, og);
+      } else if (left >= 4) {
+        pv_slice<4>(pg, len, v, kv_offset, head_dim, d, og);
+      } else {
+        pv_slice<1>(pg, len, v, kv_offset, head_dim, d, og);
+      }
+    }
+    g0 += left >= 8 ? 8 : left >= 4 ? 4 : 1;
+  }
+}
+
+#pragma GCC pop_options
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+std::vector<float>& thread_probs() {
+  thread_local std::vector<float> probs;
+  return probs;
+}
+
+}  // namespace
+
+void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
+                          std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  const bool fast = cpu_has_avx2_fma() && shape.head_dim % 8 == 0;
+#else
+  const bool fast = false;
+#endif
+  if (!fast) {
+    attention_batch(pool, q, positions, seqs, shape, out);
+    return;
+  }
+#if defined(__x86_64__) && defined(__GNUC__)
+  const int64_t head_dim = shape.head_dim;
+  const int64_t q_dim = shape.num_heads * head_dim;
+  const int64_t group = shape.num_heads / shape.num_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+  // As the reference: a unit is one token and one kv head, costed by the
+  // K/V rows it reads; each thread takes a contiguous run of about equal cost.
+  int64_t total_cost = 0, max_len = 0;
+  for (const AttentionSequence& seq : seqs) {
+    for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
+      const int64_t len = positions[static_cast<size_t>(r)] + 1;
+      total_cost += len * shape.num_kv_heads;
+      max_len = std::max(max_len, len);
+    }
+  }
+  if (total_cost == 0) return;
+  const int64_t parts = pool.num_threads();
+  pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
+    std::vector<float>& probs = thread_probs();
+    if (probs.size() < static_cast<size_t>(group * max_len)) probs.resize(static_cast<size_t>(group * max_len));
+    int64_t cost_before = 0;
+    for (const AttentionSequence& seq : seqs) {
+      for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
+        const int64_t len = positions[static_cast<size_t>(r)] + 1;
+        for (int64_t kvh = 0; kvh < shape.num_kv_heads; ++kvh) {
+          const int64_t part = cost_before * parts / total_cost;
+          cost_before += len;
+          if (part < part_begin || part >= part_end) continue;
+          const int64_t offset = kvh * group * head_dim;
+          attend_group_avx2(q + r * q_dim + offset, len, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
+                            probs.data(), out + r * q_dim + offset);
+        }
+      }
+    }
+  });
+#endif
+}
+
+}  // namespace tern::cpu
