@@ -28,6 +28,8 @@ else:
 
 # What the process may take past the drain deadline: handlers answering, the engine thread joined.
 EXIT_SLACK_S = 3.0
+LONG_TOKENS = 4000  # far past the drain at the decode speeds measured here
+CALIBRATION_TOKENS = 64
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Outcome:
 @dataclass
 class Report:
     drain_s: float = 0.0
+    short_tokens: int = 0
     outcomes: list = field(default_factory=list)
     exit_code: int = None
     exit_after_s: float = 0.0
@@ -61,7 +64,7 @@ class Report:
         last = max((o.seconds_after_signal for o in self.outcomes), default=0)
         short = max((o.seconds_after_signal for o in self.outcomes if o.kind.startswith("short")), default=0)
         return (f"sigterm: {len(self.outcomes)} requests in flight, --shutdown-timeout {self.drain_s:g}: "
-                f"{self.counts()}\n  last short one finished {short:.2f} s, last answer {last:.2f} s after the signal; exit code {self.exit_code} after "
+                f"{self.counts()}\n  short requests of {self.short_tokens} tokens, long of {LONG_TOKENS}; last short one finished {short:.2f} s, last answer {last:.2f} s after the signal; exit code {self.exit_code} after "
                 f"{self.exit_after_s:.2f} s; new connections refused: {self.refused_after_signal}"
                 + "".join(f"\n  ERROR {e}" for e in self.errors))
 
@@ -82,15 +85,34 @@ def read_stream_end(conn):
     return "finished" if reasons else "no finish_reason"
 
 
+def seconds_per_step(server, concurrency):
+    """Wall time of one decode step with `concurrency` streams running: the short
+    requests are sized from it, so they are still running at the signal and end
+    well within the drain whether the machine is quiet or busy."""
+    def one(i):
+        body = {"prompt": f"Warm {i}:", "max_tokens": CALIBRATION_TOKENS, "ignore_eos": True}
+        with support.RawConnection(server, timeout=120) as c:
+            c.send(support.json_post("/v1/completions", json.dumps(body)))
+            assert c.response().status == 200
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(concurrency)))
+    return (time.monotonic() - t0) / CALIBRATION_TOKENS
+
+
 def run(server, drain_s, streams, plain):
     report = Report(drain_s=drain_s)
+    step_s = seconds_per_step(server, streams + plain)
+    # A short one runs about a quarter of the drain: in flight at the signal, done long before the deadline.
+    short_tokens = max(20, min(LONG_TOKENS // 4, int(drain_s / 4 / step_s)))
+    report.short_tokens = short_tokens
     started = threading.Barrier(streams + plain + 1)
     signal_time = [0.0]
 
     def stream(i):
         short = i % 2 == 0
-        # A short one is still running at the signal and ends well within the drain.
-        body = {"prompt": f"Stream {i}:", "max_tokens": 100 if short else 4000, "ignore_eos": True, "stream": True}
+        body = {"prompt": f"Stream {i}:", "max_tokens": short_tokens if short else LONG_TOKENS, "ignore_eos": True, "stream": True}
         o = Outcome("short stream" if short else "long stream")
         with support.RawConnection(server, timeout=drain_s + 30) as c:
             c.send(support.json_post("/v1/completions", json.dumps(body)))
@@ -108,7 +130,7 @@ def run(server, drain_s, streams, plain):
     def plain_request(i):
         short = i % 2 == 0
         o = Outcome("short request" if short else "long request")
-        body = {"prompt": f"Plain {i}:", "max_tokens": 60 if short else 4000, "ignore_eos": True}
+        body = {"prompt": f"Plain {i}:", "max_tokens": short_tokens if short else LONG_TOKENS, "ignore_eos": True}
         with support.RawConnection(server, timeout=drain_s + 30) as c:
             c.send(support.json_post("/v1/completions", json.dumps(body)))
             time.sleep(0.1)  # queued or running by now
