@@ -1,7 +1,9 @@
 """The CPU table of llama_cpp_cpu_bench.sh: llama-bench's JSON (one file per
 GGUF and pass) and `tern bench pp-tg`'s JSON (one per pass) from OUT_DIR, as
 markdown on stdout. Rates are the mean and sample stddev over every timed run
-of every pass; ratios are tern bf16 (optimized kernels) over llama.cpp. The
+of every pass. The first table is like with like: tern and llama-bench on the
+same GGUF file (tern-QUANT-pass*.json); the second, tern on the HF folder
+(bf16) against each file. The
 tg columns also give the bytes read per second (tokens/s x weight bytes, since
 each one-token step reads every weight once) as a share of the measured read
 bandwidth.
@@ -107,13 +109,35 @@ def main():
           + (", ".join(f"{v:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t, v in sorted(bw.items()))
              or "not measured")
           + ".")
+    loads = [float(x) for x in read_text(os.path.join(out, "load.txt"), "").split()]
+    if loads:
+        print(f"Load average (1 min) during the runs: {min(loads):.2f} to {max(loads):.2f}.")
+    same = {q: tern_runs(out, f"tern-{q}-pass*.json") for q in llama}
+    same = {q: r for q, r in same.items() if r["pp"] or r["tg"]}
+    if same:
+        print()
+        print(f"Same file: `tern bench pp-tg --model FILE` and `llama-bench -m FILE`, alternating.")
+        print()
+        print(f"| file | size GB | llama.cpp pp{n_prompt} | llama.cpp tg{n_gen} | tern pp{n_prompt} | tern tg{n_gen} "
+              f"| pp tern/llama | tg tern/llama | llama.cpp tg read | tern tg read |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for quant, e in sorted(llama.items(), key=lambda kv: -kv[1]["size"]):
+            if quant not in same:
+                continue
+            pp, tg, t = rate(e["pp"]), rate(e["tg"]), same[quant]
+            print(f"| {quant} | {e['size'] / 1e9:.2f} | {fmt(pp)} | {fmt(tg)} | {fmt(t['pp'])} | {fmt(t['tg'])} "
+                  f"| {ratio(t['pp'], pp)} | {ratio(t['tg'], tg)} | {tg_share(tg, e['size'])} "
+                  f"| {tg_share(t['tg'], e['size'])} |")
+        print()
+        print("tg read: tokens/s x the file's weight bytes (a one-token step reads every weight once), "
+              "as a share of the measured read bandwidth at the same thread count.")
     print()
     print(f"| llama.cpp weights | size GB | llama.cpp pp{n_prompt} | llama.cpp tg{n_gen} | "
           f"tern bf16 pp{n_prompt} | tern bf16 tg{n_gen} | pp tern/llama | tg tern/llama | llama.cpp tg read |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for quant, e in sorted(llama.items(), key=lambda kv: -kv[1]["size"]):
         pp, tg = rate(e["pp"]), rate(e["tg"])
-        label = quant + ("" if quant == "BF16" else " (tern has no quantized weights: tern bf16 against it)")
+        label = quant + ("" if quant == "BF16" else " (against tern's bf16 HF folder)")
         print(f"| {label} | {e['size'] / 1e9:.2f} | {fmt(pp)} | {fmt(tg)} | {fmt(tern['pp'])} | {fmt(tern['tg'])} "
               f"| {ratio(tern['pp'], pp)} | {ratio(tern['tg'], tg)} | {tg_share(tg, e['size'])} |")
     print()

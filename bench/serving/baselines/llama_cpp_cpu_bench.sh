@@ -5,8 +5,8 @@
 # convert the HF folder to a BF16 GGUF with llama.cpp's own convert_hf_to_gguf.py
 # (in a venv of its own with torch), quantize to Q8_0 / Q4_0 / Q4_K_M, measure the
 # machine's read bandwidth, then PASSES passes that alternate `llama-bench` on every
-# GGUF with `tern bench pp-tg` on the HF folder (bf16), plus one tern run with the
-# reference kernels. JSON per run and a markdown table (cpu_report.py) go to OUT_DIR.
+# GGUF with `tern bench pp-tg` on the same file and on the HF folder (bf16), plus one
+# tern run with the reference kernels. JSON per run and a markdown table (cpu_report.py) go to OUT_DIR.
 #
 #   bench/serving/baselines/llama_cpp_cpu_bench.sh [OUT_DIR]     (make bench-cpu)
 #
@@ -34,7 +34,10 @@ QUANTS=${QUANTS:-Q8_0 Q4_0 Q4_K_M}
 PY=${PYTHON:-.venv/bin/python}
 START=$(date +%s)
 exec > >(tee -a "$OUT/run.log") 2>&1
-note() { echo "[llama_cpp_cpu_bench +$(($(date +%s) - START))s] $*"; }
+note() {  # also keeps the load average at each step, for the report (load.txt)
+  echo "[llama_cpp_cpu_bench +$(($(date +%s) - START))s] $*"
+  [ -d "$OUT" ] && cut -d' ' -f1 /proc/loadavg >> "$OUT/load.txt" 2>/dev/null || true
+}
 
 [ -x "$TERN_BIN" ] || { note "no tern binary at $TERN_BIN (set TERN_BIN)"; exit 1; }
 [ -s "$MODEL/model.safetensors" ] || { note "no $MODEL/model.safetensors (make random-model)"; exit 1; }
@@ -87,9 +90,10 @@ else
 fi
 git rev-parse --short=12 HEAD > "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
 date -u +%Y-%m-%dT%H:%MZ > "$OUT/date.txt"
-rm -f "$OUT"/llama-*.json "$OUT"/tern-*.json
+rm -f "$OUT"/llama-*.json "$OUT"/tern-*.json "$OUT"/load.txt
 
-# 5. Alternating passes: tern, then llama.cpp on each file, PASSES times.
+# 5. Alternating passes, PASSES times: tern on the HF folder, then on each GGUF file
+#    tern and llama-bench one after the other (like with like, same file).
 tern_run() {  # kernels label
   note "tern bench pp-tg ($1 kernels) -> $2.json"
   "$TERN_BIN" bench pp-tg --model "$MODEL" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "${3:-$REPS}" \
@@ -99,6 +103,9 @@ for pass in $(seq 1 "$PASSES"); do
   tern_run optimized "tern-optimized-pass$pass"
   for f in "${ggufs[@]}"; do
     q=$(basename "$f" .gguf); q=${q#"$name-"}
+    note "tern bench pp-tg on $q (pass $pass)"
+    "$TERN_BIN" bench pp-tg --model "$f" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" \
+      --json-out "$OUT/tern-$q-pass$pass.json"
     note "llama-bench $q (pass $pass)"
     "$bin/llama-bench" -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" -o json \
       > "$OUT/llama-$q-pass$pass.json" 2> "$OUT/llama-$q-pass$pass.log" || { tail -n 5 "$OUT/llama-$q-pass$pass.log"; exit 1; }
