@@ -25,8 +25,6 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 json token_entry(const ServingContext& ctx, int32_t id, float logprob) {
   std::string bytes = ctx.tokenizer->token_bytes(id);
   json b = json::array();
@@ -176,7 +174,7 @@ Task<bool> begin_event_stream(Responder& res, bool chat, bool echo, const json& 
     json j = base;
     j["choices"] = json::array();
     j["choices"].push_back(std::move(choice));
-    append_sse_event(out, dump(j));
+    append_sse_event(out, dump_json(j));
   }
   co_return co_await res.write_chunk(out);
 }
@@ -214,7 +212,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
   // Plain text deltas: pre-serialized around the escaped text.
   std::vector<SseChunkTemplate> text_chunk;
   for (int c = 0; c < choices; ++c) {
-    std::string head = dump(base);
+    std::string head = dump_json(base);
     head.pop_back();  // drop the closing brace
     if (chat) {
       text_chunk.emplace_back(head + ",\"choices\":[{\"index\":" + std::to_string(c) + ",\"delta\":{\"content\":\"",
@@ -264,7 +262,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
           j["choices"] = json::array({choice});
           if (u.finish && session.done()) j["tern"] = tern_json(session.usage());
           if (continuous_usage) j["usage"] = usage_json(session.usage());
-          append_sse_event(out, dump(j));
+          append_sse_event(out, dump_json(j));
         }
       }
       s.text_offset += u.text.size();
@@ -287,7 +285,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
       j["choices"] = json::array();
       j["usage"] = usage_json(usage);
       j["tern"] = tern_json(usage);
-      append_sse_event(out, dump(j));
+      append_sse_event(out, dump_json(j));
     }
     out += kSseDone;
     co_await res.write_chunk(out);
@@ -322,7 +320,7 @@ Task<void> run_generation(ServingContext& ctx, GenerationJob job, Responder& res
   json body = {{"id", id},         {"object", object},         {"created", created}, {"model", ctx.model_name},
                {"choices", choices_json}, {"usage", usage_json(usage)}, {"tern", tern_json(usage)}};
   if (chat && job.prompt_logprobs) body["prompt_logprobs"] = prompt_logprobs_json(ctx, session.prompt_logprobs(0));
-  co_await res.respond(200, std::string(kJsonContentType), dump(body));
+  co_await res.respond(200, std::string(kJsonContentType), dump_json(body));
 }
 
 // /tokenize: vLLM's request, a prompt or chat messages; every field checked
@@ -393,7 +391,7 @@ Handler generation_handler(ServingContext& ctx, ApiKind kind) {
 }
 
 Task<void> respond_json(Responder& res, const json& j, int status = 200) {
-  co_await res.respond(status, std::string(kJsonContentType), dump(j));
+  co_await res.respond(status, std::string(kJsonContentType), dump_json(j));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "server/api/request_json.h"
 
 #include "base/utf8.h"
+#include "server/http/json_escape.h"
 
 namespace tern::server {
 
@@ -52,6 +53,12 @@ std::variant<nlohmann::json, std::string> parse_request_json(std::string_view bo
   } catch (const nlohmann::json::exception& e) {
     return std::string("the request body is not valid JSON: ") + utf8_sanitize(e.what());
   }
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  std::string out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  escape_unicode_line_breaks(out);
+  return out;
 }
 
 }  // namespace tern::server

@@ -25,4 +25,8 @@ size_t json_depth_exceeded_at(std::string_view text, int max_depth = kMaxRequest
 // JSON: ... at byte N" or "... nests deeper than 64 levels ...".
 std::variant<nlohmann::json, std::string> parse_request_json(std::string_view body);
 
+// A response body or SSE payload: compact, invalid UTF-8 replaced by U+FFFD,
+// and U+0085, U+2028, U+2029 written as \u escapes (json_escape.h says why).
+std::string dump_json(const nlohmann::json& j);
+
 }  // namespace tern::server

@@ -50,11 +50,9 @@ TgiError from_api_error(const ApiError& e) {
   return {424, e.message, "generation", 0};
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 std::string error_body(const TgiError& e) {
   json j = {{"error", e.message}, {"error_type", e.type}};
-  return dump(j);
+  return dump_json(j);
 }
 
 Task<void> respond_tgi_error(Responder& res, const TgiError& e) {
@@ -364,7 +362,7 @@ Task<void> run_non_stream(ServingContext& ctx, TgiJob job, Responder& res, Reply
     if (job.top_n_tokens > 0) details["top_tokens"] = std::move(top_tokens);
     out["details"] = std::move(details);
   }
-  std::string body = reply == Reply::kList ? dump(json::array({out})) : dump(out);
+  std::string body = reply == Reply::kList ? dump_json(json::array({out})) : dump_json(out);
   co_await res.respond(200, std::string(kJsonContentType), std::move(body), timing_headers(usage));
 }
 
@@ -418,7 +416,7 @@ Task<void> run_stream(ServingContext& ctx, TgiJob job, Responder& res) {
                               {"seed", seed_json(job)},
                               {"input_length", job.request.prompt.size()}};
         }
-        append_sse_event(out, dump(event));
+        append_sse_event(out, dump_json(event));
       }
       if (aborted || (u.finish && u.token_ids.empty())) {
         TgiError e{503, "the request ended without a final token (aborted)", "generation", 0};
@@ -485,7 +483,7 @@ void add_tgi_routes(Router& router, ServingContext& ctx) {
                {"version", TERN_VERSION_STRING},
                {"sha", nullptr},
                {"docker_label", nullptr}};
-  router.get("/info", [body = dump(info)](HttpRequest&, Responder& res) -> Task<void> {
+  router.get("/info", [body = dump_json(info)](HttpRequest&, Responder& res) -> Task<void> {
     co_await res.respond(200, std::string(kJsonContentType), body);
   });
 }

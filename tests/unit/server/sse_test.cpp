@@ -43,5 +43,24 @@ TEST(JsonEscape, ControlCharactersAndPassThrough) {
   EXPECT_EQ(json_quote(nul), "\"a\\u0000b\"");
 }
 
+// U+0085, U+2028 and U+2029 are legal raw in JSON, but line readers split on
+// them, which would cut an SSE event in two.
+TEST(JsonEscape, UnicodeLineBreaksAreEscaped) {
+  EXPECT_EQ(json_quote("a\u2028b\u2029c\u0085d"), "\"a\\u2028b\\u2029c\\u0085d\"");
+  // Their neighbours in UTF-8 pass as they are, and so do truncated lead bytes.
+  EXPECT_EQ(json_quote("\u2027\u202a\u0084\u00e9"), "\"\u2027\u202a\u0084\u00e9\"");
+  EXPECT_EQ(json_quote(std::string_view("\xe2\x80", 2)), std::string("\"\xe2\x80\"", 4));
+  EXPECT_EQ(json_quote(std::string_view("\xc2", 1)), std::string("\"\xc2\"", 3));
+  SseChunkTemplate t("{\"t\":\"", "\"}");
+  EXPECT_EQ(t.format("x\u2028y"), "data: {\"t\":\"x\\u2028y\"}\n\n");
+
+  std::string json = "{\"a\":\"\u2028\",\"b\":\"\u00e9\u0085\u2029\"}";
+  escape_unicode_line_breaks(json);
+  EXPECT_EQ(json, "{\"a\":\"\\u2028\",\"b\":\"\u00e9\\u0085\\u2029\"}");
+  std::string plain = "{\"a\":\"你好\"}";
+  escape_unicode_line_breaks(plain);
+  EXPECT_EQ(plain, "{\"a\":\"你好\"}");
+}
+
 }  // namespace
 }  // namespace tern::server
