@@ -18,6 +18,7 @@ debian_packages=(
   fonts-wqy-microhei fonts-noto-color-emoji  # Chinese and emoji glyphs for chromium's screenshots
   curl  # bench/run_locust.sh waits for /health with it
   openssl  # tests/e2e/test_security.py makes its certificates with the openssl CLI
+  gdb  # a tern serve that does not exit on SIGTERM in a test: every thread's stack goes into its log
 )
 
 missing=()

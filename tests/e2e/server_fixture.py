@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,6 +102,8 @@ class TernServer:
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                self.log.write(thread_stacks(self.proc.pid).encode())
+                self.log.flush()
                 self.proc.kill()
                 self.proc.wait()
                 return None
@@ -108,10 +111,25 @@ class TernServer:
         return self.proc.returncode
 
 
+def thread_stacks(pid):
+    """Every thread's stack of a process that would not stop (gdb, where the
+    machine has it), for the log that a failing test prints."""
+    gdb = shutil.which("gdb")
+    if not gdb:
+        return "\n(no gdb: no thread stacks of the process that did not exit)\n"
+    try:
+        out = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out = f"gdb failed: {e}"
+    return "\n--- thread stacks of the process that did not exit on SIGTERM ---\n" + out[-20000:] + "\n"
+
+
 def stop_cleanly(server):
     """Stops `server`, failing the test unless it exits 0 on SIGTERM."""
     code = server.stop()
-    assert code == 0, f"tern serve exited with {code} after SIGTERM:\n{server.logs()[-4000:]}"
+    tail = 4000 if code is not None else 24000  # a hang: the log ends with every thread's stack
+    assert code == 0, f"tern serve exited with {code} after SIGTERM:\n{server.logs()[-tail:]}"
     os.unlink(server.log.name)
 
 
