@@ -123,6 +123,16 @@ def dequantize(q, zeros, scales, g_idx):
     return (q.astype(np.float32) - zeros[g_idx].T.astype(np.float32)) * scales[g_idx].T
 
 
+def dequantized_tensor(q, zeros, scales, g_idx):
+    """The layer as tern keeps it: its exact values (F32 here) where ggml Q4_0 / Q8_0 blocks hold them
+    (every run of 32 inputs in one group, scales that fp16 holds), else rounded to bf16."""
+    n_out, n_in = q.shape
+    w = dequantize(q, zeros, scales, g_idx)
+    blocks = n_in % 32 == 0 and (g_idx == np.repeat(g_idx[::32], 32)).all() and \
+        (scales.astype(np.float16).astype(np.float32) == scales).all()
+    return ("F32", [n_out, n_in], w.tobytes()) if blocks else ("BF16", [n_out, n_in], bf16_bits(w).tobytes())
+
+
 def pack_nibbles(values, axis):
     """Packs 8 consecutive 4-bit values along `axis` (whose length is a multiple of 8) into int32, the
     first in the low bits."""
@@ -151,7 +161,7 @@ def bf16_round(x):
     return (bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
 
 
-# ---- the three layouts: ({suffix: tensor}, dequantized weight) for one linear layer
+# ---- the three layouts: ({suffix: tensor}, (q, zeros, scales, g_idx)) for one linear layer
 
 def awq_layer(w, args):
     n_out, n_in = w.shape
@@ -165,7 +175,7 @@ def awq_layer(w, args):
         "qweight": tensor("I32", pack_nibbles(q.T[:, perm], axis=1)),
         "qzeros": tensor("I32", pack_nibbles(zeros[:, perm], axis=1)),
         "scales": tensor("F16", scales.astype(np.float16)),
-    }, dequantize(q, zeros, scales, g_idx)
+    }, (q, zeros, scales, g_idx)
 
 
 def gptq_layer(w, args):
@@ -180,7 +190,7 @@ def gptq_layer(w, args):
         "qzeros": tensor("I32", pack_nibbles(zeros - (1 if v1 else 0), axis=1)),
         "scales": tensor("F16", scales.astype(np.float16)),
         "g_idx": tensor("I32", g_idx),
-    }, dequantize(q, zeros, scales, g_idx)
+    }, (q, zeros, scales, g_idx)
 
 
 def compressed_tensors_layer(w, args):
@@ -194,7 +204,7 @@ def compressed_tensors_layer(w, args):
     }
     if not args.sym:
         out["weight_zero_point"] = tensor("I32", pack_nibbles(pad_to_8(zeros.T, axis=0), axis=0))
-    return out, dequantize(q, zeros, scales, g_idx)
+    return out, (q, zeros, scales, g_idx)
 
 
 def quantization_config(args):
@@ -227,7 +237,8 @@ def main():
     p.add_argument("--format", required=True, choices=["awq", "gptq", "compressed-tensors"])
     p.add_argument("--group-size", type=int, default=128, help="input channels per scale; -1: one group per row")
     sym = p.add_mutually_exclusive_group()
-    sym.add_argument("--sym", dest="sym", action="store_true", help="symmetric (zero point 8); gptq, compressed-tensors")
+    sym.add_argument("--sym", dest="sym", action="store_true",
+                     help="symmetric (zero point 8); gptq, compressed-tensors")
     sym.add_argument("--asym", dest="sym", action="store_false", help="zero points per group (default; AWQ always)")
     p.set_defaults(sym=False)
     p.add_argument("--act-order", action="store_true", help="gptq: desc_act, channels grouped by weight energy")
@@ -235,8 +246,8 @@ def main():
                    help="gptq: v1 stores zero point - 1 (the common layout), v2 the zero point itself")
     p.add_argument("--lm-head", action="store_true", help="quantize an untied lm_head too")
     p.add_argument("--dequantized", type=pathlib.Path,
-                   help="also write this bf16 folder, each quantized layer replaced by (q - z) * s: what a loader "
-                        "must compute from the int4 folder, bit for bit")
+                   help="also write this float folder, each quantized layer replaced by (q - z) * s as tern "
+                        "keeps it (dequantized_tensor): what it must compute from the int4 folder, bit for bit")
     args = p.parse_args()
     if args.format == "awq" and args.sym:
         p.error("AWQ GEMM checkpoints are asymmetric (zero_point true)")
@@ -262,10 +273,10 @@ def main():
             continue
         del out[name]
         prefix = name[:-len(".weight")]
-        layer_tensors, w = layer(to_f32(dtype, shape, data), args)
+        layer_tensors, values = layer(to_f32(dtype, shape, data), args)
         for suffix, t in layer_tensors.items():
             out[f"{prefix}.{suffix}"] = t
-        dequantized[name] = ("BF16", shape, bf16_bits(w).tobytes())
+        dequantized[name] = dequantized_tensor(*values)
 
     config = json.loads((src / "config.json").read_text())
     write_folder(src, args.out, out, dict(config, quantization_config=quantization_config(args)))

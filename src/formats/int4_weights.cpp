@@ -1,6 +1,7 @@
 // Dequantization of int4 layers: each scheme's tensors are checked, then
 // unpacked into one plain form (q per weight, z and s per group and output,
-// the group of each input channel) from which a single loop writes bf16.
+// the group of each input channel) from which bf16 values or ggml blocks
+// are written.
 // The tensors come from untrusted files: shapes are checked against the
 // layer's width before any index is formed, and words are read with memcpy
 // (safetensors only promises byte alignment).
@@ -8,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "base/bf16.h"
 #include "base/checked_math.h"
@@ -270,15 +272,8 @@ Status unpack_compressed_tensors(LayerTensors& t, const Int4Config& c, Unpacked&
   return Status::ok();
 }
 
-}  // namespace
-
-std::string int4_marker_tensor(Int4Scheme scheme, std::string_view prefix) {
-  return std::string(prefix) + (scheme == Int4Scheme::kCompressedTensors ? ".weight_packed" : ".qweight");
-}
-
-Result<std::vector<uint16_t>> dequantize_int4_linear(const Checkpoint& ckpt, const Int4Config& config,
-                                                     std::string_view prefix, int64_t out_features,
-                                                     int64_t in_features, std::vector<std::string>* used) {
+Result<Unpacked> unpack(const Checkpoint& ckpt, const Int4Config& config, std::string_view prefix,
+                        int64_t out_features, int64_t in_features, std::vector<std::string>* used) {
   if (out_features <= 0 || in_features <= 0 || !checked_mul(static_cast<uint64_t>(out_features),
                                                             static_cast<uint64_t>(in_features))) {
     return invalid_argument(std::string(prefix) + ": layer of " + std::to_string(out_features) + " x " +
@@ -299,6 +294,11 @@ Result<std::vector<uint16_t>> dequantize_int4_linear(const Checkpoint& ckpt, con
       TERN_RETURN_IF_ERROR(unpack_compressed_tensors(tensors, config, u));
       break;
   }
+  if (used != nullptr) used->insert(used->end(), tensors.used().begin(), tensors.used().end());
+  return u;
+}
+
+std::vector<uint16_t> to_bf16(const Unpacked& u) {
   std::vector<uint16_t> w(static_cast<size_t>(u.out * u.in));
   for (int64_t o = 0; o < u.out; ++o) {
     const uint8_t* q = u.q.data() + o * u.in;
@@ -308,8 +308,73 @@ Result<std::vector<uint16_t>> dequantize_int4_linear(const Checkpoint& ckpt, con
       row[i] = f32_to_bf16(static_cast<float>(static_cast<int>(q[i]) - static_cast<int>(u.zero[gz])) * u.scale[gz]);
     }
   }
-  if (used != nullptr) used->insert(used->end(), tensors.used().begin(), tensors.used().end());
   return w;
+}
+
+// Q4_0 if every zero point is 8, else Q8_0, when every block of 32 inputs
+// lies in one group and each scale is an fp16 value; nullopt otherwise.
+std::optional<DType> block_dtype(const Unpacked& u) {
+  constexpr int64_t kBlock = 32;
+  if (u.in % kBlock != 0) return std::nullopt;
+  for (int64_t i = 0; i < u.in; ++i) {
+    if (u.group_of[static_cast<size_t>(i)] != u.group_of[static_cast<size_t>(i - i % kBlock)]) return std::nullopt;
+  }
+  for (float s : u.scale) {
+    if (f16_to_f32(f32_to_f16(s)) != s) return std::nullopt;
+  }
+  for (uint8_t z : u.zero) {
+    if (z != 8) return DType::kQ8_0;
+  }
+  return DType::kQ4_0;
+}
+
+std::vector<uint8_t> to_blocks(const Unpacked& u, DType dtype) {
+  constexpr int64_t kBlock = 32;
+  const int64_t block_bytes = dtype_block_bytes(dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(u.out * (u.in / kBlock) * block_bytes));
+  uint8_t* p = out.data();
+  for (int64_t o = 0; o < u.out; ++o) {
+    const uint8_t* q = u.q.data() + o * u.in;
+    for (int64_t b = 0; b < u.in / kBlock; ++b, p += block_bytes, q += kBlock) {
+      const size_t gz = static_cast<size_t>(u.group_of[static_cast<size_t>(b * kBlock)] * u.out + o);
+      const uint16_t d = f32_to_f16(u.scale[gz]);
+      std::memcpy(p, &d, 2);
+      if (dtype == DType::kQ4_0) {  // byte j: input j in the low nibble, input j + 16 in the high
+        for (int j = 0; j < 16; ++j) p[2 + j] = static_cast<uint8_t>(q[j] | q[j + 16] << 4);
+      } else {
+        for (int j = 0; j < 32; ++j) p[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q[j] - u.zero[gz]));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string int4_marker_tensor(Int4Scheme scheme, std::string_view prefix) {
+  return std::string(prefix) + (scheme == Int4Scheme::kCompressedTensors ? ".weight_packed" : ".qweight");
+}
+
+Result<std::vector<uint16_t>> dequantize_int4_linear(const Checkpoint& ckpt, const Int4Config& config,
+                                                     std::string_view prefix, int64_t out_features,
+                                                     int64_t in_features, std::vector<std::string>* used) {
+  TERN_ASSIGN_OR_RETURN(Unpacked u, unpack(ckpt, config, prefix, out_features, in_features, used));
+  return to_bf16(u);
+}
+
+Result<Int4Layer> load_int4_linear(const Checkpoint& ckpt, const Int4Config& config, std::string_view prefix,
+                                   int64_t out_features, int64_t in_features, std::vector<std::string>* used) {
+  TERN_ASSIGN_OR_RETURN(Unpacked u, unpack(ckpt, config, prefix, out_features, in_features, used));
+  Int4Layer layer;
+  if (std::optional<DType> blocks = block_dtype(u)) {
+    layer.dtype = *blocks;
+    layer.data = to_blocks(u, *blocks);
+    return layer;
+  }
+  const std::vector<uint16_t> w = to_bf16(u);
+  layer.data.resize(w.size() * 2);
+  std::memcpy(layer.data.data(), w.data(), layer.data.size());
+  return layer;
 }
 
 }  // namespace tern

@@ -22,6 +22,11 @@
 // Scales may be F16, BF16 or F32 (AWQ and GPTQ write F16). Symmetric
 // schemes have z = 8. Every tensor's presence, dtype and shape is checked
 // before anything is read, and errors name the tensor and what was wrong.
+//
+// Most layers are ggml blocks exactly: with groups of consecutive input
+// channels a multiple of 32 wide and scales that fp16 holds, a symmetric
+// layer is Q4_0 (d = s, the nibble q, z = 8) and any other Q8_0 (d = s, the
+// int8 q - z). load_int4_linear keeps those as blocks, the rest as bf16.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +36,7 @@
 
 #include "base/status.h"
 #include "formats/checkpoint.h"
+#include "formats/dtype.h"
 #include "formats/int4_config.h"
 
 namespace tern {
@@ -48,5 +54,18 @@ std::string int4_marker_tensor(Int4Scheme scheme, std::string_view prefix);
 Result<std::vector<uint16_t>> dequantize_int4_linear(const Checkpoint& ckpt, const Int4Config& config,
                                                      std::string_view prefix, int64_t out_features,
                                                      int64_t in_features, std::vector<std::string>* used = nullptr);
+
+// A layer as a CPU model keeps it: out_features rows of in_features values
+// in `dtype`, each row whole blocks (ggml's byte layout) or bf16 values.
+struct Int4Layer {
+  DType dtype = DType::kBF16;  // kQ4_0, kQ8_0 (values exact) or kBF16 (rounded to bf16)
+  std::vector<uint8_t> data;
+};
+
+// As dequantize_int4_linear, checked the same way, but kept as Q4_0 or Q8_0
+// blocks where they hold the values exactly (see above), else bf16.
+Result<Int4Layer> load_int4_linear(const Checkpoint& ckpt, const Int4Config& config, std::string_view prefix,
+                                   int64_t out_features, int64_t in_features,
+                                   std::vector<std::string>* used = nullptr);
 
 }  // namespace tern

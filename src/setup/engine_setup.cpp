@@ -104,8 +104,9 @@ Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path,
                  path, int4_method_name(int4->scheme));
     return Status::ok();
   }
-  spdlog::info("{}: int4 checkpoint ({}): {} matrices dequantized to bf16 at load", path, describe_int4_config(*int4),
-               model.num_int4_matrices());
+  // Q4_0 / Q8_0 hold the checkpoint's values exactly (formats/int4_weights.h); bf16 rounds them.
+  spdlog::info("{}: int4 checkpoint ({}): its {} matrices kept as {}", path, describe_int4_config(*int4),
+               model.num_int4_matrices(), model.int4_storage());
   if (device == "cuda") {
     spdlog::info("int4 checkpoints run as bf16 on the GPU until the int4 kernels exist");
   }

@@ -112,8 +112,8 @@ def sequences(model):
     return [p["ids"] + p["greedy"] for p in golden(model)["prompts"]]
 
 
-def serve(folder, vocab):
-    return TernServer("--max-logprobs", vocab, "--kv-cache-memory", "64MiB", model=folder)
+def serve(folder, vocab, *flags):
+    return TernServer("--max-logprobs", vocab, "--kv-cache-memory", "64MiB", *flags, model=folder)
 
 
 def log_probs(folder, seqs, vocab):
@@ -165,8 +165,9 @@ KL_CASES = [("ernie-tiny", v) for v in ["awq-g32", "gptq-sym-g64", "gptq-actorde
 
 
 def top_logprobs(folder, seqs, k=20):
-    """[(token id, logprob)] of the top k at every position after the first, from tern serve."""
-    server = serve(folder, 20)
+    """[(token id, logprob)] of the top k at every position after the first, from tern serve on the
+    reference kernels (which multiply Q4_0 / Q8_0 and float rows alike: dequantized to fp32)."""
+    server = serve(folder, k, "--cpu-kernels", "reference")
     try:
         out = []
         for ids in seqs:
@@ -182,7 +183,8 @@ def top_logprobs(folder, seqs, k=20):
 
 @pytest.mark.parametrize("model,variant", CASES, ids=[f"{m}-{v}" for m, v in CASES])
 def test_int4_folder_computes_the_numpy_dequantized_weights(folders, dequantized_root, model, variant):
-    # The int4 folder and a bf16 folder of NumPy's (q - z) * s give the same logprobs to the last bit.
+    # The int4 folder and a float folder of NumPy's (q - z) * s (exact where tern keeps Q4_0 / Q8_0
+    # blocks, rounded to bf16 where it keeps bf16) give the same logprobs to the last bit.
     seqs = sequences(model)
     assert top_logprobs(folders[(model, variant)], seqs) == top_logprobs(dequantized_root / f"{model}-{variant}", seqs)
 
@@ -300,7 +302,8 @@ def test_refuses_group_sizes_that_do_not_fit(tern_bin, folders, tmp_path):
     # Relabelled 64: every shape of qzeros and scales is then wrong.
     msg = fail_message(tern_bin, edited(folders, tmp_path / "b", "awq-g32", config=lambda q: q.update(group_size=64)))
     assert "qzeros' has shape [2, 16], expected [1, 16]" in msg, msg
-    msg = fail_message(tern_bin, edited(folders, tmp_path / "c", "gptq-sym-g64", config=lambda q: q.update(group_size=0)))
+    folder = edited(folders, tmp_path / "c", "gptq-sym-g64", config=lambda q: q.update(group_size=0))
+    msg = fail_message(tern_bin, folder)
     assert "group_size is 0" in msg, msg
 
 

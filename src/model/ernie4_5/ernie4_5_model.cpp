@@ -166,16 +166,26 @@ Result<bool> Ernie45Model::is_int4_matrix(const std::string& name) const {
 
 Result<cpu::WeightMatrix> Ernie45Model::int4_matrix(const std::string& name, int64_t rows, int64_t cols) {
   const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
-  TERN_ASSIGN_OR_RETURN(std::vector<uint16_t> w,
-                        dequantize_int4_linear(checkpoint_, *int4_, prefix, rows, cols, &bound_));
-  dequantized_.push_back(std::move(w));
+  TERN_ASSIGN_OR_RETURN(Int4Layer layer, load_int4_linear(checkpoint_, *int4_, prefix, rows, cols, &bound_));
+  int4_data_.push_back(std::move(layer.data));
   ++num_int4_matrices_;
+  int4_as_q4_0_ += layer.dtype == DType::kQ4_0;
+  int4_as_q8_0_ += layer.dtype == DType::kQ8_0;
   cpu::WeightMatrix m;
   m.rows = rows;
   m.cols = cols;
-  m.dtype = DType::kBF16;
-  m.data = dequantized_.back().data();
+  m.dtype = layer.dtype;
+  m.data = int4_data_.back().data();
   return m;
+}
+
+std::string Ernie45Model::int4_storage() const {
+  std::string out;
+  for (auto [count, what] : {std::pair{int4_as_q4_0_, "Q4_0"}, {int4_as_q8_0_, "Q8_0"},
+                             {num_int4_matrices_ - int4_as_q4_0_ - int4_as_q8_0_, "bf16"}}) {
+    if (count > 0) out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + what;
+  }
+  return out;
 }
 
 Result<cpu::WeightMatrix> Ernie45Model::matrix(const std::string& name, int64_t rows, int64_t cols) {

@@ -5,7 +5,8 @@
 // KvCache (one sequence) or a PagedKvPool (a batch of sequences, one engine
 // step). Weights stay in the checkpoint's memory map (zero copy), except the
 // matrices of an int4 checkpoint (AWQ, GPTQ, compressed-tensors W4A16:
-// formats/int4_weights.h), which are dequantized to bf16 at load.
+// formats/int4_weights.h), which become Q4_0 or Q8_0 blocks holding the same
+// values, or bf16 where blocks cannot, at load.
 // Thread: one caller at a time (forward uses internal scratch and a pool).
 #pragma once
 
@@ -59,11 +60,12 @@ class Ernie45Model {
   // The GGUF file the model was loaded from (its tokenizer and sampling keys
   // too), valid while the model lives; nullptr for a Hugging Face folder.
   const GgufFile* gguf() const { return checkpoint_.gguf(); }
-  // The int4 scheme of the folder (config.json's quantization_config), and
-  // how many of its matrices were int4 and are now bf16; nullopt and 0 for a
-  // float checkpoint or a GGUF file.
+  // The int4 scheme of the folder (config.json's quantization_config), how
+  // many of its matrices were int4, and how they are kept ("84 Q4_0, 42
+  // bf16"); nullopt, 0 and "" for a float checkpoint or a GGUF file.
   const std::optional<Int4Config>& int4_config() const { return int4_; }
   int64_t num_int4_matrices() const { return num_int4_matrices_; }
+  std::string int4_storage() const;
   int num_threads() const { return pool_.num_threads(); }
   const cpu::KernelSet& kernels() const { return *kernels_; }
 
@@ -145,7 +147,7 @@ class Ernie45Model {
   // an error when the folder holds it both ways, or int4 tensors without a
   // quantization_config that says how they are packed.
   Result<bool> is_int4_matrix(const std::string& name) const;
-  // The int4 layer behind `name`, dequantized to bf16 (kept in dequantized_).
+  // The int4 layer behind `name`, as load_int4_linear keeps it (in int4_data_).
   Result<cpu::WeightMatrix> int4_matrix(const std::string& name, int64_t rows, int64_t cols);
   Result<cpu::WeightVector> vector(const std::string& name, int64_t size);
 
@@ -171,8 +173,9 @@ class Ernie45Model {
   std::vector<std::string> bound_;  // names of the tensors bind_weights took
   std::vector<std::unique_ptr<uint64_t[]>> owned_;  // aligned copies of misaligned tensors
   std::optional<Int4Config> int4_;
-  std::vector<std::vector<uint16_t>> dequantized_;  // bf16 matrices of int4 layers
+  std::vector<std::vector<uint8_t>> int4_data_;  // the matrices of int4 layers
   int64_t num_int4_matrices_ = 0;
+  int64_t int4_as_q4_0_ = 0, int4_as_q8_0_ = 0;  // the rest are bf16
   std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;  // what the matrices' `packed` point to
   cpu::WeightMatrix embed_;
   cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings

@@ -2,7 +2,8 @@
 // scales and group maps are packed here by loops written from each format's
 // description (AutoAWQ GEMM, GPTQ v1/v2, compressed-tensors pack-quantized),
 // written to a real folder, and the loader's bf16 must equal (q - z) * s
-// rounded to bf16, on shapes with odd and ragged group counts. Then every
+// rounded to bf16, on shapes with odd and ragged group counts; kept as
+// Q4_0 / Q8_0 blocks, the values must be (q - z) * s exactly. Then every
 // malformed layer (shape, dtype, missing tensor, group size, zero points,
 // g_idx, scales) must be refused naming the tensor.
 #include "formats/int4_weights.h"
@@ -251,6 +252,99 @@ TEST_F(Int4WeightsTest, CompressedTensorsMatchesReference) {
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
     expect_equal(l, *w);
   }
+}
+
+// ggml's Q4_0 / Q8_0 blocks decoded by hand: d (fp16), then 16 bytes of
+// nibbles (input j low, j + 16 high, minus 8) or 32 int8 values.
+std::vector<float> decode(const Int4Layer& layer, int64_t out, int64_t in) {
+  std::vector<float> w;
+  const uint8_t* p = layer.data.data();
+  for (int64_t b = 0; b < out * in / 32; ++b) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    const float d = f16_to_f32(h);
+    float block[32];
+    if (layer.dtype == DType::kQ4_0) {
+      for (int j = 0; j < 16; ++j) {
+        block[j] = static_cast<float>((p[2 + j] & 0xF) - 8) * d;
+        block[j + 16] = static_cast<float>((p[2 + j] >> 4) - 8) * d;
+      }
+      p += 18;
+    } else {
+      for (int j = 0; j < 32; ++j) block[j] = static_cast<float>(static_cast<int8_t>(p[2 + j])) * d;
+      p += 34;
+    }
+    w.insert(w.end(), block, block + 32);
+  }
+  EXPECT_EQ(p, layer.data.data() + layer.data.size());
+  return w;
+}
+
+TEST_F(Int4WeightsTest, KeepsExactLayersAsGgmlBlocks) {
+  struct Case {
+    Int4Scheme scheme;
+    int64_t out, in, group;
+    bool sym, act_order;
+    DType want;
+  };
+  for (const Case& c : {Case{Int4Scheme::kGptq, 16, 192, 64, true, false, DType::kQ4_0},
+                        Case{Int4Scheme::kGptq, 16, 200, 32, true, false, DType::kBF16},   // 200 is no whole blocks
+                        Case{Int4Scheme::kGptq, 16, 128, 32, true, true, DType::kBF16},    // groups reordered
+                        Case{Int4Scheme::kAwqGemm, 16, 96, 32, false, false, DType::kQ8_0},
+                        Case{Int4Scheme::kAwqGemm, 16, 64, 16, false, false, DType::kBF16},  // blocks span groups
+                        Case{Int4Scheme::kCompressedTensors, 13, 96, 96, true, false, DType::kQ4_0},
+                        Case{Int4Scheme::kCompressedTensors, 13, 128, 64, false, false, DType::kQ8_0}}) {
+    SCOPED_TRACE(::testing::Message() << int4_method_name(c.scheme) << " " << c.out << "x" << c.in << " group "
+                                      << c.group << " sym " << c.sym << " act_order " << c.act_order);
+    const Layer l = random_layer(c.out, c.in, c.group, c.sym, c.act_order, static_cast<uint32_t>(c.in + 7 * c.out));
+    const Tensors t = c.scheme == Int4Scheme::kGptq      ? pack_gptq(l, true)
+                      : c.scheme == Int4Scheme::kAwqGemm ? pack_awq(l)
+                                                         : pack_compressed_tensors(l, c.sym);
+    std::vector<TensorToWrite> list;
+    for (const auto& [name, tensor] : t) list.push_back({name, tensor.dtype, tensor.shape, tensor.data});
+    auto bytes = serialize_safetensors(list);
+    ASSERT_TRUE(bytes.is_ok());
+    std::ofstream(dir_ + "/model.safetensors", std::ios::binary | std::ios::trunc) << *bytes;
+    auto ckpt = Checkpoint::open(dir_);
+    ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+    auto layer = load_int4_linear(*ckpt, config_of(c.scheme, c.group, c.sym, c.act_order), kPrefix, c.out, c.in);
+    ASSERT_TRUE(layer.is_ok()) << layer.status().to_string();
+    EXPECT_EQ(layer->dtype, c.want);
+    if (c.want == DType::kBF16) {
+      ASSERT_EQ(layer->data.size(), static_cast<size_t>(c.out * c.in * 2));
+      std::vector<uint16_t> w(static_cast<size_t>(c.out * c.in));
+      std::memcpy(w.data(), layer->data.data(), layer->data.size());
+      expect_equal(l, w);
+      continue;
+    }
+    const std::vector<float> w = decode(*layer, c.out, c.in);
+    int mismatches = 0;
+    for (int64_t o = 0; o < c.out; ++o) {
+      for (int64_t i = 0; i < c.in; ++i) {
+        const size_t gz = static_cast<size_t>(l.g_idx[static_cast<size_t>(i)] * c.out + o);
+        const float exact = static_cast<float>(l.q[static_cast<size_t>(o * c.in + i)] - l.zero[gz]) * l.scale[gz];
+        mismatches += w[static_cast<size_t>(o * c.in + i)] != exact;
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
+TEST_F(Int4WeightsTest, ScalesFp16CannotHoldStayBf16) {
+  // compressed-tensors writes bf16 scales; one below fp16's normal range is not an fp16 value.
+  Layer l = random_layer(8, 64, 32, true, false, 9);
+  l.scale[3] = std::ldexp(1.0f + 1.0f / 128, -20);
+  auto layer = [&]() -> Result<Int4Layer> {
+    std::vector<TensorToWrite> list;
+    const Tensors t = pack_compressed_tensors(l, true);
+    for (const auto& [name, tensor] : t) list.push_back({name, tensor.dtype, tensor.shape, tensor.data});
+    std::ofstream(dir_ + "/model.safetensors", std::ios::binary | std::ios::trunc) << *serialize_safetensors(list);
+    auto ckpt = Checkpoint::open(dir_);
+    if (!ckpt.is_ok()) return ckpt.status();
+    return load_int4_linear(*ckpt, config_of(Int4Scheme::kCompressedTensors, 32, true), kPrefix, 8, 64);
+  }();
+  ASSERT_TRUE(layer.is_ok()) << layer.status().to_string();
+  EXPECT_EQ(layer->dtype, DType::kBF16);
 }
 
 // ---- malformed layers: each refused, naming the tensor and the fault.
