@@ -60,10 +60,11 @@ DEMO_VARIANTS = {
     "gptq-sym-g128": ["--format", "gptq", "--sym", "--group-size", "128"],
     "ct-asym-g128": ["--format", "compressed-tensors", "--asym", "--group-size", "128"],
 }
-# About twice the largest KL measured on it, two thirds of the lowest agreements (docs/benchmarks.md).
+# About twice the largest KL measured on it, and (greedy paths being fragile) two thirds of the lowest
+# agreements (docs/benchmarks.md).
 DEMO_KL_BOUND = 0.2
-DEMO_TOP1_MIN = 0.75
-DEMO_GREEDY_MIN = 0.5  # share of greedy tokens generated before the first difference from bf16
+DEMO_TOP1_MIN = 0.58
+DEMO_GREEDY_MIN = 0.35  # share of greedy tokens generated before the first difference from bf16
 
 
 def quantize(model, args, out, dequantized):
