@@ -113,7 +113,7 @@ def test_gguf_py_reads_what_llama_cpp_converter_writes(converted, model, outtype
     value = {name: field_value(f) for name, f in reader.fields.items()}
     assert value["general.architecture"] == "ernie4_5"
     assert value["general.type"] == "model"
-    assert value["general.name"] == model
+    assert value["general.name"] == " ".join(w.title() for w in model.split("-"))  # the converter's title
     assert value["ernie4_5.block_count"] == config["num_hidden_layers"]
     assert value["ernie4_5.context_length"] == config["max_position_embeddings"]
     assert value["ernie4_5.embedding_length"] == config["hidden_size"]
