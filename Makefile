@@ -186,7 +186,7 @@ bench-cpu: configure
 # loaded in both tools, greedy tokens compared, files compared byte by byte, and each quantization's
 # KL divergence against bf16 from tern perplexity beside llama-perplexity's; rewrites docs/compat.md.
 # Builds llama.cpp's CPU tools and the converter's venv (torch) first, cached in LLAMA_DIR outside
-# the repo: the first run takes 20-30 minutes more on 2 cores, later runs about 2 minutes. Not in
+# the repo: the first run takes 20-30 minutes more on 2 cores, later runs about 4 minutes. Not in
 # `make test` for that reason; tests/e2e/test_gguf.py checks tern's files with gguf-py there.
 compat: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tern

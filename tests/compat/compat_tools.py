@@ -80,8 +80,9 @@ class Tools:
 
 def run(args, log, timeout=600, env=None):
     """Runs a command, its output to `log`; raises with the log's tail on failure."""
-    with open(log, "w") as f:
-        r = subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=env)
+    r = subprocess.run([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                       env=env)
+    pathlib.Path(log).write_bytes(r.stdout)
     if r.returncode != 0:
         tail = pathlib.Path(log).read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{' '.join(map(str, args))} exited {r.returncode}:\n{tail}")
@@ -341,6 +342,7 @@ def tern_kl(tools, gguf, base):
             "positions": j["positions"], "ppl": j["ppl"]}
 
 
+LLAMA_KL_TRIES = 12
 KLD_LINE = re.compile(r"Mean\s+KLD:\s+([-0-9.e+]+)\s+±\s+([-0-9.e+]+)")
 SAME_TOP = re.compile(r"Same top p:\s+([0-9.]+)\s+±")
 PPL_Q = re.compile(r"Mean PPL\(Q\)\s+:\s+([0-9.]+)")
@@ -348,21 +350,26 @@ PPL_Q = re.compile(r"Mean PPL\(Q\)\s+:\s+([0-9.]+)")
 
 def llama_kl(tools, gguf, base):
     out = tools.work / f"{pathlib.Path(gguf).stem}.llama-kl.{pathlib.Path(base).stem}.log"
-    # llama-perplexity logs through a background thread that now and then
-    # loses the last lines (the summary) at exit: such a run is repeated.
-    for _ in range(3):
-        if not fresh(out, gguf, base) or KLD_LINE.search(out.read_text(errors="replace")) is None:
+    # llama.cpp's logger is a background thread that the process does not wait
+    # for at exit (common_log_main() leaks it on purpose, llama.cpp issue
+    # 22142), so the last lines, the summary among them, are lost now and then
+    # (up to half the runs on a busy machine): such a run is repeated.
+    for _ in range(LLAMA_KL_TRIES):
+        if not fresh(out, gguf, base) or not whole_summary(out.read_text(errors="replace")):
             run([tools.llama("llama-perplexity"), "-m", gguf, "--kl-divergence-base", base, "--kl-divergence",
                  "-c", KL_CTX, "-b", KL_CTX, "-t", tools.threads], f"{out}.tmp")
             pathlib.Path(f"{out}.tmp").rename(out)
     text = out.read_text(errors="replace")
-    m = KLD_LINE.search(text)
-    if m is None:
-        raise RuntimeError(f"no 'Mean KLD' line in {out} after 3 runs")
-    same = SAME_TOP.search(text)
-    ppl = PPL_Q.search(text)
-    return {"kld": float(m.group(1)), "kld_error": float(m.group(2)),
-            "same_top": float(same.group(1)) / 100 if same else None, "ppl": float(ppl.group(1)) if ppl else None}
+    if not whole_summary(text):
+        raise RuntimeError(f"no whole summary in {out} after {LLAMA_KL_TRIES} runs")
+    m, same, ppl = KLD_LINE.search(text), SAME_TOP.search(text), PPL_Q.search(text)
+    return {"kld": float(m.group(1)), "kld_error": float(m.group(2)), "same_top": float(same.group(1)) / 100,
+            "ppl": float(ppl.group(1))}
+
+
+def whole_summary(text):
+    """llama-perplexity's summary has its PPL, mean KLD and (last) same-top lines."""
+    return all(r.search(text) for r in (KLD_LINE, SAME_TOP, PPL_Q))
 
 
 def base_tokens(path):

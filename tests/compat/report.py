@@ -76,7 +76,7 @@ def summary(r):
     out.append(f"- Identical files (every key and tensor byte): {len(same)} of {len(r['identity'])} pairs.")
     if differ:
         out.append("- Tensors with different bytes: " + "; ".join(
-            f"{x['model']} {x['pair']}: {len(x['bytes_differ'])} tensors of {', '.join(x['bytes_differ_types'])}"
+            f"{x['model']} {x['pair']}: {len(x['bytes_differ'])} of its {', '.join(x['bytes_differ_types'])} tensors"
             for x in r["identity"] if x["bytes_differ"]) + ".")
     return "\n".join(out)
 
