@@ -11,8 +11,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
   cmd.add_option("--quantization,-q", o.quantization,
                  "CPU: quantize the weights at load to a llama-quantize mix (q8_0, q4_0, q4_k_m, q5_k_m, q6_k), "
-                 "for a model without a quantized GGUF")
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"}, CLI::ignore_case))
+                 "for a model without a quantized GGUF; or awq, gptq, compressed-tensors: the int4 scheme of the "
+                 "checkpoint, which must match its config.json (int4 checkpoints load without the flag too)")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "awq", "gptq", "compressed-tensors"},
+                            CLI::ignore_case))
       ->envname("TERN_QUANTIZATION");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: optimized (AVX-512/AVX2 by what the CPU has) or reference (plain loops, the oracle)")

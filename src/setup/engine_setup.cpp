@@ -67,6 +67,52 @@ GenerationDefaults generation_defaults_from_gguf(const GgufFile& gguf) {
   return d;
 }
 
+namespace {
+
+bool is_int4_method(const std::string& quantization) {
+  for (Int4Scheme s : {Int4Scheme::kAwqGemm, Int4Scheme::kGptq, Int4Scheme::kCompressedTensors}) {
+    if (quantization == int4_method_name(s)) return true;
+  }
+  return false;
+}
+
+// --quantization awq|gptq|compressed-tensors names the checkpoint's own
+// scheme (as vLLM takes it), so it must match config.json's; and one log
+// line says how the int4 matrices run.
+Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path, const std::string& quantization,
+                             const std::string& device) {
+  const std::optional<Int4Config>& int4 = model.int4_config();
+  if (is_int4_method(quantization)) {
+    if (!int4) {
+      return invalid_argument("--quantization " + quantization + " loads a checkpoint quantized that way, but " + path +
+                              " has no quantization_config in its config.json (" +
+                              (model.gguf() != nullptr ? "a GGUF file" : "float weights") +
+                              "); to quantize float weights at load use --quantization q4_0, q4_k_m, q5_k_m, q6_k "
+                              "or q8_0 (CPU), or make an int4 folder first (tools/quantize_awq.py, AutoAWQ, GPTQModel, "
+                              "llm-compressor)");
+    }
+    if (quantization != int4_method_name(int4->scheme)) {
+      return invalid_argument("--quantization " + quantization + " does not match " + path +
+                              "/config.json, whose quantization_config.quant_method is " +
+                              std::string(int4_method_name(int4->scheme)));
+    }
+  }
+  if (!int4) return Status::ok();
+  if (model.num_int4_matrices() == 0) {
+    spdlog::warn("{}/config.json has a quantization_config ({}) but no layer is stored that way: float weights loaded",
+                 path, int4_method_name(int4->scheme));
+    return Status::ok();
+  }
+  spdlog::info("{}: int4 checkpoint ({}): {} matrices dequantized to bf16 at load", path, describe_int4_config(*int4),
+               model.num_int4_matrices());
+  if (device == "cuda") {
+    spdlog::info("int4 checkpoints run as bf16 on the GPU until the int4 kernels exist");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<LoadedEngine> load_engine(const EngineOptions& o) {
   auto start = std::chrono::steady_clock::now();
   LoadedEngine le;
@@ -129,7 +175,8 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   RunnerOptions run = o.run;
   run.kv_cache_bytes = kv_bytes;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
-  if (!o.quantization.empty()) {
+  TERN_RETURN_IF_ERROR(check_int4_checkpoint(*le.model, source.path, o.quantization, device));
+  if (!o.quantization.empty() && !is_int4_method(o.quantization)) {
     if (device != "cpu") {
       return unsupported("--quantization " + o.quantization + " quantizes the CPU model; quantized weights on the "
                          "GPU are not supported yet (run with --device cpu, or leave --quantization out)");

@@ -15,6 +15,7 @@
 #include "base/mapped_file.h"
 #include "formats/gguf_q5.h"
 #include "formats/gguf_types.h"
+#include "formats/int4_weights.h"
 #include "model/ernie4_5/gguf_names.h"
 
 namespace tern {
@@ -63,6 +64,7 @@ Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& path
                                                          const cpu::KernelSet& kernels) {
   ModelConfig config;
   Checkpoint checkpoint;
+  std::optional<Int4Config> int4;
   if (is_gguf_file(path)) {
     TERN_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open_gguf(path));
     TERN_ASSIGN_OR_RETURN(config, ernie45::config_from_gguf(*checkpoint.gguf()));
@@ -72,10 +74,12 @@ Result<std::unique_ptr<Ernie45Model>> Ernie45Model::load(const std::string& path
     TERN_ASSIGN_OR_RETURN(std::string config_text, read_text_file(config_path));
     TERN_ASSIGN_OR_RETURN(config, parse_model_config(config_text, config_path));
     TERN_RETURN_IF_ERROR(check_config(config, config_path));
+    TERN_ASSIGN_OR_RETURN(int4, parse_int4_config(config_text, config_path));
     TERN_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open(path));
   }
   std::unique_ptr<Ernie45Model> model(
       new Ernie45Model(std::move(config), std::move(checkpoint), num_threads, kernels));
+  model->int4_ = int4;
   TERN_RETURN_IF_ERROR(model->bind_weights());
   if (model->checkpoint_.gguf() != nullptr) TERN_RETURN_IF_ERROR(model->check_all_tensors_used());
   model->pack_weights();
@@ -136,7 +140,47 @@ Result<const void*> Ernie45Model::tensor_data(const std::string& name, const std
   return static_cast<const void*>(owned_.back().get());
 }
 
+Result<bool> Ernie45Model::is_int4_matrix(const std::string& name) const {
+  constexpr std::string_view kSuffix = ".weight";
+  if (checkpoint_.gguf() != nullptr || !name.ends_with(kSuffix)) return false;
+  const std::string_view prefix(name.data(), name.size() - kSuffix.size());
+  if (int4_) {
+    const std::string marker = int4_marker_tensor(int4_->scheme, prefix);
+    if (checkpoint_.find(marker) == nullptr) return false;  // a layer left in float (modules_to_not_convert, ignore)
+    if (checkpoint_.find(name) != nullptr) {
+      return invalid_argument(checkpoint_.source() + ": holds both '" + name + "' and '" + marker +
+                              "'; a layer is either float or int4");
+    }
+    return true;
+  }
+  if (checkpoint_.find(name) != nullptr) return false;
+  for (Int4Scheme scheme : {Int4Scheme::kAwqGemm, Int4Scheme::kCompressedTensors}) {
+    const std::string marker = int4_marker_tensor(scheme, prefix);
+    if (checkpoint_.find(marker) != nullptr) {
+      return unsupported(checkpoint_.source() + ": tensor '" + name + "' is missing; '" + marker +
+                         "' is there, an int4 layer, but config.json has no quantization_config to say how it "
+                         "is packed");
+    }
+  }
+  return false;
+}
+
+Result<cpu::WeightMatrix> Ernie45Model::int4_matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
+  TERN_ASSIGN_OR_RETURN(std::vector<uint16_t> w, dequantize_int4_linear(checkpoint_, *int4_, prefix, rows, cols, &bound_));
+  dequantized_.push_back(std::move(w));
+  ++num_int4_matrices_;
+  cpu::WeightMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.dtype = DType::kBF16;
+  m.data = dequantized_.back().data();
+  return m;
+}
+
 Result<cpu::WeightMatrix> Ernie45Model::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  TERN_ASSIGN_OR_RETURN(bool int4, is_int4_matrix(name));
+  if (int4) return int4_matrix(name, rows, cols);
   cpu::WeightMatrix m;
   m.rows = rows;
   m.cols = cols;
@@ -246,7 +290,8 @@ Status Ernie45Model::bind_weights() {
     // A GGUF is tied exactly when it has no output.weight, so nothing is left over.
   } else {
     const std::string head = weight_name(Weight::kOutput);
-    if (checkpoint_.find(head) == nullptr) {
+    TERN_ASSIGN_OR_RETURN(bool int4_head, is_int4_matrix(head));
+    if (checkpoint_.find(head) == nullptr && !int4_head) {
       return not_found(checkpoint_.source() + ": " + head +
                        " is missing but config.json has tie_word_embeddings=false");
     }

@@ -3,13 +3,16 @@
 // (config.json + safetensors) or a GGUF file as llama.cpp writes it
 // (gguf_names.h), checks every tensor's name, shape and dtype, and runs the forward pass over a
 // KvCache (one sequence) or a PagedKvPool (a batch of sequences, one engine
-// step). Weights stay in the checkpoint's memory map (zero copy).
+// step). Weights stay in the checkpoint's memory map (zero copy), except the
+// matrices of an int4 checkpoint (AWQ, GPTQ, compressed-tensors W4A16:
+// formats/int4_weights.h), which are dequantized to bf16 at load.
 // Thread: one caller at a time (forward uses internal scratch and a pool).
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "formats/checkpoint.h"
+#include "formats/int4_config.h"
 #include "model/ernie4_5/gguf_names.h"
 #include "model/forward_batch.h"
 #include "model/gguf_quantize.h"
@@ -55,6 +59,11 @@ class Ernie45Model {
   // The GGUF file the model was loaded from (its tokenizer and sampling keys
   // too), valid while the model lives; nullptr for a Hugging Face folder.
   const GgufFile* gguf() const { return checkpoint_.gguf(); }
+  // The int4 scheme of the folder (config.json's quantization_config), and
+  // how many of its matrices were int4 and are now bf16; nullopt and 0 for a
+  // float checkpoint or a GGUF file.
+  const std::optional<Int4Config>& int4_config() const { return int4_; }
+  int64_t num_int4_matrices() const { return num_int4_matrices_; }
   int num_threads() const { return pool_.num_threads(); }
   const cpu::KernelSet& kernels() const { return *kernels_; }
 
@@ -132,6 +141,12 @@ class Ernie45Model {
   Result<const void*> tensor_data(const std::string& name, const std::vector<int64_t>& shape, DType* dtype,
                                   bool matrix);
   Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols);
+  // True when the matrix `name` ("....weight") is stored as an int4 layer;
+  // an error when the folder holds it both ways, or int4 tensors without a
+  // quantization_config that says how they are packed.
+  Result<bool> is_int4_matrix(const std::string& name) const;
+  // The int4 layer behind `name`, dequantized to bf16 (kept in dequantized_).
+  Result<cpu::WeightMatrix> int4_matrix(const std::string& name, int64_t rows, int64_t cols);
   Result<cpu::WeightVector> vector(const std::string& name, int64_t size);
 
   // Where a step's K/V rows go and are read from (interface), for one
@@ -155,6 +170,9 @@ class Ernie45Model {
   Checkpoint checkpoint_;  // owns the memory maps the weight views point into
   std::vector<std::string> bound_;  // names of the tensors bind_weights took
   std::vector<std::unique_ptr<uint64_t[]>> owned_;  // aligned copies of misaligned tensors
+  std::optional<Int4Config> int4_;
+  std::vector<std::vector<uint16_t>> dequantized_;  // bf16 matrices of int4 layers
+  int64_t num_int4_matrices_ = 0;
   std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;  // what the matrices' `packed` point to
   cpu::WeightMatrix embed_;
   cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings
