@@ -123,14 +123,15 @@ Status unpack_awq(LayerTensors& t, const Int4Config& c, Unpacked& u) {
                             " is not a multiple of 8, which AWQ GEMM packs into each int32");
   }
   if (u.in % width != 0) {
-    return invalid_argument(t.name("qweight") + ": group_size " + std::to_string(width) + " does not divide in_features " +
-                            std::to_string(u.in) + " (AWQ GEMM stores whole groups)");
+    return invalid_argument(t.name("qweight") + ": group_size " + std::to_string(width) +
+                            " does not divide in_features " + std::to_string(u.in) + " (AWQ GEMM stores whole groups)");
   }
   u.groups = u.in / width;
   const int64_t words = u.out / 8;
-  TERN_ASSIGN_OR_RETURN(const TensorView* qweight, t.get("qweight", {u.in, words}, {DType::kI32}, "[in_features, out_features / 8] int32"));
-  TERN_ASSIGN_OR_RETURN(const TensorView* qzeros,
-                        t.get("qzeros", {u.groups, words}, {DType::kI32}, "[in_features / group_size, out_features / 8] int32"));
+  TERN_ASSIGN_OR_RETURN(const TensorView* qweight,
+                        t.get("qweight", {u.in, words}, {DType::kI32}, "[in_features, out_features / 8] int32"));
+  TERN_ASSIGN_OR_RETURN(const TensorView* qzeros, t.get("qzeros", {u.groups, words}, {DType::kI32},
+                                                        "[in_features / group_size, out_features / 8] int32"));
   TERN_ASSIGN_OR_RETURN(const TensorView* scales,
                         t.get("scales", {u.groups, u.out}, kScaleDTypes, "[in_features / group_size, out_features]"));
   TERN_RETURN_IF_ERROR(read_scales(*scales, /*out_major=*/false, u, t));

@@ -11,6 +11,7 @@
 #include "base/mapped_file.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf.h"
+#include "formats/int4_config.h"
 #include "engine/runner.h"
 #include "runners/cpu_runner.h"
 #include "runners/cuda_runner.h"

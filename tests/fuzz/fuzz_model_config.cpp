@@ -1,11 +1,14 @@
 // libFuzzer target for config.json / generation_config.json parsing: any
 // text must give an error or a config that keeps the promises the forward
 // pass and the sampler rely on (dims in range, heads divisible, ids below
-// vocab_size, sampling values in their ranges). A violation traps.
+// vocab_size, sampling values in their ranges), and an int4
+// quantization_config the layer loaders can trust (a group width of at
+// least one channel). A violation traps.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "formats/int4_config.h"
 #include "model/model_config.h"
 
 namespace {
@@ -55,6 +58,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_model_config(*config);
   } else {
     check(!config.status().message().empty());
+  }
+
+  auto int4 = tern::parse_int4_config(text, "config.json");
+  if (int4.is_ok()) {
+    if (int4->has_value()) {
+      const tern::Int4Config& c = **int4;
+      check(c.group_size >= 0 && c.group_width(4096) >= 1);
+      check(!tern::describe_int4_config(c).empty());
+    }
+  } else {
+    check(!int4.status().message().empty());
   }
 
   auto generation = tern::parse_generation_config(text, "generation_config.json");

@@ -167,7 +167,8 @@ Result<bool> Ernie45Model::is_int4_matrix(const std::string& name) const {
 
 Result<cpu::WeightMatrix> Ernie45Model::int4_matrix(const std::string& name, int64_t rows, int64_t cols) {
   const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
-  TERN_ASSIGN_OR_RETURN(std::vector<uint16_t> w, dequantize_int4_linear(checkpoint_, *int4_, prefix, rows, cols, &bound_));
+  TERN_ASSIGN_OR_RETURN(std::vector<uint16_t> w,
+                        dequantize_int4_linear(checkpoint_, *int4_, prefix, rows, cols, &bound_));
   dequantized_.push_back(std::move(w));
   ++num_int4_matrices_;
   cpu::WeightMatrix m;

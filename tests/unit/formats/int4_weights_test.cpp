@@ -128,10 +128,10 @@ Tensors pack_compressed_tensors(const Layer& l, bool symmetric) {
   std::vector<int32_t> packed, zp;
   for (int64_t o = 0; o < l.out; ++o)
     for (int64_t k = 0; k < words; ++k)
-      packed.push_back(word([&](int n) { return 8 * k + n < l.in ? l.q[static_cast<size_t>(o * l.in + 8 * k + n)] : 0; }));
+      packed.push_back(word([&](int n) { return 8 * k + n < l.in ? l.q[size_t(o * l.in + 8 * k + n)] : 0; }));
   for (int64_t j = 0; j < zero_rows; ++j)
     for (int64_t g = 0; g < l.groups; ++g)
-      zp.push_back(word([&](int n) { return 8 * j + n < l.out ? l.zero[static_cast<size_t>(g * l.out + 8 * j + n)] : 0; }));
+      zp.push_back(word([&](int n) { return 8 * j + n < l.out ? l.zero[size_t(g * l.out + 8 * j + n)] : 0; }));
   std::vector<uint16_t> scale;  // bf16, [out][groups]
   for (int64_t o = 0; o < l.out; ++o)
     for (int64_t g = 0; g < l.groups; ++g) scale.push_back(f32_to_bf16(l.scale[static_cast<size_t>(g * l.out + o)]));
