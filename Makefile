@@ -11,7 +11,7 @@ TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
 .PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build tsan run bench bench-cpu \
-  random-model clean wheel reliability soak
+  random-model clean wheel reliability soak compat
 
 all: build
 
@@ -180,6 +180,17 @@ bench-cpu: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tern tern_cpu_linear_bench
 	@TERN_BIN=$(TERN) BW_BIN=$(BUILD_DIR)/bin/tern_cpu_linear_bench PYTHON=$(PY) \
 	  bench/serving/baselines/llama_cpp_cpu_bench.sh bench/results/cpu-llama
+
+# tern and llama.cpp on each other's GGUF files (tests/compat, docs/compat.md): llama.cpp's
+# converter and llama-quantize against tern convert / tern quantize on the tiny models, every file
+# loaded in both tools, greedy tokens compared, files compared byte by byte, and each quantization's
+# KL divergence against bf16 from tern perplexity beside llama-perplexity's; rewrites docs/compat.md.
+# Builds llama.cpp's CPU tools and the converter's venv (torch) first, cached in LLAMA_DIR outside
+# the repo: the first run takes 20-30 minutes more on 2 cores, later runs about 4 minutes. Not in
+# `make test` for that reason; tests/e2e/test_gguf.py checks tern's files with gguf-py there.
+compat: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tern
+	@TERN_BIN=$(TERN) PYTHON=$(PY) tests/compat/run.sh
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(TSAN_BUILD_DIR)

@@ -6,7 +6,9 @@ baidu/ERNIE-4.5-0.3B-PT (MODEL.md); the weights are random, deterministic from
 --seed. Benchmarks run on it, since every byte and FLOP is still exercised.
 Needs numpy only; takes a few seconds. The copied SentencePiece model is
 padded to the full vocabulary (bench/serving/sp_vocab.py says why) unless
---no-pad-tokenizer.
+--no-pad-tokenizer. --hidden, --intermediate, --heads, --kv-heads,
+--head-dim, --vocab, --untied and --init-std make smaller models of other
+shapes (tests/compat's wide model, whose rows split into K-quant blocks).
 
     python3 tools/make_random_model.py --out models/ernie-4.5-0.3b-random \
         --tokenizer-from tests/data/ernie-tiny
@@ -51,11 +53,11 @@ def tensor_specs(c):
     return specs
 
 
-def random_bf16(rng, shape, is_norm):
+def random_bf16(rng, shape, is_norm, std=0.02):
     if is_norm:
         x = 1.0 + 0.05 * rng.standard_normal(shape, dtype=np.float32)
     else:
-        x = 0.02 * rng.standard_normal(shape, dtype=np.float32)
+        x = std * rng.standard_normal(shape, dtype=np.float32)
     bits = x.view(np.uint32)
     # Round to nearest even, as torch does when casting to bfloat16.
     bits = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
@@ -68,6 +70,12 @@ def main():
     ap.add_argument("--tokenizer-from", required=True, help="model folder whose tokenizer files are copied")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (smaller test models)")
+    for flag, key in (("--hidden", "hidden_size"), ("--intermediate", "intermediate_size"),
+                      ("--heads", "num_attention_heads"), ("--kv-heads", "num_key_value_heads"),
+                      ("--head-dim", "head_dim"), ("--vocab", "vocab_size")):
+        ap.add_argument(flag, type=int, dest=key, default=None, help=f"override {key}")
+    ap.add_argument("--untied", action="store_true", help="a separate lm_head.weight (tie_word_embeddings false)")
+    ap.add_argument("--init-std", type=float, default=0.02, help="standard deviation of the matrices' weights")
     ap.add_argument("--no-pad-tokenizer", dest="pad_tokenizer", action="store_false",
                     help="keep the copied tokenizer.model as is (most ids then decode to no text)")
     args = ap.parse_args()
@@ -75,8 +83,15 @@ def main():
     config = dict(CONFIG)
     if args.layers:
         config["num_hidden_layers"] = args.layers
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "vocab_size"):
+        if getattr(args, key) is not None:
+            config[key] = getattr(args, key)
+    config["tie_word_embeddings"] = not args.untied
     os.makedirs(args.out, exist_ok=True)
     specs = tensor_specs(config)
+    if args.untied:
+        specs.append(("lm_head.weight", (config["vocab_size"], config["hidden_size"])))
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in specs:
         size = int(np.prod(shape)) * 2
@@ -90,7 +105,7 @@ def main():
         f.write(struct.pack("<Q", len(header_bytes)))
         f.write(header_bytes)
         for name, shape in specs:
-            f.write(random_bf16(rng, shape, name.endswith("norm.weight")).tobytes())
+            f.write(random_bf16(rng, shape, name.endswith("norm.weight"), args.init_std).tobytes())
     os.replace(tmp, os.path.join(args.out, "model.safetensors"))
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)

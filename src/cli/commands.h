@@ -20,6 +20,7 @@ struct GenerateOptions {
   int64_t max_tokens = 128;
   SamplingFlags sampling;
   bool json = false;
+  int logprobs = -1;  // with --json: the N most likely tokens at each generated position (-1: none)
   std::string log_level = "warn";
 };
 
@@ -67,6 +68,20 @@ struct QuantizeOptions {
 
 void add_quantize_command(CLI::App& app, QuantizeOptions& options);
 int run_quantize(const QuantizeOptions& options);
+
+struct PerplexityOptions {
+  EngineOptions engine;
+  std::string file;             // text to score (not needed with --kl-divergence: the base holds the tokens)
+  int64_t n_ctx = 512;          // window: the first half is context, the second half is scored
+  int64_t n_chunks = -1;        // windows to score; -1: as many as the text fills
+  std::string kl_base;          // llama-perplexity's --kl-divergence-base file (written, or read with kl_divergence)
+  bool kl_divergence = false;   // score against kl_base instead of writing it
+  std::string json_out;
+  std::string log_level = "warn";
+};
+
+void add_perplexity_command(CLI::App& app, PerplexityOptions& options);
+int run_perplexity(const PerplexityOptions& options);
 
 struct ChatOptions {
   EngineOptions engine;

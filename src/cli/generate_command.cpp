@@ -32,6 +32,10 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->capture_default_str()->envname("TERN_MAX_TOKENS");
   add_sampling_flags(*cmd, o.sampling);
   cmd->add_flag("--json", o.json, "Print one JSON object (prompt_token_ids, token_ids, text, finish_reason)");
+  cmd->add_option("--logprobs", o.logprobs,
+                  "With --json: each generated token's log-probability and the N most likely tokens there "
+                  "([id, logprob] pairs, most likely first), under the raw logits")
+      ->check(CLI::Range(0, kMaxLogprobs));
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
 }
 
@@ -49,6 +53,10 @@ int run_generate(const GenerateOptions& o) {
   request.id = "generate-0";
   request.prompt = le.tokenizer->encode(text, !o.chat);
   request.params = sampling_params(o.sampling, le.generation_defaults, o.max_tokens);
+  if (o.logprobs >= 0) {
+    if (!o.json) return fail(invalid_argument("--logprobs prints with --json only"));
+    request.params.logprobs = o.logprobs;
+  }
   int64_t room = le.max_model_len - static_cast<int64_t>(request.prompt.size());
   if (room > 0 && request.params.max_tokens > room) {
     return fail(invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +
@@ -62,6 +70,7 @@ int run_generate(const GenerateOptions& o) {
   if (!st.is_ok()) return fail(st);
 
   std::vector<int32_t> out_ids;
+  nlohmann::json out_logprobs = nlohmann::json::array();
   std::string out_text, finish_reason;
   RequestOutput last;
   auto start = std::chrono::steady_clock::now();
@@ -71,6 +80,11 @@ int run_generate(const GenerateOptions& o) {
       if (!e.error.is_ok()) return fail(e.error);
       for (const SequenceOutput& s : e.sequences) {
         out_ids.insert(out_ids.end(), s.token_ids.begin(), s.token_ids.end());
+        for (const SampleResult& r : s.logprobs) {
+          nlohmann::json top = nlohmann::json::array();
+          for (const TokenLogprob& t : r.top) top.push_back({t.id, t.logprob});
+          out_logprobs.push_back({{"token", r.token}, {"logprob", r.logprob}, {"top", std::move(top)}});
+        }
         out_text += s.text;
         if (!o.json && !s.text.empty()) {
           std::fwrite(s.text.data(), 1, s.text.size(), stdout);
@@ -91,6 +105,7 @@ int run_generate(const GenerateOptions& o) {
                         {"finish_reason", finish_reason},
                         {"timings", {{"load_ms", le.load_ms}, {"ttft_ms", last.ttft_ms}, {"total_ms", total_ms},
                                      {"decode_tokens_per_second", decode_tps}, {"threads", threads}}}};
+    if (o.logprobs >= 0) j["logprobs"] = std::move(out_logprobs);
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
     std::fputc('\n', stdout);

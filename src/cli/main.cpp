@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   tern::cli::QuantizeOptions quantize;
   tern::cli::add_quantize_command(app, quantize);
 
+  tern::cli::PerplexityOptions perplexity;
+  tern::cli::add_perplexity_command(app, perplexity);
+
   tern::cli::ChatOptions chat;
   tern::cli::add_chat_command(app, chat);
   tern::cli::DownloadOptions download;
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("serve")) return tern::cli::run_serve(serve);
   if (app.got_subcommand("convert")) return tern::cli::run_convert(convert);
   if (app.got_subcommand("quantize")) return tern::cli::run_quantize(quantize);
+  if (app.got_subcommand("perplexity")) return tern::cli::run_perplexity(perplexity);
   if (app.got_subcommand("chat")) return tern::cli::run_chat(chat);
   if (app.got_subcommand("download")) return tern::cli::run_download(download);
   return 0;

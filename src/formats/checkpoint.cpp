@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "base/checked_math.h"
+#include "formats/gguf_q5.h"
+
 namespace tern {
 namespace {
 
@@ -132,21 +135,42 @@ Result<Checkpoint> Checkpoint::open_gguf(const std::string& path) {
   ckpt.gguf_views_ = std::make_unique<std::vector<TensorView>>();
   ckpt.gguf_views_->reserve(tensors.size());
   for (const GgufTensor& t : tensors) {
-    std::optional<DType> dtype = ggml_type_to_dtype(t.type);
+    std::optional<DType> dtype = is_q5_type(t.type) ? DType::kF32 : ggml_type_to_dtype(t.type);
     if (!dtype) {
       return unsupported(path + ": tensor '" + t.name + "' has type " + std::string(ggml_type_name(t.type)) +
-                         "; tern reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K GGUF tensors");
+                         "; tern reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K GGUF tensors, and "
+                         "Q5_0 and Q5_1 expanded to F32");
     }
     TensorView v;
     v.name = t.name;
     v.dtype = *dtype;
     v.shape.assign(t.dims.rbegin(), t.dims.rend());
     v.data = t.data;
+    if (is_q5_type(t.type)) {
+      TERN_ASSIGN_OR_RETURN(v.data, ckpt.expand_q5(t));
+    }
     ckpt.gguf_views_->push_back(std::move(v));
   }
   // The reader refuses duplicate names, so every insertion succeeds.
   for (const TensorView& v : *ckpt.gguf_views_) ckpt.by_name_.emplace(v.name, Entry{&v, kGgufEntry});
   return ckpt;
+}
+
+// The reader checked that the data holds whole blocks of the tensor's shape.
+Result<std::span<const uint8_t>> Checkpoint::expand_q5(const GgufTensor& t) {
+  const uint64_t n = t.num_elements();
+  const auto bytes = checked_mul(n, sizeof(float));
+  if (!bytes || t.dims.empty() || t.dims[0] <= 0) {
+    return out_of_range(gguf_->name() + ": tensor '" + t.name + "' is too large to expand to F32");
+  }
+  auto values = std::make_unique<float[]>(n);
+  const auto ncols = static_cast<uint64_t>(t.dims[0]);
+  const uint64_t row_bytes = t.data.size() / (n / ncols);
+  for (uint64_t r = 0; r < n / ncols; ++r) {
+    dequantize_q5_row(t.type, t.data.data() + r * row_bytes, static_cast<int64_t>(ncols), values.get() + r * ncols);
+  }
+  expanded_.push_back(std::move(values));
+  return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(expanded_.back().get()), *bytes);
 }
 
 std::string Checkpoint::file_of(std::string_view name) const {

@@ -56,10 +56,13 @@ class Checkpoint {
   };
   static constexpr size_t kGgufEntry = static_cast<size_t>(-1);
   Status add_file(std::unique_ptr<SafetensorsFile> file);
+  // A Q5_0 / Q5_1 tensor of gguf_ as F32 values owned by expanded_.
+  Result<std::span<const uint8_t>> expand_q5(const GgufTensor& t);
 
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<std::vector<TensorView>> gguf_views_;  // never resized once filled
+  std::vector<std::unique_ptr<float[]>> expanded_;       // Q5_0 / Q5_1 tensors as F32 (their views point here)
   std::string source_;
   std::map<std::string, Entry, std::less<>> by_name_;
 };

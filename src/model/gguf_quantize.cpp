@@ -8,9 +8,9 @@
 //    use_more_bits picks (the first and last eighth, every third between).
 //  - everything else the mix's base type, token_embd included.
 // Then the fallback for rows that do not split into the chosen type's
-// blocks: llama.cpp writes Q5_0 / Q5_1 / Q8_0 for Q4_K / Q5_K / Q6_K; tern
-// reads neither Q5 type, so all three become Q8_0 (at least as many bits);
-// rows that do not split into 32 either are F16, as in llama.cpp.
+// blocks, as llama.cpp's: Q5_0 / Q5_1 / Q8_0 for Q4_K / Q5_K / Q6_K (tern
+// reads the two Q5 types by expanding them to F32 at load, formats/gguf_q5.h);
+// rows that do not split into 32 either are F16.
 #include "model/gguf_quantize.h"
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 
 #include "backend/cpu/quant_reference.h"
 #include "base/bf16.h"
+#include "formats/gguf_q5.h"
 #include "formats/gguf_writer.h"
 
 namespace tern {
@@ -49,11 +50,13 @@ bool quantizable(const GgufTensor& t) { return t.dims.size() >= 2 && ends_with(t
 // every third one between.
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// tensor_type_fallback, narrowed to the types tern reads.
+// tensor_type_fallback for the types the five mixes choose.
 GgmlType fallback(GgmlType chosen, int64_t ncols) {
   if (ncols % ggml_type_info(chosen).block_size == 0) return chosen;
   GgmlType t = chosen;
-  if (chosen == GgmlType::kQ4_K || chosen == GgmlType::kQ5_K || chosen == GgmlType::kQ6_K) t = GgmlType::kQ8_0;
+  if (chosen == GgmlType::kQ4_K) t = GgmlType::kQ5_0;
+  if (chosen == GgmlType::kQ5_K) t = GgmlType::kQ5_1;
+  if (chosen == GgmlType::kQ6_K) t = GgmlType::kQ8_0;
   if (ncols % ggml_type_info(t).block_size != 0) t = GgmlType::kF16;
   return t;
 }
@@ -75,7 +78,9 @@ GgmlType chosen_type(QuantMix mix, const GgufTensor& t, bool tied, int64_t i_att
 }
 
 // One row of `t` as f32. `t`'s size was checked by the reader.
-void dequantize(DType dtype, const uint8_t* row, int64_t n, float* out) {
+void dequantize(GgmlType type, const uint8_t* row, int64_t n, float* out) {
+  if (is_q5_type(type)) return dequantize_q5_row(type, row, n, out);
+  const DType dtype = *ggml_type_to_dtype(type);
   if (is_quantized(dtype)) return cpu::dequantize_row(dtype, row, n, out);
   for (int64_t i = 0; i < n; ++i) {
     if (dtype == DType::kF32) {
@@ -97,10 +102,12 @@ void quantize(GgmlType type, const float* row, int64_t n, uint8_t* out) {
     }
     return;
   }
+  if (is_q5_type(type)) return quantize_q5_row(type, row, n, out);
   cpu::quantize_row(*ggml_type_to_dtype(type), row, n, out);
 }
 
 bool readable(GgmlType t) {
+  if (is_q5_type(t)) return true;
   const std::optional<DType> d = ggml_type_to_dtype(t);
   return d && (*d == DType::kF32 || *d == DType::kF16 || *d == DType::kBF16 ||
                (is_quantized(*d) && *d != DType::kQ8_K));
@@ -110,9 +117,8 @@ bool readable(GgmlType t) {
 Result<std::vector<uint8_t>> requantize(const GgufTensor& t, GgmlType type, const std::string& file) {
   if (!readable(t.type)) {
     return unsupported(file + ": tensor '" + t.name + "' is " + std::string(ggml_type_name(t.type)) +
-                       "; tern quantize reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K");
+                       "; tern quantize reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1");
   }
-  const DType in = *ggml_type_to_dtype(t.type);
   const int64_t ncols = t.dims[0];
   const std::optional<uint64_t> out_bytes = ggml_tensor_bytes(type, t.dims);
   if (ncols <= 0 || t.num_elements() == 0 || !out_bytes) return std::vector<uint8_t>();
@@ -122,7 +128,7 @@ Result<std::vector<uint8_t>> requantize(const GgufTensor& t, GgmlType type, cons
   std::vector<uint8_t> out(*out_bytes);
   std::vector<float> row(static_cast<size_t>(ncols));
   for (int64_t r = 0; r < nrows; ++r) {
-    dequantize(in, t.data.data() + r * in_row, ncols, row.data());
+    dequantize(t.type, t.data.data() + r * in_row, ncols, row.data());
     quantize(type, row.data(), ncols, out.data() + r * out_row);
   }
   return out;

@@ -45,8 +45,8 @@ Result<QuantMix> parse_quant_mix(std::string_view name);
 // The type `mix` gives each of `tensors` (same order): tensors that are not
 // quantized (fewer than 2 dims or a name not ending in "weight": norms)
 // keep their type; the others get llama.cpp's choice, then its fallback
-// when the rows do not split into the chosen type's blocks, narrowed to the
-// types tern reads (see the .cpp). The layer counters of attn_v and
+// when the rows do not split into the chosen type's blocks (Q5_0, Q5_1,
+// Q8_0 or F16; see the .cpp). The layer counters of attn_v and
 // ffn_down run over the tensors in this order, as llama.cpp's do.
 std::vector<GgmlType> plan_quant_types(QuantMix mix, std::span<const GgufTensor> tensors);
 
@@ -60,7 +60,7 @@ struct QuantizeSummary {
 
 // Reads `input`, writes `output` (through output.tmp and a rename). Each
 // planned matrix is dequantized to f32 (F32, F16, BF16, Q8_0, Q4_0, Q4_K,
-// Q5_K, Q6_K) and quantized to its new type; one already of its new type is
+// Q5_K, Q6_K, Q5_0, Q5_1) and quantized to its new type; one already of its new type is
 // copied as is. Keys are copied in order, then general.quantization_version
 // (2) and general.file_type (the mix's id) are set as llama-quantize sets
 // them: removed where they were and appended, in that order. Errors:

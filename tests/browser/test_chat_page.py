@@ -358,6 +358,7 @@ def test_demo_model_shows_its_notice_and_answers_a_title_with_a_poem(browser):
     from .browser_support import ROOT
 
     server = TernServer(model=ROOT / "models" / "ernie-demo")
+    b = None
     try:
         b = browser()
         b.open(server.url + "/")
@@ -372,4 +373,6 @@ def test_demo_model_shows_its_notice_and_answers_a_title_with_a_poem(browser):
         assert "春眠不觉晓" in answer.text, answer.text
         b.screenshot("demo-model")
     finally:
+        if b is not None:
+            b.open("about:blank")  # the page polls /metrics: leave it before its server stops
         stop_cleanly(server)

@@ -113,7 +113,7 @@ def test_gguf_py_reads_what_llama_cpp_converter_writes(converted, model, outtype
     value = {name: field_value(f) for name, f in reader.fields.items()}
     assert value["general.architecture"] == "ernie4_5"
     assert value["general.type"] == "model"
-    assert value["general.name"] == model
+    assert value["general.name"] == " ".join(w.title() for w in model.split("-"))  # the converter's title
     assert value["ernie4_5.block_count"] == config["num_hidden_layers"]
     assert value["ernie4_5.context_length"] == config["max_position_embeddings"]
     assert value["ernie4_5.embedding_length"] == config["hidden_size"]
@@ -260,17 +260,27 @@ Q8_0, Q4_0 = GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0
 
 
 def tiny_quant_type(qtype, t, tied):
-    """What each type gives a tiny-model tensor: rows of 64 and 192 (48 and 96
-    untied) fit no K-quant block, so those fall back to Q8_0, and rows of 48
-    fit no block at all: F16. The output (the embedding when tied) is Q6_K
-    under q4_0, which does not fit either: Q8_0."""
+    """What each type gives a tiny-model tensor, as llama-quantize gives it:
+    rows of 64 and 192 (48 and 96 untied) fit no K-quant block, so Q4_K falls
+    back to Q5_0, Q5_K to Q5_1 and Q6_K to Q8_0, and rows of 48 fit no block
+    at all: F16. The output (the embedding when tied) is Q6_K under all but
+    q8_0, which does not fit: Q8_0; so are attn_v and ffn_down of the last
+    layer (of 3 tied, 2 untied) under the K mixes."""
     name = t.name
     if "norm" in name:
         return GGMLQuantizationType.F32
     if t.shape[0] % 32:
         return GGMLQuantizationType.F16
     is_output = name == "output.weight" or (tied and name == "token_embd.weight")
-    return Q4_0 if qtype == "q4_0" and not is_output else Q8_0
+    if qtype == "q4_0":
+        return Q8_0 if is_output else Q4_0
+    if qtype not in ("q4_k_m", "q5_k_m"):
+        return Q8_0
+    last = 2 if tied else 1
+    more_bits = name in (f"blk.{last}.attn_v.weight", f"blk.{last}.ffn_down.weight")
+    if is_output or more_bits:
+        return Q8_0
+    return GGMLQuantizationType.Q5_0 if qtype == "q4_k_m" else GGMLQuantizationType.Q5_1
 
 
 def quantize(tern_bin, src, out, qtype):

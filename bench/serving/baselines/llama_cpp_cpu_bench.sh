@@ -48,16 +48,9 @@ tools="llama-bench llama-quantize"
 eval "$(LLAMA_TOOLS=$tools bench/serving/baselines/build_llama_cpp.sh | tail -n 2)"  # sets src= and bin=
 LLAMA_DIR=${LLAMA_DIR:-$HOME/.cache/tern/llama.cpp}
 
-# 2. The converter's own environment: torch (PyPI's wheel), the pins of its
-#    requirements-convert_*.txt, and gguf-py from the same source tree.
-CONVERT_VENV=${CONVERT_VENV:-$LLAMA_DIR/convert-venv}
-if ! "$CONVERT_VENV/bin/python" -c "import torch, transformers, sentencepiece, safetensors, google.protobuf" \
-    2>/dev/null; then
-  note "setting up $CONVERT_VENV (torch and the converter's requirements; large download)"
-  python3 -m venv "$CONVERT_VENV"
-  "$CONVERT_VENV/bin/pip" install -q "torch==2.11.0" "numpy~=2.2.6" "sentencepiece>=0.1.98,<0.3.0" \
-    "transformers==4.57.6" safetensors "protobuf>=4.21.0,<5.0.0" pyyaml
-fi
+# 2. The converter's own environment (llama_cpp_convert_env.sh, cached).
+eval "$(bench/serving/baselines/llama_cpp_convert_env.sh | tail -n 1)"  # sets python=
+CONVERT_PYTHON=$python
 
 # 3. GGUF files (cached; redone when the checkpoint is newer).
 mkdir -p "$GGUF_DIR"
@@ -65,7 +58,7 @@ name=$(basename "$MODEL")
 bf16="$GGUF_DIR/$name-BF16.gguf"
 if [ ! -s "$bf16" ] || [ "$MODEL/model.safetensors" -nt "$bf16" ]; then
   note "converting $MODEL to $bf16"
-  "$CONVERT_VENV/bin/python" "$src/convert_hf_to_gguf.py" "$MODEL" --outtype bf16 --outfile "$bf16.tmp" \
+  "$CONVERT_PYTHON" "$src/convert_hf_to_gguf.py" "$MODEL" --outtype bf16 --outfile "$bf16.tmp" \
     > "$OUT/convert.log" 2>&1 || { tail -n 20 "$OUT/convert.log"; exit 1; }
   mv "$bf16.tmp" "$bf16"
 fi

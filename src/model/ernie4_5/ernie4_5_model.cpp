@@ -13,6 +13,7 @@
 #include "backend/cpu/quant_reference.h"
 #include "base/checked_math.h"
 #include "base/mapped_file.h"
+#include "formats/gguf_q5.h"
 #include "formats/gguf_types.h"
 #include "formats/int4_weights.h"
 #include "model/ernie4_5/gguf_names.h"
@@ -237,7 +238,9 @@ Status Ernie45Model::quantize(QuantMix mix) {
   std::vector<float> row;
   for (size_t i = 0; i < matrices.size(); ++i) {
     cpu::WeightMatrix& m = *matrices[i];
-    std::optional<DType> to = ggml_type_to_dtype(types[i]);
+    // llama-quantize's Q5_0 / Q5_1 fallbacks (rows that do not split into
+    // 256-value blocks): tern has no kernels for them, Q8_0 keeps more bits.
+    std::optional<DType> to = is_q5_type(types[i]) ? DType::kQ8_0 : ggml_type_to_dtype(types[i]);
     if (!to || *to == m.dtype) continue;
     if (!cpu::is_quantized_weight_dtype(*to)) continue;  // a fallback to a float type: keep the original
     const int64_t row_bytes = cpu::row_bytes(*to, m.cols);

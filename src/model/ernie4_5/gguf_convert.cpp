@@ -133,6 +133,42 @@ std::string folder_name(const std::string& dir) {
 
 }  // namespace
 
+std::string model_title(std::string_view folder_name) {
+  std::string out, word;
+  auto flush = [&] {
+    if (word.empty()) return;
+    bool has_lower = false, has_upper = false;
+    for (char c : word) {
+      has_lower |= c >= 'a' && c <= 'z';
+      has_upper |= c >= 'A' && c <= 'Z';
+    }
+    const bool digit_first = word[0] >= '0' && word[0] <= '9';
+    bool version = word.size() > 1 && word[0] == 'v' && word[1] >= '0' && word[1] <= '9';
+    for (size_t i = 1; version && i < word.size(); ++i) {
+      version = (word[i] >= '0' && word[i] <= '9') || (word[i] == '.' && i + 1 < word.size() && word[i - 1] != '.');
+    }
+    if (has_lower && !has_upper && !digit_first && !version) {
+      bool start = true;  // str.title(): a letter after a non-letter starts a word
+      for (char& c : word) {
+        const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        if (letter && start) c = static_cast<char>(c - 'a' + 'A');
+        start = !letter;
+      }
+    }
+    out += (out.empty() ? "" : " ") + word;
+    word.clear();
+  };
+  for (char c : folder_name) {
+    if (c == '-' || c == ' ' || c == '\t' || c == '\n') {
+      flush();
+    } else {
+      word += c;
+    }
+  }
+  flush();
+  return out;
+}
+
 Result<OutType> parse_out_type(std::string_view name) {
   if (name == "auto") return OutType::kAuto;
   if (name == "f32") return OutType::kF32;
@@ -269,7 +305,7 @@ Result<GgufConversion> convert_to_gguf(const std::string& dir, OutType outtype, 
     TERN_RETURN_IF_ERROR(
         writer.add("general.sampling.penalty_repeat", GgufValue(static_cast<float>(*gen.repetition_penalty))));
   }
-  TERN_RETURN_IF_ERROR(writer.add("general.name", GgufValue(folder_name(dir))));
+  TERN_RETURN_IF_ERROR(writer.add("general.name", GgufValue(model_title(folder_name(dir)))));
   TERN_RETURN_IF_ERROR(writer.add("general.size_label", GgufValue(result.size_label)));
   for (GgufKeyValue& kv : hparam_key_values(config)) TERN_RETURN_IF_ERROR(writer.add(kv.key, std::move(kv.value)));
   TERN_RETURN_IF_ERROR(writer.add("general.file_type", GgufValue(result.file_type)));

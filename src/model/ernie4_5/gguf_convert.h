@@ -45,5 +45,11 @@ Result<GgufConversion> convert_to_gguf(const std::string& dir, OutType outtype, 
 // llama.cpp's general.size_label for a parameter count ("361M", "1.5B",
 // "0.40K"): gguf-py's model_weight_count_rounded_notation.
 std::string size_label(uint64_t num_params);
+// general.name from the folder's name, as convert_hf_to_gguf.py titles it when
+// nothing else names the model: '-' become spaces, and each all-lower-case
+// word is capitalized (title case) unless it is a version ("v2", "v1.5") or
+// starts with a digit: "ernie-tiny" -> "Ernie Tiny", "ERNIE-4.5-0.3B-PT" kept
+// but for the spaces. Only ASCII letters are re-cased.
+std::string model_title(std::string_view folder_name);
 
 }  // namespace tern::ernie45

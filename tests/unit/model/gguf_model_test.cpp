@@ -97,7 +97,7 @@ TEST_P(GgufConvertTest, KeysAreLlamaCppConvertersInItsOrder) {
   };
   EXPECT_EQ(*f->get_string("general.architecture"), "ernie4_5");
   EXPECT_EQ(*f->get_string("general.type"), "model");
-  EXPECT_EQ(*f->get_string("general.name"), std::get<0>(GetParam()));
+  EXPECT_EQ(*f->get_string("general.name"), ernie45::model_title(std::get<0>(GetParam())));
   EXPECT_FLOAT_EQ(*f->get_f32("general.sampling.temp"), 0.8f);
   EXPECT_FLOAT_EQ(*f->get_f32("general.sampling.top_p"), 0.8f);
   EXPECT_FLOAT_EQ(*f->get_f32("general.sampling.penalty_repeat"), 1.0f);
@@ -466,6 +466,16 @@ TEST(GgufNames, SizeLabelIsLlamaCpps) {
   EXPECT_EQ(ernie45::size_label(1'500'000'000), "1.5B");
   EXPECT_EQ(ernie45::size_label(400), "0.40K");
   EXPECT_EQ(ernie45::size_label(5'300'000), "5.3M");
+}
+
+// general.name as convert_hf_to_gguf.py titles a folder name (gguf-py's
+// Metadata.id_to_title), so both converters write the same key.
+TEST(GgufModelTitle, FolderNamesAreTitledAsTheConverterTitlesThem) {
+  EXPECT_EQ(ernie45::model_title("ernie-tiny"), "Ernie Tiny");
+  EXPECT_EQ(ernie45::model_title("ERNIE-4.5-0.3B-PT"), "ERNIE 4.5 0.3B PT");
+  EXPECT_EQ(ernie45::model_title("ernie-4.5-0.3b-random"), "Ernie 4.5 0.3b Random");
+  EXPECT_EQ(ernie45::model_title("my-model-v2.1-chat"), "My Model v2.1 Chat");
+  EXPECT_EQ(ernie45::model_title("qwen2-mixedCase--x1y"), "Qwen2 mixedCase X1Y");
 }
 
 }  // namespace

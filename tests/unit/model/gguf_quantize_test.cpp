@@ -102,12 +102,19 @@ TEST(GgufQuantPlan, SingleTypeMixesQuantizeEveryMatrixAlike) {
   }
 }
 
-TEST(GgufQuantPlan, RowsThatDoNotSplitIntoBlocksFallBackToTypesTernReads) {
-  // Rows of 64 and 192 (the tiny models): no K-quant fits, Q8_0 does.
-  for (QuantMix mix : {QuantMix::kQ4_K_M, QuantMix::kQ5_K_M, QuantMix::kQ6_K}) {
+TEST(GgufQuantPlan, RowsThatDoNotSplitIntoBlocksFallBackAsInLlamaQuantize) {
+  // Rows of 64 and 192 (the tiny models): no K-quant fits; llama-quantize
+  // writes Q5_0 for Q4_K, Q5_1 for Q5_K and Q8_0 for Q6_K (the output, and
+  // attn_v / ffn_down of the last of 3 layers under the K mixes).
+  for (auto [mix, fallback] : {std::pair{QuantMix::kQ4_K_M, GgmlType::kQ5_0},
+                               std::pair{QuantMix::kQ5_K_M, GgmlType::kQ5_1}, std::pair{QuantMix::kQ6_K, Q8_0}}) {
     const auto tensors = model_tensors(3, 64, 192, false);
     const auto p = planned(mix, tensors);
-    for (const GgufTensor& t : tensors) EXPECT_EQ(p.at(t.name), t.dims.size() == 1 ? F32 : Q8_0) << t.name;
+    for (const GgufTensor& t : tensors) {
+      const bool q6k = t.name == "output.weight" || t.name == "blk.2.attn_v.weight" ||
+                       t.name == "blk.2.ffn_down.weight";
+      EXPECT_EQ(p.at(t.name), t.dims.size() == 1 ? F32 : q6k ? Q8_0 : fallback) << t.name;
+    }
   }
   // Q4_0's output rule picks Q6_K when the rows split into 32, which then
   // does not fit 64 either: Q8_0.
@@ -165,12 +172,18 @@ const std::vector<int32_t> kIds = {5, 17, 99, 3, 42, 7, 250, 11};
 
 // The tiny models' rows (64 and 192; 48 and 96 untied) fit no K-quant: what
 // each mix writes there. Rows of 48 split into no block at all: F16.
-GgmlType tiny_type(QuantMix mix, const GgufTensor& t, bool tied) {
+GgmlType tiny_type(QuantMix mix, const GgufTensor& t, bool tied, int64_t layers) {
   if (t.dims.size() == 1) return F32;
   if (t.dims[0] % 32 != 0) return F16;
   const bool is_output = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
   if (mix == QuantMix::kQ4_0) return is_output ? Q8_0 : Q4_0;
-  return Q8_0;
+  if (mix != QuantMix::kQ4_K_M && mix != QuantMix::kQ5_K_M) return Q8_0;
+  // The K mixes: Q6_K (then Q8_0) for the output and for attn_v and ffn_down
+  // in the layers use_more_bits picks (the last of 2 or 3); Q5_0 / Q5_1 for the rest.
+  const bool more_bits = t.name.rfind("blk." + std::to_string(layers - 1) + ".", 0) == 0 &&
+                         (t.name.ends_with(".attn_v.weight") || t.name.ends_with(".ffn_down.weight"));
+  if (is_output || more_bits) return Q8_0;
+  return mix == QuantMix::kQ4_K_M ? GgmlType::kQ5_0 : GgmlType::kQ5_1;
 }
 
 class GgufQuantizeTiny : public ::testing::TestWithParam<std::tuple<std::string, QuantMix>> {
@@ -213,13 +226,15 @@ TEST_P(GgufQuantizeTiny, KeepsEveryKeyWritesTheRulesTypesAndRunsCloseToBf16) {
 
   // Tensors: same names, order and dims; the rule's type; norms byte for byte.
   const bool tied = in->find_tensor("output.weight") == nullptr;
+  const auto layers = std::count_if(in->tensors().begin(), in->tensors().end(),
+                                    [](const GgufTensor& t) { return t.name.ends_with(".attn_v.weight"); });
   ASSERT_EQ(out->tensors().size(), in->tensors().size());
   for (size_t i = 0; i < in->tensors().size(); ++i) {
     const GgufTensor& a = in->tensors()[i];
     const GgufTensor& b = out->tensors()[i];
     EXPECT_EQ(b.name, a.name);
     EXPECT_EQ(b.dims, a.dims) << a.name;
-    EXPECT_EQ(b.type, tiny_type(mix_, a, tied)) << a.name;
+    EXPECT_EQ(b.type, tiny_type(mix_, a, tied, layers)) << a.name;
     if (a.dims.size() == 1) {
       EXPECT_TRUE(std::equal(a.data.begin(), a.data.end(), b.data.begin(), b.data.end())) << a.name;
     }
@@ -232,7 +247,9 @@ TEST_P(GgufQuantizeTiny, KeepsEveryKeyWritesTheRulesTypesAndRunsCloseToBf16) {
   ASSERT_TRUE(want.is_ok() && got.is_ok()) << got.status().to_string();
   const double err = rel_rms(*got, *want);
   EXPECT_GT(err, 0.0) << "the quantized weights are used";
-  EXPECT_LT(err, mix_ == QuantMix::kQ4_0 ? 0.3 : 0.05) << quant_mix_info(mix_).name;
+  // Q4_0 and the K mixes' 5-bit fallbacks (Q5_0 / Q5_1 on these narrow rows) are coarser than Q8_0 and Q6_K's.
+  const bool coarse = mix_ == QuantMix::kQ4_0 || mix_ == QuantMix::kQ4_K_M || mix_ == QuantMix::kQ5_K_M;
+  EXPECT_LT(err, coarse ? 0.3 : 0.05) << quant_mix_info(mix_).name;
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, GgufQuantizeTiny,
