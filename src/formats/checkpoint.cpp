@@ -111,6 +111,13 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   return ckpt;
 }
 
+Result<Checkpoint> Checkpoint::from_safetensors(SafetensorsFile file) {
+  Checkpoint ckpt;
+  ckpt.source_ = file.name();
+  TERN_RETURN_IF_ERROR(ckpt.add_file(std::make_unique<SafetensorsFile>(std::move(file))));
+  return ckpt;
+}
+
 const TensorView* Checkpoint::find(std::string_view name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second.view;

@@ -32,6 +32,10 @@ class Checkpoint {
   // type tern cannot compute with (the block-quantized ones) is kUnsupported,
   // naming the tensor and its type.
   static Result<Checkpoint> open_gguf(const std::string& path);
+  // One safetensors file already parsed (SafetensorsFile::parse over bytes
+  // the caller keeps alive while the checkpoint lives): a checkpoint held in
+  // memory, as fuzzers and tests build them.
+  static Result<Checkpoint> from_safetensors(SafetensorsFile file);
 
   // nullptr when absent.
   const TensorView* find(std::string_view name) const;
