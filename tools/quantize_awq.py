@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes int4 weight-only checkpoints of a Hugging Face ERNIE 4.5 folder in the
 layouts people download: AutoAWQ's GEMM packing, GPTQ (sym or asym, v1 zero
-points, optional act order) and compressed-tensors pack-quantized W4A16, each
+points, optional act order) and compressed-tensors pack-quantized W4A16 (also with act order), each
 with the quantization_config its loaders read.
 
 The quantization is plain round-to-nearest per group of input channels (no
@@ -195,7 +195,8 @@ def gptq_layer(w, args):
 
 def compressed_tensors_layer(w, args):
     n_out, n_in = w.shape
-    q, zeros, scales, g_idx = quantize(w, args.width(n_in), sym=args.sym, scale_round=bf16_round)
+    q, zeros, scales, g_idx = quantize(w, args.width(n_in), sym=args.sym, scale_round=bf16_round,
+                                       act_order=args.act_order)
     # The file stores signed values + 8, which is q itself (and the zero point itself) in this form.
     out = {
         "weight_packed": tensor("I32", pack_nibbles(pad_to_8(q, axis=1), axis=1)),
@@ -204,6 +205,8 @@ def compressed_tensors_layer(w, args):
     }
     if not args.sym:
         out["weight_zero_point"] = tensor("I32", pack_nibbles(pad_to_8(zeros.T, axis=0), axis=0))
+    if args.act_order:
+        out["weight_g_idx"] = tensor("I32", g_idx)
     return out, (q, zeros, scales, g_idx)
 
 
@@ -215,7 +218,8 @@ def quantization_config(args):
     if args.format == "gptq":
         return {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": args.act_order, "sym": args.sym,
                 "static_groups": False, "lm_head": args.lm_head, "checkpoint_format": args.checkpoint_format}
-    weights = {"num_bits": 4, "type": "int", "symmetric": args.sym, "dynamic": False, "actorder": None,
+    weights = {"num_bits": 4, "type": "int", "symmetric": args.sym, "dynamic": False,
+               "actorder": "group" if args.act_order else None,
                "strategy": "group" if group > 0 else "channel", "group_size": group if group > 0 else None,
                "observer": "minmax"}
     return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
@@ -241,7 +245,9 @@ def main():
                      help="symmetric (zero point 8); gptq, compressed-tensors")
     sym.add_argument("--asym", dest="sym", action="store_false", help="zero points per group (default; AWQ always)")
     p.set_defaults(sym=False)
-    p.add_argument("--act-order", action="store_true", help="gptq: desc_act, channels grouped by weight energy")
+    p.add_argument("--act-order", action="store_true",
+                   help="gptq (desc_act) and compressed-tensors (actorder \"group\"): channels grouped by weight "
+                        "energy, g_idx saying which group each is in")
     p.add_argument("--checkpoint-format", choices=["gptq", "gptq_v2"], default="gptq",
                    help="gptq: v1 stores zero point - 1 (the common layout), v2 the zero point itself")
     p.add_argument("--lm-head", action="store_true", help="quantize an untied lm_head too")
@@ -251,8 +257,8 @@ def main():
     args = p.parse_args()
     if args.format == "awq" and args.sym:
         p.error("AWQ GEMM checkpoints are asymmetric (zero_point true)")
-    if args.act_order and args.format != "gptq":
-        p.error("--act-order is a gptq option")
+    if args.act_order and args.format == "awq":
+        p.error("AWQ GEMM has no act order")
     args.width = lambda n_in: args.group_size if args.group_size > 0 else n_in
     layer = {"awq": awq_layer, "gptq": gptq_layer, "compressed-tensors": compressed_tensors_layer}[args.format]
 

@@ -213,12 +213,20 @@ Result<Int4Config> parse_compressed_tensors(const Fields& f) {
   }
   TERN_ASSIGN_OR_RETURN(std::optional<bool> symmetric, w.boolean("symmetric"));
   c.symmetric = symmetric.value_or(true);
-  TERN_ASSIGN_OR_RETURN(std::optional<bool> dynamic, w.boolean("dynamic"));
-  if (dynamic.value_or(false)) return w.refuse("dynamic", "true", "dynamic weight quantization is not supported");
-  if (const json* actorder = w.get("actorder");
-      actorder != nullptr && !(actorder->is_boolean() && !actorder->get<bool>())) {
-    return w.refuse("actorder", json_brief(*actorder),
-                    "activation-ordered compressed-tensors checkpoints (weight_g_idx) are not supported");
+  if (const json* dynamic = w.get("dynamic"); dynamic != nullptr && !(dynamic->is_boolean() && !dynamic->get<bool>())) {
+    return w.refuse("dynamic", json_brief(*dynamic), "dynamic weight quantization is not supported");
+  }
+  // actorder: "group" (alias "dynamic", or true) stores weight_g_idx; "weight"
+  // (alias "static") only changed the calibration, not the layout.
+  if (const json* actorder = w.get("actorder"); actorder != nullptr) {
+    const std::string order = actorder->is_string() ? lower(actorder->get<std::string>())
+                              : actorder->is_boolean() ? (actorder->get<bool>() ? "group" : "")
+                                                       : "?";
+    if (order == "group" || order == "dynamic") {
+      c.act_order = true;
+    } else if (order != "" && order != "weight" && order != "static") {
+      return w.refuse("actorder", json_brief(*actorder), "expected null, \"group\" or \"weight\"");
+    }
   }
   key = "strategy";
   TERN_ASSIGN_OR_RETURN(std::optional<std::string> strategy, w.string({"strategy"}, &key));

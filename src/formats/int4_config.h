@@ -29,7 +29,8 @@ struct Int4Config {
   // Zero point fixed at 8 (GPTQ sym, compressed-tensors symmetric): no
   // zero-point tensor is read (GPTQ's qzeros must then hold 8 everywhere).
   bool symmetric = false;
-  // GPTQ desc_act: g_idx maps input channels to groups in any order.
+  // GPTQ desc_act, compressed-tensors actorder "group": g_idx (weight_g_idx)
+  // maps input channels to groups in any order.
   bool act_order = false;
   // GPTQ checkpoints of format "gptq" (v1, the default) store zero point - 1
   // in qzeros; "gptq_v2" stores the zero point itself.

@@ -118,6 +118,32 @@ void contiguous_groups(Unpacked& u, int64_t width) {
   for (int64_t i = 0; i < u.in; ++i) u.group_of[static_cast<size_t>(i)] = static_cast<int32_t>(i / width);
 }
 
+// The group of each input channel: consecutive groups of `width`, or the
+// tensor `suffix` ([in] int32, GPTQ's g_idx, compressed-tensors'
+// weight_g_idx) under act order; without act order that tensor may be
+// present but must say the same. `setting` names the config field for messages.
+Status read_group_index(LayerTensors& t, std::string_view suffix, std::string_view setting, const Int4Config& c,
+                        int64_t width, Unpacked& u) {
+  contiguous_groups(u, width);
+  if (!c.act_order && !t.has(suffix)) return Status::ok();
+  TERN_ASSIGN_OR_RETURN(const TensorView* g_idx, t.get(suffix, {u.in}, {DType::kI32}, "[in_features] int32"));
+  for (int64_t i = 0; i < u.in; ++i) {
+    const auto g = static_cast<int32_t>(word_at(*g_idx, i));
+    if (g < 0 || g >= u.groups) {
+      return invalid_argument(t.where(g_idx->name) + " maps input channel " + std::to_string(i) + " to group " +
+                              std::to_string(g) + ", outside [0, " + std::to_string(u.groups) + ")");
+    }
+    if (!c.act_order && g != u.group_of[static_cast<size_t>(i)]) {
+      return unsupported(t.where(g_idx->name) + " puts input channel " + std::to_string(i) + " in group " +
+                         std::to_string(g) + ", not " + std::to_string(u.group_of[static_cast<size_t>(i)]) +
+                         ": the channels are reordered (act order) but quantization_config's " + std::string(setting) +
+                         " does not say so");
+    }
+    u.group_of[static_cast<size_t>(i)] = g;
+  }
+  return Status::ok();
+}
+
 Status unpack_awq(LayerTensors& t, const Int4Config& c, Unpacked& u) {
   const int64_t width = c.group_width(u.in);
   if (u.out % 8 != 0) {
@@ -171,23 +197,7 @@ Status unpack_gptq(LayerTensors& t, const Int4Config& c, Unpacked& u) {
                                                         "[ceil(in_features / group_size), out_features]"));
   TERN_RETURN_IF_ERROR(read_scales(*scales, /*out_major=*/false, u, t));
 
-  contiguous_groups(u, width);
-  if (c.act_order || t.has("g_idx")) {
-    TERN_ASSIGN_OR_RETURN(const TensorView* g_idx, t.get("g_idx", {u.in}, {DType::kI32}, "[in_features] int32"));
-    for (int64_t i = 0; i < u.in; ++i) {
-      const auto g = static_cast<int32_t>(word_at(*g_idx, i));
-      if (g < 0 || g >= u.groups) {
-        return invalid_argument(t.where(g_idx->name) + " maps input channel " + std::to_string(i) + " to group " +
-                                std::to_string(g) + ", outside [0, " + std::to_string(u.groups) + ")");
-      }
-      if (!c.act_order && g != u.group_of[static_cast<size_t>(i)]) {
-        return unsupported(t.where(g_idx->name) + " puts input channel " + std::to_string(i) + " in group " +
-                           std::to_string(g) + ", not " + std::to_string(u.group_of[static_cast<size_t>(i)]) +
-                           ": the channels are reordered (act order) but quantization_config.desc_act is false");
-      }
-      u.group_of[static_cast<size_t>(i)] = g;
-    }
-  }
+  TERN_RETURN_IF_ERROR(read_group_index(t, "g_idx", "desc_act", c, width, u));
 
   u.q.resize(static_cast<size_t>(u.out * u.in));
   for (int64_t k = 0; k < u.in / 8; ++k) {
@@ -241,7 +251,7 @@ Status unpack_compressed_tensors(LayerTensors& t, const Int4Config& c, Unpacked&
   TERN_ASSIGN_OR_RETURN(const TensorView* scales, t.get("weight_scale", {u.out, u.groups}, kScaleDTypes,
                                                         "[out_features, ceil(in_features / group_size)]"));
   TERN_RETURN_IF_ERROR(read_scales(*scales, /*out_major=*/true, u, t));
-  contiguous_groups(u, width);
+  TERN_RETURN_IF_ERROR(read_group_index(t, "weight_g_idx", "actorder", c, width, u));
 
   u.q.resize(static_cast<size_t>(u.out * u.in));
   for (int64_t o = 0; o < u.out; ++o) {

@@ -17,7 +17,8 @@
 //              is input 8k + n, stored as the signed value + 8;
 //              weight_scale [out, groups]; weight_shape [2] = {out, in};
 //              asymmetric: weight_zero_point [ceil(out/8), groups] I32,
-//              nibble n of word [j][g] is output 8j + n, signed + 8.
+//              nibble n of word [j][g] is output 8j + n, signed + 8;
+//              actorder "group": weight_g_idx [in] I32, as GPTQ's g_idx.
 //
 // Scales may be F16, BF16 or F32 (AWQ and GPTQ write F16). Symmetric
 // schemes have z = 8. Every tensor's presence, dtype and shape is checked

@@ -89,6 +89,15 @@ TEST(Int4Config, ReadsCompressedTensors) {
   c = parse_ok(compressed("false", R"("strategy": "group", "group_size": 128)", R"("strategy": "channel")"));
   EXPECT_FALSE(c.symmetric);
   EXPECT_EQ(c.group_size, 0);
+  // actorder "group" (or "dynamic", or true) stores weight_g_idx; "weight" ("static") leaves the layout alone.
+  for (const char* order : {R"("group")", R"("dynamic")", "true"}) {
+    EXPECT_TRUE(parse_ok(compressed("true", R"("actorder": null)", std::string(R"("actorder": )") + order)).act_order)
+        << order;
+  }
+  for (const char* order : {R"("weight")", R"("static")", "false"}) {
+    EXPECT_FALSE(parse_ok(compressed("true", R"("actorder": null)", std::string(R"("actorder": )") + order)).act_order)
+        << order;
+  }
 }
 
 TEST(Int4Config, RefusesWhatTernDoesNotLoad) {
@@ -111,7 +120,9 @@ TEST(Int4Config, RefusesWhatTernDoesNotLoad) {
   expect_refused(compressed("true", R"("input_activations": null)",
                             R"("input_activations": {"num_bits": 8, "type": "int", "dynamic": true})"),
                  kUnsup, {"input_activations", "W4A16"});
-  expect_refused(compressed("true", R"("actorder": null)", R"("actorder": "group")"), kUnsup, {"actorder"});
+  expect_refused(compressed("true", R"("actorder": null)", R"("actorder": "columns")"), kUnsup,
+                 {"actorder is string \"columns\""});
+  expect_refused(compressed("true", R"("dynamic": false)", R"("dynamic": "local")"), kUnsup, {"dynamic"});
   expect_refused(compressed("true", R"("strategy": "group")", R"("strategy": "tensor")"), kUnsup,
                  {"strategy is \"tensor\""});
   expect_refused(compressed("true", R"("type": "int")", R"("type": "float")"), kUnsup, {"type is \"float\""});

@@ -124,7 +124,7 @@ Tensors pack_gptq(const Layer& l, bool v1) {
           {p + ".g_idx", {DType::kI32, {l.in}, bytes_of(std::vector<int32_t>(l.g_idx.begin(), l.g_idx.end()))}}};
 }
 
-Tensors pack_compressed_tensors(const Layer& l, bool symmetric) {
+Tensors pack_compressed_tensors(const Layer& l, bool symmetric, bool act_order = false) {
   const int64_t words = (l.in + 7) / 8, zero_rows = (l.out + 7) / 8;
   std::vector<int32_t> packed, zp;
   for (int64_t o = 0; o < l.out; ++o)
@@ -141,6 +141,9 @@ Tensors pack_compressed_tensors(const Layer& l, bool symmetric) {
                {p + ".weight_scale", {DType::kBF16, {l.out, l.groups}, bytes_of(scale)}},
                {p + ".weight_shape", {DType::kI64, {2}, bytes_of(std::vector<int64_t>{l.out, l.in})}}};
   if (!symmetric) t[p + ".weight_zero_point"] = {DType::kI32, {zero_rows, l.groups}, bytes_of(zp)};
+  if (act_order) {
+    t[p + ".weight_g_idx"] = {DType::kI32, {l.in}, bytes_of(std::vector<int32_t>(l.g_idx.begin(), l.g_idx.end()))};
+  }
   return t;
 }
 
@@ -243,12 +246,17 @@ TEST_F(Int4WeightsTest, GptqWithoutGIdxUsesConsecutiveGroups) {
 }
 
 TEST_F(Int4WeightsTest, CompressedTensorsMatchesReference) {
-  // out 13 and in 100 are no multiples of 8: padded words; 4 groups, the last ragged; channel strategy.
-  for (auto [out, in, group, sym] : {std::tuple{13, 100, 32, false}, {13, 100, 32, true}, {16, 64, 0, false},
-                                     {24, 192, 64, true}}) {
-    SCOPED_TRACE(::testing::Message() << out << "x" << in << " group " << group << " sym " << sym);
-    const Layer l = random_layer(out, in, group > 0 ? group : in, sym, false, static_cast<uint32_t>(in * 3 + out));
-    auto w = load(pack_compressed_tensors(l, sym), config_of(Int4Scheme::kCompressedTensors, group, sym), out, in);
+  // out 13 and in 100 are no multiples of 8: padded words; 4 groups, the last ragged; channel strategy;
+  // actorder "group" (weight_g_idx).
+  for (auto [out, in, group, sym, act_order] :
+       {std::tuple{13, 100, 32, false, false}, {13, 100, 32, true, false}, {16, 64, 0, false, false},
+        {24, 192, 64, true, false}, {13, 100, 32, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << out << "x" << in << " group " << group << " sym " << sym << " act_order "
+                                      << act_order);
+    const Layer l =
+        random_layer(out, in, group > 0 ? group : in, sym, act_order, static_cast<uint32_t>(in * 3 + out));
+    auto w = load(pack_compressed_tensors(l, sym, act_order),
+                  config_of(Int4Scheme::kCompressedTensors, group, sym, act_order), out, in);
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
     expect_equal(l, *w);
   }
@@ -407,7 +415,7 @@ TEST_F(Int4WeightsTest, RefusesBadZeroPointsGIdxAndScales) {
   // Reordered groups without desc_act.
   Layer shuffled = random_layer(16, 64, 32, true, true, 6);
   expect_error(load(pack_gptq(shuffled, true), config_of(Int4Scheme::kGptq, 32, true), 16, 64),
-               ErrorCode::kUnsupported, {"g_idx", "desc_act is false"});
+               ErrorCode::kUnsupported, {"g_idx", "reordered", "desc_act"});
   // g_idx naming a group that does not exist.
   Layer bad = l;
   bad.g_idx[5] = 7;
