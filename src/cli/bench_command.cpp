@@ -58,6 +58,22 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
   // conc's workload where the options were not given; its concurrency is the engine's sequence limit.
   cmd->parse_complete_callback([cmd, &o] {
+    // A flag the scenario would not use is refused, not ignored.
+    const auto refuse = [cmd, &o](std::initializer_list<const char*> names, const std::string& why) {
+      for (const char* name : names) {
+        if (cmd->count(name) > 0) throw CLI::ValidationError(name, "bench " + o.scenario + " does not use it: " + why);
+      }
+    };
+    if (o.scenario == "pp-tg") {
+      refuse({"--concurrency", "--num-requests", "--input-min", "--input-max", "--output-min", "--output-max",
+              "--temperature", "--top-p", "--top-k", "--max-model-len", "--max-num-seqs",
+              "--max-num-batched-tokens", "--block-size", "--kv-cache-memory", "--gpu-memory-utilization",
+              "--enable-prefix-caching", "--enforce-eager", "--async-scheduling", "--decode-kernel",
+              "--max-logprobs"},
+             "pp-tg runs the model alone (greedy, one prompt or one token per forward), not the engine");
+      return;
+    }
+    refuse({"--n-prompt", "--n-gen", "--repetitions"}, "these are pp-tg's");
     if (o.scenario != "conc") return;
     if (cmd->count("--max-num-seqs") > 0 && o.engine.run.max_num_seqs != o.concurrency) {
       throw CLI::ValidationError("--max-num-seqs",

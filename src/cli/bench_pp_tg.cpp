@@ -91,6 +91,10 @@ int run_bench_pp_tg(const BenchOptions& o) {
     return 1;
   }
   Ernie45Model& model = **loaded;
+  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu"); !q.is_ok()) {
+    std::fprintf(stderr, "tern bench pp-tg: %s\n", q.to_string().c_str());
+    return 1;
+  }
   const ModelConfig& cfg = model.config();
   const int64_t capacity = std::max(o.n_prompt, o.n_gen);
   if (capacity > cfg.max_position_embeddings) {
@@ -169,6 +173,7 @@ int run_bench_pp_tg(const BenchOptions& o) {
                         {"model", o.engine.model},
                         {"model_name", name},
                         {"weights_dtype", weights},
+                        {"quantization", o.engine.quantization},
                         {"device", "cpu"},
                         {"cpu_kernels", kernels->name},
                         {"threads", model.num_threads()},

@@ -3,7 +3,7 @@
 
 namespace tern::cli {
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
+void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
   cmd.add_option(model_positional ? "model,--model,-m" : "--model,-m", o.model,
                  "Model folder (Hugging Face layout), GGUF file, or Hugging Face repo ORG/NAME[@REVISION][:FILE] "
                  "fetched into the HF cache (FILE: one GGUF file of the repo, by name or quantization tag)")
@@ -19,6 +19,12 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: optimized (AVX-512/AVX2 by what the CPU has) or reference (plain loops, the oracle)")
       ->check(CLI::IsMember({"optimized", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
+  cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
+}
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
+  add_model_options(cmd, o, model_positional);
   cmd.add_option("--max-model-len", o.run.max_model_len,
                  "Longest sequence (prompt + output) in tokens (default: the model's, capped by the KV cache)")
       ->envname("TERN_MAX_MODEL_LEN");
@@ -54,8 +60,6 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "Most logprobs (top_logprobs, prompt_logprobs, TGI's top_n_tokens) a request may ask for "
                  "(400 beyond)")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str()->envname("TERN_MAX_LOGPROBS");
-  cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }
 
 }  // namespace tern::cli

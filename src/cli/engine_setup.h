@@ -12,6 +12,11 @@ namespace tern::cli {
 
 // model_positional: the model may also come as the first positional argument
 // (`tern serve ORG/NAME`, as `vllm serve` takes it).
+// The flags that say which model is loaded and how (model, threads,
+// quantization, CPU kernels, device): for subcommands that run the model
+// without the engine (perplexity).
+void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional = false);
+// Those and the engine's (batching, KV cache, CUDA graphs, logprob limits).
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional = false);
 
 }  // namespace tern::cli

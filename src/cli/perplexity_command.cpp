@@ -194,7 +194,7 @@ void add_perplexity_command(CLI::App& app, PerplexityOptions& o) {
       "perplexity",
       "Perplexity of a text, or the KL divergence of the next-token distributions against a base, as "
       "llama-perplexity computes them (its --kl-divergence-base files work both ways)");
-  add_engine_options(*cmd, o.engine);
+  add_model_options(*cmd, o.engine);
   cmd->add_option("-f,--file", o.file, "Text to score (not with --kl-divergence: the base file holds the tokens)");
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Window in tokens: the first half is context, the second half is scored")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 20))->capture_default_str();
@@ -221,8 +221,10 @@ int run_perplexity(const PerplexityOptions& o) {
   auto loaded = Ernie45Model::load(source->path, o.engine.threads, *kernels);
   if (!loaded.is_ok()) return fail(loaded.status());
   Ernie45Model& model = **loaded;
+  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu"); !q.is_ok()) return fail(q);
 
   nlohmann::json report = {{"model", o.engine.model}, {"commit", TERN_GIT_COMMIT}, {"cpu_kernels", kernels->name},
+                           {"quantization", o.engine.quantization},
                            {"threads", model.num_threads()}};
   int rc = 0;
   if (o.kl_divergence) {

@@ -10,6 +10,7 @@
 
 #include "base/logging.h"
 #include "chat/chat_template.h"
+#include "engine/sampling_params.h"
 #include "cli/serve_command.h"
 #include "server/api/metrics.h"
 #include "server/api/openai_routes.h"
@@ -93,6 +94,10 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--timeout-keep-alive", o.timeout_keep_alive_s,
                   "Seconds an idle keep-alive connection stays open (uvicorn's flag)")
       ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_TIMEOUT_KEEP_ALIVE");
+  cmd->add_option("--http-write-timeout", o.http_write_timeout_s,
+                  "Seconds a response write may make no progress (a client that stops reading); then the "
+                  "connection closes and its request is cancelled")
+      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_WRITE_TIMEOUT");
   cmd->add_option("--http-threads", o.http_threads, "HTTP io threads")->capture_default_str()
       ->envname("TERN_HTTP_THREADS");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
@@ -103,6 +108,16 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
       ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_CONNECTIONS");
   cmd->add_option("--max-logit-bias", o.max_logit_bias, "Most logit_bias entries in one request (400 beyond)")
       ->capture_default_str()->envname("TERN_MAX_LOGIT_BIAS");
+  cmd->add_option("--max-n", o.max_n, "Most choices (n) one request may ask for (400 beyond; at most 128)")
+      ->check(CLI::Range(int64_t{1}, int64_t{128}))->capture_default_str()->envname("TERN_MAX_N");
+  cmd->add_option("--max-prompts-per-request", o.max_prompts,
+                  "Most prompts in one /v1/completions request (400 beyond)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->capture_default_str()->envname("TERN_MAX_PROMPTS_PER_REQUEST");
+  cmd->add_option("--max-stop-sequences", o.max_stop_sequences,
+                  "Most stop strings in one request (TGI's flag; 400, TGI routes 422, beyond; at most 16)")
+      ->check(CLI::Range(size_t{0}, kMaxStopStrings))->capture_default_str()->envname("TERN_MAX_STOP_SEQUENCES");
+  cmd->add_option("--max-stop-bytes", o.max_stop_bytes, "Longest stop string in bytes (400, TGI routes 422, beyond)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->capture_default_str()->envname("TERN_MAX_STOP_BYTES");
   cmd->add_option("--ssl-certfile", o.ssl_certfile,
                   "Serve HTTPS with this PEM certificate chain (with --ssl-keyfile)")->envname("TERN_SSL_CERTFILE");
   cmd->add_option("--ssl-keyfile", o.ssl_keyfile, "The certificate's PEM private key, unencrypted")
@@ -156,6 +171,10 @@ int run_serve(const ServeOptions& o) {
   ctx.max_log_len = o.max_log_len;
   ctx.limits.max_logprobs = o.engine.max_logprobs;
   ctx.limits.max_logit_bias = o.max_logit_bias;
+  ctx.limits.max_n = o.max_n;
+  ctx.limits.max_prompts = o.max_prompts;
+  ctx.limits.max_stop = o.max_stop_sequences;
+  ctx.limits.max_stop_bytes = o.max_stop_bytes;
   server::Metrics metrics(ctx.model_name);
   ctx.metrics = &metrics;
   EngineClient client(std::move(le.engine), o.max_queued_requests);
@@ -179,6 +198,7 @@ int run_serve(const ServeOptions& o) {
   http.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
   http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.http_read_timeout_s * 1000));
   http.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_keep_alive_s * 1000));
+  http.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.http_write_timeout_s * 1000));
   http.auth.api_key = o.api_key;
   for (auto& path : page_paths) http.auth.open_paths.push_back(std::move(path));
   http.cors.allowed_origins = split_list(o.allowed_origins);

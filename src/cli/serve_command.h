@@ -28,11 +28,16 @@ struct ServeOptions {
   double shutdown_timeout_s = 30;
   double http_read_timeout_s = 60;
   double timeout_keep_alive_s = 75;
+  double http_write_timeout_s = 60;
   int http_threads = 2;
   uint64_t max_body_bytes = 16ull << 20;
   uint32_t max_header_bytes = 16 * 1024;
   int64_t max_connections = 10000;
   size_t max_logit_bias = 1024;
+  int64_t max_n = 128;
+  size_t max_prompts = 256;
+  size_t max_stop_sequences = 16;
+  size_t max_stop_bytes = 1024;
   std::string ssl_keyfile;
   std::string ssl_certfile;
   std::string ssl_ca_certs;

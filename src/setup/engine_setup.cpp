@@ -115,6 +115,18 @@ Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path,
 
 }  // namespace
 
+Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
+                          const std::string& device) {
+  TERN_RETURN_IF_ERROR(check_int4_checkpoint(model, path, quantization, device));
+  if (quantization.empty() || is_int4_method(quantization)) return Status::ok();
+  if (device != "cpu") {
+    return unsupported("--quantization " + quantization + " quantizes the CPU model; quantized weights on the "
+                       "GPU are not supported yet (run with --device cpu, or leave --quantization out)");
+  }
+  TERN_ASSIGN_OR_RETURN(QuantMix mix, parse_quant_mix(quantization));
+  return model.quantize(mix);
+}
+
 Result<LoadedEngine> load_engine(const EngineOptions& o) {
   auto start = std::chrono::steady_clock::now();
   LoadedEngine le;
@@ -177,15 +189,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   RunnerOptions run = o.run;
   run.kv_cache_bytes = kv_bytes;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
-  TERN_RETURN_IF_ERROR(check_int4_checkpoint(*le.model, source.path, o.quantization, device));
-  if (!o.quantization.empty() && !is_int4_method(o.quantization)) {
-    if (device != "cpu") {
-      return unsupported("--quantization " + o.quantization + " quantizes the CPU model; quantized weights on the "
-                         "GPU are not supported yet (run with --device cpu, or leave --quantization out)");
-    }
-    TERN_ASSIGN_OR_RETURN(QuantMix mix, parse_quant_mix(o.quantization));
-    TERN_RETURN_IF_ERROR(le.model->quantize(mix));
-  }
+  TERN_RETURN_IF_ERROR(apply_quantization(*le.model, source.path, o.quantization, device));
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));

@@ -58,6 +58,12 @@ struct LoadedEngine {
 // defaults from its general.sampling.* keys (logged either way).
 Result<LoadedEngine> load_engine(const EngineOptions& o);
 
+// --quantization on a loaded model: an int4 scheme must match the
+// checkpoint's config.json; a llama-quantize mix (q8_0, q4_0, ...)
+// quantizes the weights now (CPU only). device: "cpu" or "cuda".
+Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
+                          const std::string& device);
+
 // The general.sampling.* keys llama.cpp's converter copies from
 // generation_config.json (temp, top_p, top_k, penalty_repeat); keys that are
 // absent or of another type are left out. Logs what it found, or that

@@ -89,3 +89,18 @@ def test_pp_tg_refuses_no_work_and_too_long_prompts(tern_bin, tiny_model):
     assert r.returncode != 0 and b"-p" in r.stderr
     r = run_tern(tern_bin, "bench", "pp-tg", "-p", 1 << 20, "-n", 1, "--model", tiny_model, "--device", "cpu")
     assert r.returncode != 0 and b"positions" in r.stderr
+
+
+def test_pp_tg_quantizes_at_load(tern_bin, tiny_model, tmp_path):
+    j, text = bench_json(tern_bin, tiny_model, tmp_path, "pp-tg", "-p", 8, "-n", 2, "-r", 1, "--quantization", "q8_0")
+    assert j["quantization"] == "q8_0" and j["weights_dtype"] == "Q8_0"
+    assert "(Q8_0 weights)" in text
+
+
+def test_scenarios_refuse_flags_they_would_not_use(tern_bin, tiny_model):
+    for scenario, flag, value in (("pp-tg", "--concurrency", 4), ("pp-tg", "--temperature", 0.8),
+                                  ("pp-tg", "--max-num-seqs", 8), ("pp-tg", "--kv-cache-memory", "1GiB"),
+                                  ("offline", "-r", 3), ("conc", "--n-gen", 16)):
+        r = run_tern(tern_bin, "bench", scenario, flag, value, "--model", tiny_model, "--device", "cpu")
+        assert r.returncode != 0, (scenario, flag)
+        assert f"bench {scenario} does not use it".encode() in r.stderr, r.stderr

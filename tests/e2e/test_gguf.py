@@ -5,15 +5,18 @@ ERNIE 4.5; then `tern generate` and `tern serve` (through the official openai
 client) on the .gguf answer exactly as on the Hugging Face folder."""
 
 import json
-import struct
+import sys
 
 import numpy as np
 import openai
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 
-from conftest import DATA, run_tern
+from conftest import DATA, ROOT, run_tern
 from server_fixture import TernServer
+
+sys.path.insert(0, str(ROOT / "tools"))
+import quantize_awq  # noqa: E402  (its safetensors reader)
 
 MODELS = ["ernie-tiny", "ernie-tiny-untied"]
 OUTTYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16, "bf16": GGMLQuantizationType.BF16}
@@ -46,18 +49,9 @@ LAYER_NAMES = {
 
 def read_safetensors_bf16(path):
     """{name: float32 array} of a bf16 safetensors file (numpy has no bf16)."""
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "BF16"
-        begin, end = info["data_offsets"]
-        bits = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=np.uint16).astype(np.uint32) << 16
-        out[name] = bits.view(np.float32).reshape(info["shape"])
-    return out
+    tensors = quantize_awq.read_safetensors(path)
+    assert all(dtype == "BF16" for dtype, _, _ in tensors.values())
+    return {name: quantize_awq.to_f32(*t) for name, t in tensors.items()}
 
 
 def gguf_name(hf):

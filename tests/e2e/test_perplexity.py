@@ -68,10 +68,10 @@ def test_base_file_layout_self_kl_and_a_quantized_file(tern_bin, tiny_golden, tm
     rows = n_chunk * (n_ctx - 1 - n_ctx // 2)
     assert len(raw) == 20 + 4 * n_ctx * n_chunk + rows * (1280 + 4) * 2 and ppl["positions"] == rows
 
-    def kl(model):
+    def kl(model, *flags):
         out = tmp_path / "kl.json"
         r = run_tern(tern_bin, "perplexity", "--model", model, "--kl-divergence-base", base, "--kl-divergence",
-                     "--json-out", out, "--device", "cpu")
+                     "--json-out", out, "--device", "cpu", *flags)
         assert r.returncode == 0, r.stderr.decode()
         assert b"Mean    KLD:" in r.stdout
         return json.loads(out.read_text())
@@ -85,6 +85,10 @@ def test_base_file_layout_self_kl_and_a_quantized_file(tern_bin, tiny_golden, tm
     q = kl(q4)
     assert 1e-3 < q["kld_mean"] < 5 and q["same_top"] < 1.0 and q["kld_error"] > 0
     assert q["kld_max"] >= q["kld_99"] >= q["kld_median"] > 0
+    # --quantization quantizes the bf16 file at load as `tern quantize` did.
+    at_load = kl(bf16, "--quantization", "q4_0")
+    assert at_load["quantization"] == "q4_0"
+    assert math.isclose(at_load["kld_mean"], q["kld_mean"], rel_tol=1e-6) and at_load["same_top"] == q["same_top"]
 
 
 def test_perplexity_errors_name_what_is_wrong(tern_bin, tmp_path):
@@ -99,3 +103,6 @@ def test_perplexity_errors_name_what_is_wrong(tern_bin, tmp_path):
     r = run_tern(tern_bin, "perplexity", "--model", DATA / "ernie-tiny", "--kl-divergence-base", bad,
                  "--kl-divergence")
     assert r.returncode == 1 and b"n_ctx 0 outside [2, 2^24]" in r.stderr
+    # The engine's flags (batching, KV cache) mean nothing to a forward over windows: refused, not ignored.
+    r = run_tern(tern_bin, "perplexity", "--model", DATA / "ernie-tiny", "-f", short, "--max-num-seqs", 4)
+    assert r.returncode != 0 and b"--max-num-seqs" in r.stderr

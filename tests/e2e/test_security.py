@@ -303,7 +303,8 @@ def test_cache_salt_keeps_tenants_apart(server):
 # --- limits --------------------------------------------------------------------------------------------
 
 LIMIT_FLAGS = ["--max-body-bytes", "65536", "--max-header-bytes", "4096", "--max-model-len", "256",
-               "--max-logprobs", "25", "--max-logit-bias", "8"]
+               "--max-logprobs", "25", "--max-logit-bias", "8", "--max-n", "4", "--max-prompts-per-request", "3",
+               "--max-stop-sequences", "5", "--max-stop-bytes", "32"]
 
 
 @pytest.fixture(scope="module")
@@ -320,21 +321,24 @@ LIMIT_CASES = {
     "body bytes": ("/v1/completions", {"prompt": "x" * 70000}, 413, ["65536", "--max-body-bytes"]),
     "prompt length": ("/v1/completions", {"prompt": "hello " * 400}, 400, ["256", "--max-model-len"]),
     "max_tokens": ("/v1/completions", {"prompt": "hi", "max_tokens": 10**9}, 400, ["256", "--max-model-len"]),
-    "n": ("/v1/chat/completions", {"messages": CHAT, "n": 129}, 400, ["128", "n must be"]),
+    "n": ("/v1/chat/completions", {"messages": CHAT, "n": 5}, 400, ["4", "n must be", "--max-n"]),
     "logprobs": ("/v1/completions", {"prompt": "hi", "logprobs": 26}, 400, ["25", "--max-logprobs"]),
     "top_logprobs": ("/v1/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 26}, 400,
                      ["25", "--max-logprobs"]),
     "prompt_logprobs": ("/v1/completions", {"prompt": "hi", "prompt_logprobs": 26}, 400, ["25", "--max-logprobs"]),
     "top_n_tokens": ("/generate", {"inputs": "hi", "parameters": {"top_n_tokens": 26}}, 422,
                      ["25", "--max-logprobs"]),
-    "stop strings": ("/v1/completions", {"prompt": "hi", "stop": [f"s{i}" for i in range(17)]}, 400,
-                     ["16 stop strings"]),
-    "stop bytes": ("/v1/chat/completions", {"messages": CHAT, "stop": ["x" * 1025]}, 400, ["1024 bytes"]),
-    "tgi stop": ("/generate", {"inputs": "hi", "parameters": {"stop": [f"s{i}" for i in range(17)]}}, 422,
-                 ["up to 16 stop sequences"]),
+    "stop strings": ("/v1/completions", {"prompt": "hi", "stop": [f"s{i}" for i in range(6)]}, 400,
+                     ["5 stop strings", "--max-stop-sequences"]),
+    "stop bytes": ("/v1/chat/completions", {"messages": CHAT, "stop": ["x" * 33]}, 400,
+                   ["32 bytes", "--max-stop-bytes"]),
+    "tgi stop": ("/generate", {"inputs": "hi", "parameters": {"stop": [f"s{i}" for i in range(6)]}}, 422,
+                 ["up to 5 stop sequences", "--max-stop-sequences"]),
+    "tgi stop bytes": ("/generate", {"inputs": "hi", "parameters": {"stop": ["x" * 33]}}, 422,
+                       ["at most 32 bytes", "--max-stop-bytes"]),
     "logit_bias": ("/v1/chat/completions", {"messages": CHAT, "logit_bias": {str(i): 1 for i in range(9)}}, 400,
                    ["8", "--max-logit-bias"]),
-    "prompts": ("/v1/completions", {"prompt": ["hi"] * 257}, 400, ["256 prompts"]),
+    "prompts": ("/v1/completions", {"prompt": ["hi"] * 4}, 400, ["3 prompts", "--max-prompts-per-request"]),
 }
 
 
@@ -369,10 +373,17 @@ def test_limits_at_their_edge_are_served(limited_server):
     tokens = r["choices"][0]["logprobs"]["content"]
     assert tokens and all(len(t["top_logprobs"]) == 25 for t in tokens)  # past the default 20
     ok = {"messages": CHAT, "max_tokens": 2, "logit_bias": {str(i): 1 for i in range(8)},
-          "stop": ["x" * 1024] + [f"s{i}" for i in range(15)]}
-    assert s.post_json("/v1/chat/completions", ok)[0] == 200
-    info = s.get("/info")
-    assert json.loads(info[2])["max_top_n_tokens"] == 25
+          "stop": ["x" * 32] + [f"s{i}" for i in range(4)], "n": 4}
+    status, _, r = s.post_json("/v1/chat/completions", ok)
+    assert status == 200 and len(r["choices"]) == 4, r
+    status, _, r = s.post_json("/v1/completions", {"prompt": ["hi"] * 3, "max_tokens": 1})
+    assert status == 200 and len(r["choices"]) == 3, r
+    info = json.loads(s.get("/info")[2])
+    assert info["max_top_n_tokens"] == 25 and info["max_stop_sequences"] == 5
+    schemas = json.loads(s.get("/openapi.json")[2])["components"]["schemas"]
+    assert schemas["SamplingFields"]["properties"]["n"]["maximum"] == 4
+    assert schemas["TgiParameters"]["properties"]["stop"]["maxItems"] == 5
+    assert schemas["Stop"]["oneOf"][1]["maxItems"] == 5
 
 
 def test_max_connections(dedicated_server):
@@ -400,6 +411,8 @@ def test_security_flags_in_help_and_docs(tern_bin):
     doc = (ROOT / "docs" / "security.md").read_text()
     for flag in ("--ssl-certfile", "--ssl-keyfile", "--ssl-ca-certs", "--ssl-cert-reqs", "--api-key",
                  "--log-requests-text", "--max-log-len", "--max-body-bytes", "--max-header-bytes", "--max-connections",
-                 "--max-logprobs", "--max-logit-bias", "--max-model-len", "--max-queued-requests"):
+                 "--max-logprobs", "--max-logit-bias", "--max-model-len", "--max-queued-requests", "--max-n",
+                 "--max-prompts-per-request", "--max-stop-sequences", "--max-stop-bytes", "--http-read-timeout",
+                 "--timeout-keep-alive", "--http-write-timeout"):
         assert flag in help_text, flag
         assert flag in doc, flag

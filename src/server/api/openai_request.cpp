@@ -366,7 +366,7 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
   if (max_completion_tokens) max_tokens = max_completion_tokens;
   if (n && (*n < 1 || *n > ctx.limits.max_n)) {
     return bad_request("n must be between 1 and " + std::to_string(ctx.limits.max_n) + ", got " + std::to_string(*n) +
-                           " (the server's limit on choices per prompt).",
+                           " (the server's limit on choices per prompt, --max-n).",
                        "n");
   }
 
@@ -444,7 +444,7 @@ ApiResult<GenerationJob> parse_generation_request(std::string_view body, ApiKind
     if (p == j.end() || p->is_null()) return bad_request("prompt is required", "prompt");
     const std::string too_many = "prompt holds more than " + std::to_string(ctx.limits.max_prompts) +
                                  " prompts; the server's limit is " + std::to_string(ctx.limits.max_prompts) +
-                                 " prompts per request";
+                                 " prompts per request (--max-prompts-per-request)";
     if (p->is_array() && !p->empty() && !p->at(0).is_number_integer() && p->size() > ctx.limits.max_prompts)
       return bad_request(too_many, "prompt");
     std::optional<bool> add_special;

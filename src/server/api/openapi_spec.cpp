@@ -455,12 +455,14 @@ constexpr const char* kDocument = R"json({
 
 std::string openapi_spec(const std::string& model_name, const RequestLimits& limits) {
   nlohmann::json spec = nlohmann::json::parse(kDocument);
-  // The request schemas' bounds as this server was started (--max-logprobs).
+  // The request schemas' bounds as this server was started (--max-logprobs, --max-n, --max-stop-sequences).
   auto set_bounds = [&limits](auto& self, nlohmann::json& node) -> void {
     if (!node.is_object() && !node.is_array()) return;
     if (node.is_object() && node.contains("properties") && node["properties"].is_object()) {
       for (auto& [field, prop] : node["properties"].items()) {
-        if (!prop.is_object() || !prop.contains("maximum")) continue;
+        if (!prop.is_object()) continue;
+        if (field == "stop" && prop.contains("maxItems")) prop["maxItems"] = limits.max_stop;
+        if (!prop.contains("maximum")) continue;
         if (field == "logprobs" || field == "top_logprobs" || field == "prompt_logprobs")
           prop["maximum"] = limits.max_logprobs;
         if (field == "n") prop["maximum"] = limits.max_n;
@@ -469,6 +471,9 @@ std::string openapi_spec(const std::string& model_name, const RequestLimits& lim
     for (auto& child : node) self(self, child);
   };
   set_bounds(set_bounds, spec["components"]["schemas"]);
+  for (auto& form : spec["components"]["schemas"]["Stop"]["oneOf"]) {
+    if (form.contains("maxItems")) form["maxItems"] = limits.max_stop;
+  }
   // Any request can be malformed HTTP (a bad header value): 400 everywhere.
   for (auto& [path, item] : spec["paths"].items()) {
     for (auto& [method, operation] : item.items()) {

@@ -13,14 +13,14 @@ std::optional<ApiError> check_logprobs(const char* field, int64_t value, const R
 std::optional<ApiError> check_stop(const std::vector<std::string>& stop, const RequestLimits& limits) {
   if (stop.size() > limits.max_stop) {
     return bad_request("stop holds " + std::to_string(stop.size()) + " strings; the server's limit is " +
-                           std::to_string(limits.max_stop) + " stop strings per request",
+                           std::to_string(limits.max_stop) + " stop strings per request (--max-stop-sequences)",
                        "stop");
   }
   for (const std::string& s : stop) {
     if (s.size() > limits.max_stop_bytes) {
       return bad_request("a stop string of " + std::to_string(s.size()) +
                              " bytes is longer than the server's limit of " + std::to_string(limits.max_stop_bytes) +
-                             " bytes per stop string",
+                             " bytes per stop string (--max-stop-bytes)",
                          "stop");
     }
   }

@@ -219,11 +219,11 @@ Parsed parse_tgi_request(std::string_view body, const ServingContext& ctx, bool 
   if (max_new_tokens && *max_new_tokens == 0) return invalid("`max_new_tokens` must be strictly positive");
   if (job.stop.size() > ctx.limits.max_stop)
     return invalid("`stop` supports up to " + std::to_string(ctx.limits.max_stop) + " stop sequences. Given: " +
-                   std::to_string(job.stop.size()) + " (the server's limit)");
+                   std::to_string(job.stop.size()) + " (the server's limit, --max-stop-sequences)");
   for (const std::string& s : job.stop) {
     if (s.size() > ctx.limits.max_stop_bytes)
       return invalid("`stop` sequences must be at most " + std::to_string(ctx.limits.max_stop_bytes) +
-                     " bytes (the server's limit). Given: " + std::to_string(s.size()) + " bytes");
+                     " bytes (the server's limit, --max-stop-bytes). Given: " + std::to_string(s.size()) + " bytes");
   }
   if (decoder_input_details)
     return invalid("`decoder_input_details` (prompt logprobs) is not supported by this server");
