@@ -127,6 +127,10 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--ssl-cert-reqs", o.ssl_cert_reqs,
                   "Client certificates: 0 not asked for, 1 optional, 2 required (checked against --ssl-ca-certs)")
       ->check(CLI::Range(0, 2))->capture_default_str()->envname("TERN_SSL_CERT_REQS");
+  cmd->add_flag("--enable-ssl-refresh", o.enable_ssl_refresh,
+               "Reload the --ssl-* files when they change (looked at every second): new connections use the new "
+               "certificate, open ones keep theirs; files that do not load are logged and the previous ones kept")
+      ->envname("TERN_ENABLE_SSL_REFRESH");
   cmd->add_flag("--no-webui", o.no_webui, "Do not serve the built-in chat page at GET / (as llama-server)")
       ->envname("TERN_NO_WEBUI");
   cmd->add_option("--web-root", o.web_root,
@@ -143,7 +147,10 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
 
 int run_serve(const ServeOptions& o) {
   configure_logging(o.log_format == "json" ? LogFormat::kJson : LogFormat::kText, o.log_level);
-  const server::TlsOptions tls{o.ssl_certfile, o.ssl_keyfile, o.ssl_ca_certs, o.ssl_cert_reqs};
+  const server::TlsOptions tls{o.ssl_certfile, o.ssl_keyfile, o.ssl_ca_certs, o.ssl_cert_reqs, o.enable_ssl_refresh};
+  if (o.enable_ssl_refresh && !tls.enabled()) {
+    return fail(invalid_argument("--enable-ssl-refresh reloads --ssl-certfile/--ssl-keyfile: give those too"));
+  }
   if (Status st = server::check_tls_options(tls); !st.is_ok()) return fail(st);
   auto loaded = load_engine(o.engine);
   if (!loaded.is_ok()) return fail(loaded.status());

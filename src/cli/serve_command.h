@@ -42,6 +42,7 @@ struct ServeOptions {
   std::string ssl_certfile;
   std::string ssl_ca_certs;
   int ssl_cert_reqs = 0;
+  bool enable_ssl_refresh = false;
   bool no_webui = false;
   std::string web_root;
   int tensor_parallel_size = 1;

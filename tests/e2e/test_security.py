@@ -169,6 +169,64 @@ def test_client_certificates(certs, dedicated_server):
         without.models.list()
 
 
+def unverified():
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def presented_certificate(server):
+    """The DER certificate a new TLS connection to the server gets."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with unverified().wrap_socket(raw) as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def test_ssl_refresh_serves_a_renewed_certificate(certs, dedicated_server, tmp_path):
+    live_crt, live_key = tmp_path / "live.crt", tmp_path / "live.key"
+    live_crt.write_bytes((certs / "server.crt").read_bytes())
+    live_key.write_bytes((certs / "server.key").read_bytes())
+    s = dedicated_server("--ssl-certfile", live_crt, "--ssl-keyfile", live_key, "--enable-ssl-refresh",
+                         ssl_context=unverified())
+    old = presented_certificate(s)
+    assert old == ssl.PEM_cert_to_DER_cert((certs / "server.crt").read_text())
+    held = unverified().wrap_socket(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", "new.key", "-out", "new.crt", "-days", "2", "-subj", "/CN=127.0.0.1",
+            "-addext", "subjectAltName=IP:127.0.0.1", cwd=tmp_path)
+    try:
+        # The certificate first, its key not yet: that pair does not load, the old one stays.
+        live_crt.write_bytes((tmp_path / "new.crt").read_bytes())
+        time.sleep(2.5)
+        assert presented_certificate(s) == old
+        assert metric(s, "tern:http_tls_reloads_total") == 0
+        assert "do not load" in s.logs()
+        live_key.write_bytes((tmp_path / "new.key").read_bytes())
+        deadline = time.monotonic() + 10
+        while presented_certificate(s) == old:
+            assert time.monotonic() < deadline, "the renewed certificate was never served"
+            time.sleep(0.2)
+        assert presented_certificate(s) == ssl.PEM_cert_to_DER_cert((tmp_path / "new.crt").read_text())
+        assert metric(s, "tern:http_tls_reloads_total") == 1
+        # A connection opened before the reload goes on with its session.
+        held.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert held.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        held.close()
+    # Verified against the new certificate: the openai client works.
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0,
+                           http_client=httpx.Client(verify=ssl.create_default_context(
+                               cafile=str(tmp_path / "new.crt"))))
+    assert client.models.list().data[0].id == MODEL
+
+
+def test_ssl_refresh_needs_tls(tern_bin, tiny_model):
+    r = subprocess.run([tern_bin, "serve", "--model", tiny_model, "--port", "0", "--enable-ssl-refresh"],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1 and b"--enable-ssl-refresh" in r.stderr
+
+
 @pytest.mark.parametrize("case", ["missing key", "missing cert", "not a cert", "wrong key", "key alone",
                                   "reqs without ca"])
 def test_bad_tls_files_refused_at_start(case, certs, tern_bin, tiny_model):
@@ -413,6 +471,6 @@ def test_security_flags_in_help_and_docs(tern_bin):
                  "--log-requests-text", "--max-log-len", "--max-body-bytes", "--max-header-bytes", "--max-connections",
                  "--max-logprobs", "--max-logit-bias", "--max-model-len", "--max-queued-requests", "--max-n",
                  "--max-prompts-per-request", "--max-stop-sequences", "--max-stop-bytes", "--http-read-timeout",
-                 "--timeout-keep-alive", "--http-write-timeout"):
+                 "--timeout-keep-alive", "--http-write-timeout", "--enable-ssl-refresh"):
         assert flag in help_text, flag
         assert flag in doc, flag

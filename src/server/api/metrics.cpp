@@ -146,6 +146,8 @@ std::string Metrics::render(const EngineStats& s, const HttpCounters& http) cons
   counter("tern:http_tls_handshake_failures_total",
           "HTTPS connections whose TLS handshake failed (plain HTTP, untrusted or missing client certificate).",
           static_cast<double>(h.tls_handshake_failures));
+  counter("tern:http_tls_reloads_total", "Times --enable-ssl-refresh loaded changed certificate files.",
+          static_cast<double>(h.tls_reloads));
   return out;
 }
 

@@ -113,8 +113,12 @@ class Connection final : public EventTarget, public std::enable_shared_from_this
  public:
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
-  Connection(Stream stream, std::shared_ptr<ServerContext> ctx)
-      : stream_(std::move(stream)),
+  // tls_context: the OpenSSL context stream's session came from, held as long
+  // as the stream (--enable-ssl-refresh may replace the server's).
+  Connection(Stream stream, std::shared_ptr<ServerContext> ctx,
+             std::shared_ptr<asio::ssl::context> tls_context = nullptr)
+      : tls_context_(std::move(tls_context)),
+        stream_(std::move(stream)),
         socket_(tcp_socket(stream_)),
         strand_(socket_.get_executor()),
         ctx_(std::move(ctx)),
@@ -186,6 +190,7 @@ class Connection final : public EventTarget, public std::enable_shared_from_this
   void on_monitor_read(const error_code& ec, size_t n);
   Task<void> stop_monitor();
 
+  std::shared_ptr<asio::ssl::context> tls_context_;  // outlives stream_
   Stream stream_;
   tcp::socket& socket_;  // stream_ itself, or the TCP socket under TLS
   asio::any_io_executor strand_;
@@ -619,16 +624,16 @@ Task<void> reject(std::shared_ptr<tcp::socket> socket, std::shared_ptr<ServerCon
 }  // namespace
 
 void start_connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
-  if (ctx->tls) {
-    TlsStream stream(std::move(socket), *ctx->tls);
-    std::make_shared<Connection<TlsStream>>(std::move(stream), std::move(ctx))->start();
+  if (std::shared_ptr<asio::ssl::context> tls = ctx->tls()) {
+    TlsStream stream(std::move(socket), *tls);
+    std::make_shared<Connection<TlsStream>>(std::move(stream), std::move(ctx), std::move(tls))->start();
   } else {
     std::make_shared<Connection<tcp::socket>>(std::move(socket), std::move(ctx))->start();
   }
 }
 
 void reject_connection(tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
-  if (ctx->tls) {
+  if (ctx->tls()) {
     // A plain-text 503 means nothing to a TLS client, and a handshake costs what an overloaded server lacks.
     ctx->counters->on_connection_rejected();
     error_code ec;

@@ -26,6 +26,7 @@ HttpStatsSnapshot HttpCounters::snapshot() const {
   s.connections_rejected = rejected_.load(kRelaxed);
   s.client_disconnects = disconnects_.load(kRelaxed);
   s.tls_handshake_failures = tls_failures_.load(kRelaxed);
+  s.tls_reloads = tls_reloads_.load(kRelaxed);
   s.connections_open = open_.load(kRelaxed);
   s.requests_in_flight = in_flight_.load(kRelaxed);
   return s;

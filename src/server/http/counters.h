@@ -18,6 +18,7 @@ struct HttpStatsSnapshot {
   uint64_t connections_rejected = 0;   // over --max-connections (503)
   uint64_t client_disconnects = 0;     // requests whose client went away before the end
   uint64_t tls_handshake_failures = 0;  // HTTPS: bad certificates, plain HTTP, protocol errors
+  uint64_t tls_reloads = 0;             // HTTPS: certificate files reloaded (--enable-ssl-refresh)
   int64_t connections_open = 0;
   int64_t requests_in_flight = 0;
 
@@ -34,6 +35,7 @@ class HttpCounters {
   void on_connection_rejected() { rejected_.fetch_add(1, kRelaxed); }
   void on_client_disconnect() { disconnects_.fetch_add(1, kRelaxed); }
   void on_tls_handshake_failure() { tls_failures_.fetch_add(1, kRelaxed); }
+  void on_tls_reload() { tls_reloads_.fetch_add(1, kRelaxed); }
   int64_t connections_open() const { return open_.load(kRelaxed); }
 
   HttpStatsSnapshot snapshot() const;
@@ -48,6 +50,7 @@ class HttpCounters {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> disconnects_{0};
   std::atomic<uint64_t> tls_failures_{0};
+  std::atomic<uint64_t> tls_reloads_{0};
   std::atomic<int64_t> open_{0};
   std::atomic<int64_t> in_flight_{0};
 };

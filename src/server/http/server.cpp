@@ -15,6 +15,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <csignal>
+#include <filesystem>
 #include <spdlog/spdlog.h>
 #include <thread>
 #include <vector>
@@ -33,6 +34,22 @@ namespace {
 // their sockets close; after that, as long to notice before the io_context
 // stops regardless.
 constexpr auto kForceGrace = std::chrono::seconds(2);
+// --enable-ssl-refresh: how often the certificate files are looked at.
+constexpr auto kTlsRefreshInterval = std::chrono::seconds(1);
+
+// What says a TLS file changed: its modification time and size (0, 0 when
+// it cannot be read, which is a change too).
+std::vector<std::pair<int64_t, uintmax_t>> tls_file_stamps(const TlsOptions& tls) {
+  std::vector<std::pair<int64_t, uintmax_t>> stamps;
+  for (const std::string* path : {&tls.certfile, &tls.keyfile, &tls.ca_certs}) {
+    if (path->empty()) continue;
+    std::error_code ec;
+    const auto time = std::filesystem::last_write_time(*path, ec);
+    const uintmax_t size = ec ? 0 : std::filesystem::file_size(*path, ec);
+    stamps.emplace_back(ec ? 0 : time.time_since_epoch().count(), ec ? 0 : size);
+  }
+  return stamps;
+}
 }  // namespace
 
 struct HttpServer::Impl {
@@ -50,6 +67,7 @@ struct HttpServer::Impl {
   }
 
   Task<void> accept_loop();
+  Task<void> watch_tls();           // on `strand`: --enable-ssl-refresh
   void wait_signal();
   void begin_shutdown(bool force);  // on `strand`
   void drain_deadline();            // on `strand`
@@ -62,6 +80,7 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   asio::signal_set signals{ioc};
   asio::steady_timer shutdown_timer{strand};
+  asio::steady_timer tls_timer{strand};
   std::shared_ptr<ServerContext> ctx;
   uint16_t port = 0;
   bool shutting_down = false;  // on `strand`
@@ -88,6 +107,32 @@ Task<void> HttpServer::Impl::accept_loop() {
     } else {
       start_connection(std::move(socket), ctx);
     }
+  }
+}
+
+Task<void> HttpServer::Impl::watch_tls() {
+  const TlsOptions& files = ctx->options.tls;
+  auto seen = tls_file_stamps(files);
+  while (!shutting_down) {
+    tls_timer.expires_after(kTlsRefreshInterval);
+    error_code ec;
+    co_await tls_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || shutting_down) break;
+    auto now = tls_file_stamps(files);
+    if (now == seen) continue;
+    seen = std::move(now);
+    // A renewal that rewrites the certificate and the key one after the other
+    // fails here in between (the key does not match yet) and succeeds once both are written.
+    auto fresh = make_tls_context(files);
+    if (!fresh.is_ok()) {
+      spdlog::warn("https: the certificate files changed but do not load; new connections keep the previous "
+                   "ones: {}",
+                   fresh.status().to_string());
+      continue;
+    }
+    ctx->set_tls(std::move(fresh).value());
+    ctx->counters->on_tls_reload();
+    spdlog::info("https: certificate files reloaded ({}); new connections use them", files.certfile);
   }
 }
 
@@ -160,6 +205,7 @@ void HttpServer::Impl::finish() {
   error_code ec;
   signals.cancel(ec);
   shutdown_timer.cancel();
+  tls_timer.cancel();
   ioc.stop();
 }
 
@@ -178,7 +224,7 @@ Status HttpServer::listen() {
   if (opt.tls.enabled()) {
     auto tls = make_tls_context(opt.tls);
     if (!tls.is_ok()) return tls.status();
-    impl_->ctx->tls = std::move(tls).value();
+    impl_->ctx->set_tls(std::move(tls).value());
   }
   error_code ec;
   asio::ip::address address = asio::ip::make_address(opt.host, ec);
@@ -213,6 +259,9 @@ void HttpServer::run() {
     impl.wait_signal();
   }
   asio::co_spawn(impl.strand, impl.accept_loop(), asio::detached);
+  if (impl.ctx->options.tls.enabled() && impl.ctx->options.tls.refresh) {
+    asio::co_spawn(impl.strand, impl.watch_tls(), asio::detached);
+  }
   int n = std::max(1, impl.ctx->options.io_threads);
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n - 1));

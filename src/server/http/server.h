@@ -32,6 +32,9 @@ struct TlsOptions {
   std::string keyfile;   // PEM private key of the first certificate, unencrypted
   std::string ca_certs;  // PEM CA certificates for client certificates
   int cert_reqs = 0;     // 0 none, 1 optional, 2 required (Python's ssl.CERT_*)
+  // vLLM's --enable-ssl-refresh: the files are looked at every second and,
+  // when they change and load, new connections use them.
+  bool refresh = false;
   bool enabled() const { return !certfile.empty() || !keyfile.empty(); }
 };
 

@@ -3,6 +3,16 @@
 
 namespace tern::server {
 
+std::shared_ptr<boost::asio::ssl::context> ServerContext::tls() const {
+  std::lock_guard lock(mu_);
+  return tls_;
+}
+
+void ServerContext::set_tls(std::shared_ptr<boost::asio::ssl::context> tls) {
+  std::lock_guard lock(mu_);
+  tls_ = std::move(tls);
+}
+
 uint64_t ServerContext::add(std::weak_ptr<ConnectionControl> conn) {
   std::lock_guard lock(mu_);
   if (closing_) return 0;

@@ -50,8 +50,11 @@ class ServerContext {
   const Dispatcher dispatcher;
   const std::shared_ptr<HttpCounters> counters;
   const std::shared_ptr<PostGate> gate;
-  // Set by HttpServer::listen() when serving HTTPS, before any connection.
-  std::shared_ptr<boost::asio::ssl::context> tls;
+  // HTTPS: the OpenSSL context new connections take (null: plain HTTP). Set
+  // by HttpServer::listen() before any connection; --enable-ssl-refresh
+  // replaces it when the certificate files change (connections keep theirs).
+  std::shared_ptr<boost::asio::ssl::context> tls() const;
+  void set_tls(std::shared_ptr<boost::asio::ssl::context> tls);
 
   // Registers a connection; 0 if the server is closing (close it at once).
   uint64_t add(std::weak_ptr<ConnectionControl> conn);
@@ -66,6 +69,7 @@ class ServerContext {
 
  private:
   mutable std::mutex mu_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;
   bool closing_ = false;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::weak_ptr<ConnectionControl>> conns_;
