@@ -927,10 +927,11 @@ TEST(CudaKernels, SampleRowsDrawsFromTheHostSamplersDistribution) {
 // A full-size vocabulary: top-k and top-p cuts over 103,424 logits, ties
 // at the cut resolved to the lower ids, and draws only from the kept set;
 // and 270,000 logits, past which top-p sums its masses in 64-bit atomics
-// instead of 32-bit limbs.
+// instead of 32-bit limbs; and an odd vocabulary, whose rows after the first
+// do not start on a 16-byte boundary (read one logit at a time).
 TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
   std::mt19937 rng(12);
-  for (const size_t vocab : {size_t{103424}, size_t{270000}}) {
+  for (const size_t vocab : {size_t{103424}, size_t{270000}, size_t{103423}}) {
     std::vector<float> row = test::random_f32(rng, vocab, -8, 8);
     for (int i = 0; i < 50; ++i) row[static_cast<size_t>(1000 + 977 * i)] = 9.0f;  // 50 tied maxima
     const SampleCase cases[] = {{1.0f, 10, 1.0f, 0.0f}, {1.0f, 60, 1.0f, 0.0f}, {1.0f, 0, 0.1f, 0.0f},

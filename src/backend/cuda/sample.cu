@@ -117,7 +117,38 @@ struct Cluster {
 // A block's slice of the row: ids [lo, hi), a multiple of 32 long but the last.
 struct Slice {
   int64_t lo, hi;
+  // How many 4-float groups from lo are read with 16-byte loads (0 when the
+  // slice does not start on a 16-byte boundary); ids past them one at a time.
+  __device__ int64_t vectors(const float* x) const {
+    return (reinterpret_cast<uintptr_t>(x + lo) & 15u) == 0 ? (hi - lo) / 4 : 0;
+  }
 };
+
+// f(value, id) for every id of the slice, in no particular order, each
+// thread its own ids (no warp-wide steps inside f). The passes over a row
+// are bound by the latency of their loads, so each thread keeps two 16-byte
+// loads in flight.
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float* x, const Slice& sl, F&& f) {
+  const int64_t nvec = sl.vectors(x);
+  const auto* v4 = reinterpret_cast<const float4*>(x + sl.lo);
+  const auto step = static_cast<int64_t>(blockDim.x);
+  int64_t j = threadIdx.x;
+  const auto four = [&](const float4 v, int64_t g) {
+    const int64_t i = sl.lo + 4 * g;
+    f(v.x, i);
+    f(v.y, i + 1);
+    f(v.z, i + 2);
+    f(v.w, i + 3);
+  };
+  for (; j + step < nvec; j += 2 * step) {
+    const float4 a = v4[j], b = v4[j + step];
+    four(a, j);
+    four(b, j + step);
+  }
+  if (j < nvec) four(v4[j], j);
+  for (int64_t i = sl.lo + 4 * nvec + threadIdx.x; i < sl.hi; i += step) f(x[i], i);
+}
 
 struct Shared {
   unsigned long long mass_bins[kBins];
@@ -398,17 +429,31 @@ __device__ int gather_bin(const float* x, const Slice& sl, const Weights& w, int
   if (threadIdx.x == 0) s.block_gathered = 0;
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  for (int64_t base = sl.lo; base < sl.hi; base += blockDim.x) {
-    const int64_t i = base + threadIdx.x;
-    const float v = i < sl.hi ? x[i] : -INFINITY;
+  // Appends the warp's entries of bin b (every lane takes part).
+  const auto append = [&](float v, int64_t i) {
     const bool in = finite_logit(v) && w.bin(v) == b;
     const uint32_t ballot = __ballot_sync(0xffffffffu, in);
-    if (ballot == 0) continue;
+    if (ballot == 0) return;
     const int leader = __ffs(ballot) - 1;
     int slot = 0;
     if (lane == leader) slot = atomicAdd(&s.block_gathered, __popc(ballot));
     slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(ballot & ((1u << lane) - 1u));
     if (in && slot < kCandidates) s.gathered[slot] = pick_key(v, i);
+  };
+  const int64_t nvec = sl.vectors(x);
+  const auto* v4 = reinterpret_cast<const float4*>(x + sl.lo);
+  for (int64_t first = threadIdx.x - lane; first < nvec; first += blockDim.x) {  // the same trips in a warp
+    const int64_t j = first + lane;
+    const float4 v = j < nvec ? v4[j] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    const int64_t i = sl.lo + 4 * j;
+    append(v.x, i);
+    append(v.y, i + 1);
+    append(v.z, i + 2);
+    append(v.w, i + 3);
+  }
+  for (int64_t base = sl.lo + 4 * nvec; base < sl.hi; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    append(i < sl.hi ? x[i] : -INFINITY, i);
   }
   cl.sync();
   int n = 0;
@@ -467,20 +512,20 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const
   cut = 0;
   if (!top_k && !top_p) return true;
   const bool limbs = vocab < kLimbVocab;
-  const int lane = threadIdx.x & 31;
   clear_bins(s);
-  for (int64_t base = sl.lo; base < sl.hi; base += blockDim.x) {
-    const int64_t i = base + threadIdx.x;
-    const float v = i < sl.hi ? x[i] : -INFINITY;
-    const bool finite = finite_logit(v);
-    const int b = finite ? w.bin(v) : kBins - 1;
-    // The tail's entries (most of a peaked row) are counted a warp at a time; their masses are 0.
-    const uint32_t tail = __ballot_sync(0xffffffffu, finite && b == kBins - 1);
-    if (top_k && lane == 0 && tail != 0) atomicAdd(&s.count_bins[kBins - 1], __popc(tail));
-    if (!finite || b == kBins - 1) continue;
+  int tail = 0;  // the last bin's entries (most of a peaked row), counted per thread; their masses are 0
+  for_each_logit(x, sl, [&](float v, int64_t) {
+    if (!finite_logit(v)) return;
+    const int b = w.bin(v);
+    if (b == kBins - 1) {
+      ++tail;
+      return;
+    }
     if (top_k) atomicAdd(&s.count_bins[b], 1);
     if (top_p) add_mass(s, b, w.mass(v), limbs);
-  }
+  });
+  tail = __reduce_add_sync(0xffffffffu, tail);
+  if (top_k && (threadIdx.x & 31) == 0 && tail != 0) atomicAdd(&s.count_bins[kBins - 1], tail);
   // The cluster's bins, summed in every block.
   cl.sync();
   for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
@@ -580,12 +625,11 @@ __device__ __forceinline__ float gumbel(uint64_t key, int64_t id) {
 __device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const Weights& w, uint64_t cut,
                      uint64_t fallback, uint64_t* keys, Shared& s, const Cluster& cl) {
   uint64_t top = 0;  // the score's order key above (2^32 - 1 - id), as pick_key
-  for (int64_t i = sl.lo + threadIdx.x; i < sl.hi; i += blockDim.x) {
-    const float v = x[i];
-    if (!kept(v, i, cut, r, w)) continue;
+  for_each_logit(x, sl, [&](float v, int64_t i) {
+    if (!kept(v, i, cut, r, w)) return;
     const uint64_t k = pick_key((v - w.m) * w.inv_t + gumbel(r.key, i), i);
     top = k > top ? k : top;
-  }
+  });
   if (threadIdx.x == 0) s.best = 0;
   __syncthreads();
   top = block_max_u64(top, &s.best);
@@ -643,8 +687,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   uint64_t best = 0;
   int finite = 0;
   uint32_t min_key = UINT_MAX;
-  for (int64_t i = sl.lo + threadIdx.x; i < sl.hi; i += blockDim.x) {
-    const float v = x[i];
+  for_each_logit(x, sl, [&](float v, int64_t i) {
     if (v == v) {
       const uint64_t k = pick_key(v, i);
       best = k > best ? k : best;
@@ -653,7 +696,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
       ++finite;
       min_key = min(min_key, order_key(v));
     }
-  }
+  });
   finite = __reduce_add_sync(0xffffffffu, finite);
   min_key = __reduce_min_sync(0xffffffffu, min_key);
   if ((threadIdx.x & 31) == 0 && finite > 0) {
