@@ -217,7 +217,10 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
 #else
   const bool fast = false;
 #endif
-  if (!fast) {
+  // An fp8 cache is read by the reference (it dequantizes each row once per
+  // unit); the AVX2 tiles load fp32 rows only.
+  const bool fp8 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_fp8(); });
+  if (!fast || fp8) {
     attention_batch(pool, q, positions, seqs, shape, out);
     return;
   }

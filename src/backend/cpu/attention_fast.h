@@ -15,8 +15,8 @@
 
 namespace tern::cpu {
 
-// As attention_batch. Falls back to it where the CPU lacks AVX2/FMA or
-// head_dim is not a multiple of 8.
+// As attention_batch. Falls back to it where the CPU lacks AVX2/FMA, where
+// head_dim is not a multiple of 8, and for an fp8 cache (KvRowTable::fp8_blocks).
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                           std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out);
 

@@ -345,6 +345,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
     return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
                             std::to_string(options.gpu_memory_utilization));
   }
+  if (options.kv_cache_dtype != KvCacheDType::kAuto) {
+    return unsupported(std::string("--kv-cache-dtype ") + kv_cache_dtype_name(options.kv_cache_dtype) +
+                       " is not supported by the CUDA backend; use --kv-cache-dtype auto, or --device cpu");
+  }
   if (options.max_num_seqs < 1 || options.max_model_len < 0) {
     return invalid_argument("max_num_seqs must be positive and max_model_len not negative");
   }
