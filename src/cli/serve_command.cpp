@@ -157,6 +157,8 @@ int run_serve(const ServeOptions& o) {
   ctx.limits.max_logprobs = o.engine.max_logprobs;
   ctx.limits.max_logit_bias = o.max_logit_bias;
   server::Metrics metrics(ctx.model_name);
+  metrics.set_cache_config(le.kv_cache_tokens / std::max<int64_t>(1, le.kv_cache_blocks), le.kv_cache_dtype,
+                           le.kv_cache_blocks);
   ctx.metrics = &metrics;
   EngineClient client(std::move(le.engine), o.max_queued_requests);
   ctx.engine = &client;
