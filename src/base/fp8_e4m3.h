@@ -6,21 +6,40 @@
 // +-448, as cvt.rn.satfinite does on the GPU; NaN stays NaN.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace tern {
 
 inline constexpr float kFp8E4m3Max = 448.0f;
 
-inline float fp8_e4m3_to_f32(uint8_t b) {
-  const float sign = (b & 0x80) != 0 ? -1.0f : 1.0f;
-  const int exp = (b >> 3) & 0xf;
-  const int mant = b & 0x7;
-  if (exp == 0xf && mant == 0x7) return NAN;
-  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);
-  return sign * std::ldexp(static_cast<float>(8 + mant), exp - 10);
+namespace detail {
+// The value of code b, built from its bits: normals as a float with the
+// exponent rebiased (+120), subnormals m * 2^-9, S.1111.111 NaN.
+constexpr float fp8_e4m3_value(unsigned b) {
+  const unsigned exp = (b >> 3) & 0xfu, mant = b & 0x7u;
+  float mag = 0;
+  if (exp == 0xf && mant == 0x7) {
+    mag = std::numeric_limits<float>::quiet_NaN();
+  } else if (exp == 0) {
+    mag = static_cast<float>(mant) / 512.0f;
+  } else {
+    mag = std::bit_cast<float>(static_cast<uint32_t>(((exp + 120u) << 23) | (mant << 20)));
+  }
+  return (b & 0x80u) != 0 ? -mag : mag;
 }
+inline constexpr std::array<float, 256> kFp8E4m3Values = [] {
+  std::array<float, 256> t{};
+  for (unsigned b = 0; b < 256; ++b) t[b] = fp8_e4m3_value(b);
+  return t;
+}();
+}  // namespace detail
+
+// Exact (every e4m3 value is a float): a table lookup.
+inline float fp8_e4m3_to_f32(uint8_t b) { return detail::kFp8E4m3Values[b]; }
 
 inline uint8_t f32_to_fp8_e4m3(float f) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;

@@ -44,9 +44,13 @@ namespace {
 using testing::greedy_request;
 
 constexpr double kLogitTolerance = 5e-2;
-// An fp8 KV cache on both sides: the GPU rounds K from its bf16 q|k|v row,
-// the CPU from fp32, so a K/V element can land one e4m3 step (1/16) apart.
-constexpr double kFp8LogitTolerance = 1e-1;
+// An fp8 KV cache on both sides: the GPU rounds K/V from its bf16 q|k|v row,
+// the CPU from fp32, so where the two differ by bf16's 2^-9 around an e4m3
+// midpoint (a few percent of elements) they land one e4m3 step (2^-4) apart.
+// Measured on the H200 (docs/benchmarks.md): the worst row is about 5 times
+// the bf16 cache's on both models (ernie-tiny 0.149 against 0.029, head_dim
+// 128 0.033 against 0.007); every kernel alone matches its fp8 reference.
+constexpr double kFp8LogitTolerance = 2.5e-1;
 
 std::unique_ptr<Ernie45Model> load_cpu(const std::string& dir) {
   auto m = Ernie45Model::load(dir, 2);
