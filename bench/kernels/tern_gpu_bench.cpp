@@ -11,7 +11,8 @@
 // gemvN (the GEMV up to N tokens), notiles (prefill attention token by
 // token, as before query tiles), nokernel (one-token steps on the GEMV
 // path's kernels instead of the persistent decode kernel), norope (decode
-// steps' RoPE and KV write in rope_store_kv, not in the attention). With
+// steps' RoPE and KV write in rope_store_kv, not in the attention), fp8
+// (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -179,7 +180,9 @@ int main(int argc, char** argv) {
     o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
     o.max_num_seqs = std::max<int64_t>(max_batch, 1);
     o.max_model_len = prompt + steps;
-    o.kv_cache_bytes = max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * 2;
+    if (config == "fp8") o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
+    o.kv_cache_bytes =
+        max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * tern::kv_element_bytes(o.kv_cache_dtype, 2);
     o.enforce_eager = config == "eager" || config == "cublas-eager";
     if (config == "cublas" || config == "cublas-eager") o.gemv_max_tokens = 0;
     if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens

@@ -75,6 +75,12 @@ int run_bench_pp_tg(const BenchOptions& o) {
                          "on the GPU use bench offline / conc\n");
     return 1;
   }
+  if (o.engine.kv_cache_dtype != "auto") {
+    std::fprintf(stderr, "tern bench pp-tg: times the model over its contiguous fp32 cache; --kv-cache-dtype %s "
+                         "applies to the engine's paged cache (bench offline / conc)\n",
+                 o.engine.kv_cache_dtype.c_str());
+    return 1;
+  }
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.engine.cpu_kernels);
   if (kernels == nullptr) {
     std::fprintf(stderr, "tern bench pp-tg: unknown --cpu-kernels '%s'\n", o.engine.cpu_kernels.c_str());

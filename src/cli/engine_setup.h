@@ -16,6 +16,8 @@ namespace tern::cli {
 // quantization, CPU kernels, device): for subcommands that run the model
 // without the engine (perplexity).
 void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional = false);
+// --kv-cache-dtype alone (perplexity's cache takes it too).
+void add_kv_cache_dtype_option(CLI::App& cmd, EngineOptions& o);
 // Those and the engine's (batching, KV cache, CUDA graphs, logprob limits).
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional = false);
 

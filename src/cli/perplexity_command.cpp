@@ -6,7 +6,9 @@
 // llama-perplexity's file format; with --kl-divergence it reads such a file
 // (tern's or llama.cpp's: the tokens come from it) and reports how far this
 // model's distributions are from the base's, the figure that ranks
-// quantizations (docs/compat.md).
+// quantizations (docs/compat.md). With --kv-cache-dtype fp8 each window runs
+// through an fp8 paged pool instead (its K/V rounded to e4m3), so the KL
+// against an auto run's base file is what the fp8 cache costs.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -59,26 +61,41 @@ std::span<T> row_of(std::span<T> m, int64_t r, int64_t width) {
 }
 
 // Runs each window of `tokens` and hands the logits of its scored rows to
-// `score(chunk, rows)` ([rows_per_chunk, vocab]).
+// `score(chunk, rows)` ([rows_per_chunk, vocab]). kv_dtype auto: the
+// contiguous fp32 cache; fp8: a paged e4m3 pool holding one window.
 template <typename Score>
 Status run_windows(Ernie45Model& model, std::span<const int32_t> tokens, int64_t n_ctx, int64_t n_chunk,
-                   Score&& score) {
+                   KvCacheDType kv_dtype, Score&& score) {
   const auto vocab = static_cast<size_t>(model.config().vocab_size);
-  KvCache cache = model.make_cache(n_ctx);
+  const bool paged = kv_dtype != KvCacheDType::kAuto;
+  constexpr int64_t kBlock = 16;
+  KvCache cache = model.make_cache(paged ? 0 : n_ctx);
+  PagedKvPool pool = paged ? model.make_pool((n_ctx + kBlock - 1) / kBlock, kBlock, kv_dtype) : PagedKvPool();
+  std::vector<int32_t> table(static_cast<size_t>(pool.num_blocks()));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
   std::vector<float> logits(static_cast<size_t>(n_ctx) * vocab);
   const auto first = static_cast<size_t>(log_prob_first_scored(n_ctx));
   const auto rows = static_cast<size_t>(log_prob_rows_per_chunk(n_ctx));
   for (int64_t c = 0; c < n_chunk; ++c) {
     cache.clear();
     auto window = tokens.subspan(static_cast<size_t>(c * n_ctx), static_cast<size_t>(n_ctx));
-    TERN_RETURN_IF_ERROR(model.forward_all(window, cache, logits));
+    if (paged) {
+      SequenceChunk chunk;
+      chunk.tokens = window;
+      chunk.block_table = table;
+      chunk.all_logits = true;
+      TERN_RETURN_IF_ERROR(model.forward_batch({&chunk, 1}, pool, logits));
+    } else {
+      TERN_RETURN_IF_ERROR(model.forward_all(window, cache, logits));
+    }
     TERN_RETURN_IF_ERROR(score(c, std::span<const float>(logits).subspan(first * vocab, rows * vocab)));
   }
   return Status::ok();
 }
 
 // The model's perplexity on --file; with --kl-divergence-base, also the base file.
-int run_base(const PerplexityOptions& o, Ernie45Model& model, const Tokenizer& tokenizer, nlohmann::json& report) {
+int run_base(const PerplexityOptions& o, Ernie45Model& model, const Tokenizer& tokenizer, KvCacheDType kv_dtype,
+             nlohmann::json& report) {
   auto text = read_file(o.file);
   if (!text.is_ok()) return fail(text.status());
   const std::vector<int32_t> tokens = tokenizer.encode(*text, true);
@@ -104,7 +121,7 @@ int run_base(const PerplexityOptions& o, Ernie45Model& model, const Tokenizer& t
   const int64_t row_values = log_prob_row_values(vocab);
   std::vector<uint16_t> encoded(static_cast<size_t>(rows * row_values));
   double nll = 0, nll2 = 0;
-  Status st = run_windows(model, header.tokens, o.n_ctx, n_chunk, [&](int64_t c, std::span<const float> logits) {
+  Status st = run_windows(model, header.tokens, o.n_ctx, n_chunk, kv_dtype, [&](int64_t c, std::span<const float> logits) {
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t next = header.tokens[static_cast<size_t>(c * o.n_ctx + first + r + 1)];
       const double v = encode_log_prob_row(row_of(logits, r, vocab), next, row_of(std::span(encoded), r, row_values));
@@ -129,7 +146,7 @@ int run_base(const PerplexityOptions& o, Ernie45Model& model, const Tokenizer& t
 }
 
 // The model against a base file: KL divergence and the rest of llama-perplexity's summary.
-int run_kl(const PerplexityOptions& o, Ernie45Model& model, nlohmann::json& report) {
+int run_kl(const PerplexityOptions& o, Ernie45Model& model, KvCacheDType kv_dtype, nlohmann::json& report) {
   LogProbFileReader reader;
   auto header = reader.open(o.kl_base);
   if (!header.is_ok()) return fail(header.status());
@@ -150,7 +167,7 @@ int run_kl(const PerplexityOptions& o, Ernie45Model& model, nlohmann::json& repo
   const int64_t row_values = log_prob_row_values(vocab);
   KlStats s;
   std::vector<uint16_t> base;
-  Status st = run_windows(model, header->tokens, n_ctx, n_chunk, [&](int64_t c, std::span<const float> logits) {
+  Status st = run_windows(model, header->tokens, n_ctx, n_chunk, kv_dtype, [&](int64_t c, std::span<const float> logits) {
     TERN_RETURN_IF_ERROR(reader.read_chunk(base));
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t next = header->tokens[static_cast<size_t>(c * n_ctx + first + r + 1)];
@@ -195,6 +212,7 @@ void add_perplexity_command(CLI::App& app, PerplexityOptions& o) {
       "Perplexity of a text, or the KL divergence of the next-token distributions against a base, as "
       "llama-perplexity computes them (its --kl-divergence-base files work both ways)");
   add_model_options(*cmd, o.engine);
+  add_kv_cache_dtype_option(*cmd, o.engine);
   cmd->add_option("-f,--file", o.file, "Text to score (not with --kl-divergence: the base file holds the tokens)");
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Window in tokens: the first half is context, the second half is scored")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 20))->capture_default_str();
@@ -214,6 +232,8 @@ int run_perplexity(const PerplexityOptions& o) {
   if (o.kl_divergence && o.kl_base.empty()) return fail(invalid_argument("--kl-divergence needs --kl-divergence-base"));
   if (!o.kl_divergence && o.file.empty()) return fail(invalid_argument("--file is required (the text to score)"));
   if (o.engine.device == "cuda") return fail(unsupported("runs the CPU forward only (--device cpu)"));
+  auto kv_dtype = parse_kv_cache_dtype(o.engine.kv_cache_dtype);
+  if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.engine.cpu_kernels);
   if (kernels == nullptr) return fail(invalid_argument("unknown --cpu-kernels '" + o.engine.cpu_kernels + "'"));
   auto source = resolve_model_source(o.engine.model);
@@ -225,11 +245,11 @@ int run_perplexity(const PerplexityOptions& o) {
 
   nlohmann::json report = {{"model", o.engine.model}, {"commit", TERN_GIT_COMMIT}, {"cpu_kernels", kernels->name},
                            {"quantization", o.engine.quantization},
-                           {"threads", model.num_threads()}};
+                           {"threads", model.num_threads()}, {"kv_cache_dtype", kv_cache_dtype_name(*kv_dtype)}};
   int rc = 0;
   if (o.kl_divergence) {
     report["kl_divergence_base"] = o.kl_base;
-    rc = run_kl(o, model, report);
+    rc = run_kl(o, model, *kv_dtype, report);
   } else {
     if (o.n_ctx > model.config().max_position_embeddings) {
       return fail(invalid_argument("-c " + std::to_string(o.n_ctx) + " is past the model's " +
@@ -238,7 +258,7 @@ int run_perplexity(const PerplexityOptions& o) {
     auto tokenizer = load_tokenizer(model, source->path);
     if (!tokenizer.is_ok()) return fail(tokenizer.status());
     report["file"] = o.file;
-    rc = run_base(o, model, *tokenizer, report);
+    rc = run_base(o, model, *tokenizer, *kv_dtype, report);
   }
   if (rc == 0 && !o.json_out.empty()) std::ofstream(o.json_out) << report.dump(2) << "\n";
   return rc;

@@ -183,6 +183,8 @@ int run_serve(const ServeOptions& o) {
   ctx.limits.max_stop = o.max_stop_sequences;
   ctx.limits.max_stop_bytes = o.max_stop_bytes;
   server::Metrics metrics(ctx.model_name);
+  metrics.set_cache_config(le.kv_cache_tokens / std::max<int64_t>(1, le.kv_cache_blocks), le.kv_cache_dtype,
+                           le.kv_cache_blocks);
   ctx.metrics = &metrics;
   EngineClient client(std::move(le.engine), o.max_queued_requests);
   ctx.engine = &client;
@@ -220,8 +222,9 @@ int run_serve(const ServeOptions& o) {
   if (!st.is_ok()) return fail(st);
   ctx.ready = true;
   const char* scheme = http.tls.enabled() ? "https" : "http";
-  spdlog::info("tern serve: model {} on {} ({} max tokens; KV cache {} tokens, {}) ready in {:.0f} ms on {}://{}:{}",
-               ctx.model_name, le.device, ctx.max_model_len, le.kv_cache_tokens, le.kv_sizing, le.load_ms, scheme,
+  spdlog::info("tern serve: model {} on {} ({} max tokens; KV cache {} tokens, {}, {}) ready in {:.0f} ms on {}://{}:{}",
+               ctx.model_name, le.device, ctx.max_model_len, le.kv_cache_tokens, le.kv_cache_dtype, le.kv_sizing,
+               le.load_ms, scheme,
                o.host, srv.port());
   std::fprintf(stderr, "tern serve: listening on %s://%s:%u (model %s)\n", scheme, o.host.c_str(), srv.port(),
                ctx.model_name.c_str());

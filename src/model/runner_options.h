@@ -6,11 +6,16 @@
 
 #include <cstdint>
 
+#include "model/kv_cache_dtype.h"
+
 namespace tern {
 
 struct RunnerOptions {
   int64_t block_size = 16;                // positions per KV block
   int64_t kv_cache_bytes = 0;             // the KV pool: the number of whole blocks that fit
+  // The pool's element type (--kv-cache-dtype): auto is fp32 on the CPU,
+  // bf16 on CUDA; fp8 is e4m3 on both, so the same bytes hold more blocks.
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
   // Instead of kv_cache_bytes (> 0, CUDA): the share of the GPU's total
   // memory tern's allocations may take (weights, workspace, graphs and the
   // KV pool); the pool gets what is left of it. vLLM's --gpu-memory-utilization.

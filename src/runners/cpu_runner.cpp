@@ -13,14 +13,14 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, const 
   const int64_t block_size = options.block_size;
   if (block_size < 1 || block_size > 1024)
     return invalid_argument("block size must be in [1, 1024], got " + std::to_string(block_size));
-  int64_t per_block = PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size);
+  int64_t per_block = PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size, options.kv_cache_dtype);
   int64_t blocks = options.kv_cache_bytes / per_block;
   if (blocks < 1) {
     return resource_exhausted("the KV cache budget of " + std::to_string(options.kv_cache_bytes) +
                               " bytes holds no block of " + std::to_string(per_block) +
                               " bytes; raise --kv-cache-memory");
   }
-  PagedKvPool pool(c.num_layers, c.kv_dim(), blocks, block_size);
+  PagedKvPool pool(c.num_layers, c.kv_dim(), blocks, block_size, options.kv_cache_dtype);
   return std::unique_ptr<CpuRunner>(new CpuRunner(model, std::move(pool)));
 }
 

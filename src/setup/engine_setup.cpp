@@ -165,6 +165,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   if (by_share && device != "cuda") {
     return invalid_argument("--gpu-memory-utilization sizes the KV cache on the GPU; on the CPU use --kv-cache-memory");
   }
+  TERN_ASSIGN_OR_RETURN(const KvCacheDType kv_dtype, parse_kv_cache_dtype(o.kv_cache_dtype));
   // The KV cache's size, and how it was chosen (for the start-up log).
   int64_t kv_bytes = 0;
   if (by_share) {
@@ -178,7 +179,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     // Room for max_num_seqs whole sequences: vLLM takes 90% of the card,
     // which starves anything else on it; this takes what the limits need.
     const int64_t len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
-    const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * 2;  // bf16 K and V
+    const int64_t per_token = cfg.num_layers * 2 * cfg.kv_dim() * kv_element_bytes(kv_dtype, 2);  // bf16 or fp8 K and V
     kv_bytes = o.run.max_num_seqs * (len + o.run.block_size) * per_token;
     le.kv_sizing = "default: " + std::to_string(o.run.max_num_seqs) + " sequences of " + std::to_string(len) +
                    " tokens, within the free GPU memory";
@@ -188,6 +189,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   }
   RunnerOptions run = o.run;
   run.kv_cache_bytes = kv_bytes;
+  run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
   TERN_RETURN_IF_ERROR(apply_quantization(*le.model, source.path, o.quantization, device));
   std::unique_ptr<Runner> runner;
@@ -200,6 +202,8 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
 
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
   le.kv_cache_tokens = cache_tokens;
+  le.kv_cache_blocks = runner->num_kv_blocks();
+  le.kv_cache_dtype = kv_dtype == KvCacheDType::kFp8E4m3 ? "fp8_e4m3" : device == "cuda" ? "bf16" : "fp32";
   int64_t max_len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
   if (max_len > cfg.max_position_embeddings) {
     return invalid_argument("--max-model-len " + std::to_string(max_len) + " exceeds the model's " +

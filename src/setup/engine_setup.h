@@ -27,6 +27,7 @@ struct EngineOptions {
   // pool's bytes are worked out from kv_cache_memory by load_engine.
   RunnerOptions run;
   std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, fp8 or fp8_e4m3 (parse_kv_cache_dtype)
   bool enable_prefix_caching = true;
   std::string device = "auto";
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
@@ -47,6 +48,10 @@ struct LoadedEngine {
   double load_ms = 0;
   std::string device;  // "cpu" or "cuda": where the engine runs
   int64_t kv_cache_tokens = 0;
+  int64_t kv_cache_blocks = 0;
+  // The KV cache's element type as stored: "fp32" or "bf16" (auto on the CPU
+  // or CUDA) or "fp8_e4m3", for the start-up log and /metrics.
+  std::string kv_cache_dtype;
   std::string kv_sizing;  // how the KV cache was sized, for the start-up log
   std::string model_path;  // the folder or GGUF file loaded (a hub model's snapshot in the HF cache)
   std::string model_name;  // a hub model's repo id; empty for a local path

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
+#include "base/fp8_e4m3.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "base/thread_pool.h"
@@ -138,7 +139,7 @@ cuda::RopeKvParams rope_params(const Shape& s, int64_t T, bf16* qkv, int64_t str
   p.num_tokens = T;
   p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
   p.places = {positions, slots, inv_freq};
-  p.planes = {k, v};
+  p.planes = cuda::KvPlanes{k, v, nullptr, nullptr};
   return p;
 }
 
@@ -214,6 +215,89 @@ TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
   }
 }
 
+// rope_store_kv into an fp8 pool: q rotated in place as before, k rotated in
+// fp32 and rounded once to e4m3 (the CPU reference's rope then
+// f32_to_fp8_e4m3; the GPU's sincosf may move a value across a rounding
+// midpoint, so a code may differ by one step, rarely), v rounded to e4m3
+// exactly as the reference, no other slot touched; values past +-448
+// saturate.
+TEST(CudaKernels, RopeStoreKvIntoFp8MatchesReference) {
+  std::mt19937 rng(44);
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}, Shape{64, 8, 128, 16}}) {
+    const int64_t T = 23, q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
+    const int64_t stride = q_dim + 2 * kv_dim;
+    const int64_t num_slots = 64 * s.block_size;
+    Bf16Data qkv = test::random_bf16(rng, static_cast<size_t>(T * stride), -20, 20);
+    for (size_t i = 0; i < qkv.words.size(); i += 211) {  // a few past e4m3's range
+      qkv.values[i] *= 50.0f;
+      qkv.words[i] = f32_to_bf16(qkv.values[i]);
+      qkv.values[i] = bf16_to_f32(qkv.words[i]);
+    }
+    std::vector<int32_t> positions(static_cast<size_t>(T)), slots(static_cast<size_t>(num_slots));
+    std::uniform_int_distribution<int32_t> pos_d(0, 131071);
+    for (auto& p : positions) p = pos_d(rng);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(static_cast<size_t>(T));
+    const std::vector<float> inv_freq = cpu::rope_inv_freq(s.head_dim, 500000.0);
+
+    const uint8_t kPoison = 0x5a;
+    DeviceArray<bf16> d_qkv(qkv.words);
+    DeviceArray<int32_t> d_pos(positions), d_slots(slots);
+    DeviceArray<float> d_freq(inv_freq);
+    DeviceArray<uint8_t> d_k(std::vector<uint8_t>(static_cast<size_t>(num_slots * kv_dim), kPoison));
+    DeviceArray<uint8_t> d_v(std::vector<uint8_t>(static_cast<size_t>(num_slots * kv_dim), kPoison));
+    cuda::RopeKvParams p =
+        rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(), d_freq.get(), nullptr, nullptr);
+    p.planes = cuda::KvPlanes{nullptr, nullptr, d_k.get(), d_v.get()};
+    TERN_ASSERT_CUDA(cuda::rope_store_kv(p, nullptr));
+
+    std::vector<float> q_ref, k_ref, v_ref;
+    for (int64_t t = 0; t < T; ++t) {
+      auto row = qkv.values.begin() + t * stride;
+      q_ref.insert(q_ref.end(), row, row + q_dim);
+      k_ref.insert(k_ref.end(), row + q_dim, row + q_dim + kv_dim);
+      v_ref.insert(v_ref.end(), row + q_dim + kv_dim, row + stride);
+    }
+    std::vector<int64_t> pos64(positions.begin(), positions.end());
+    cpu::rope_interleaved(q_ref.data(), T, s.num_heads, s.head_dim, pos64, inv_freq);
+    cpu::rope_interleaved(k_ref.data(), T, s.num_kv_heads, s.head_dim, pos64, inv_freq);
+
+    const std::vector<float> qkv_got = test::to_f32(d_qkv.download());
+    const std::vector<uint8_t> k_got = d_k.download(), v_got = d_v.download();
+    std::vector<float> q_got;
+    int64_t k_exact = 0, saturated = 0;
+    const std::string what = "rope into fp8, head_dim " + std::to_string(s.head_dim);
+    for (int64_t t = 0; t < T; ++t) {
+      q_got.insert(q_got.end(), qkv_got.begin() + t * stride, qkv_got.begin() + t * stride + q_dim);
+      const int64_t slot = slots[static_cast<size_t>(t)];
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        const auto r = static_cast<size_t>(t * kv_dim + j);
+        const uint8_t k = k_got[static_cast<size_t>(slot * kv_dim + j)], want = f32_to_fp8_e4m3(k_ref[r]);
+        k_exact += k == want ? 1 : 0;
+        saturated += (want & 0x7f) == 0x7e ? 1 : 0;
+        // One code step apart at most, and never a NaN.
+        ASSERT_LE(std::abs(fp8_e4m3_to_f32(k) - fp8_e4m3_to_f32(want)),
+                  std::ldexp(1.0f, std::max(std::ilogb(std::fabs(k_ref[r]) + 1e-30f), -6) - 3) * 1.01f)
+            << what << " k " << k_ref[r];
+        ASSERT_EQ(v_got[static_cast<size_t>(slot * kv_dim + j)], f32_to_fp8_e4m3(v_ref[r])) << what << " v";
+      }
+    }
+    EXPECT_GE(static_cast<double>(k_exact), 0.99 * static_cast<double>(T * kv_dim)) << what;
+    EXPECT_GT(saturated, 0) << what << ": no value reached the saturation";
+    test::expect_bf16_close(q_got, q_ref, what + " q");
+    std::vector<bool> written(static_cast<size_t>(num_slots), false);
+    for (int32_t slot : slots) written[static_cast<size_t>(slot)] = true;
+    for (int64_t slot = 0; slot < num_slots; ++slot) {
+      if (written[static_cast<size_t>(slot)]) continue;
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        ASSERT_EQ(k_got[static_cast<size_t>(slot * kv_dim + j)], kPoison) << what << " slot " << slot;
+        ASSERT_EQ(v_got[static_cast<size_t>(slot * kv_dim + j)], kPoison) << what << " slot " << slot;
+      }
+    }
+  }
+}
+
 // A step over many sequences: each has `length` positions of which the last
 // `fresh` are this step's tokens (fresh == length: whole prefill; 1: decode;
 // between: a prefill chunk over a cached prefix).
@@ -248,12 +332,15 @@ struct AttnLaunch {
         ml(static_cast<size_t>(T * s.num_heads * splits * 2)),
         counters(std::vector<int>(static_cast<size_t>(T * s.num_kv_heads), 0)) {}
   cuda::PagedAttentionParams params(const bf16* q, int64_t q_stride, bf16* k, bf16* v) const {
+    return params(q, q_stride, cuda::KvPlanes{k, v, nullptr, nullptr});
+  }
+  cuda::PagedAttentionParams params(const bf16* q, int64_t q_stride, const cuda::KvPlanes& planes) const {
     cuda::PagedAttentionParams p;
     p.q = q;
     p.q_row_stride = q_stride;
     p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
     p.places.positions = pos.get();
-    p.planes = {k, v};
+    p.planes = planes;
     p.tables = {seq.get(), off.get(), tables.get(), s.block_size};
     p.num_tokens = T;
     p.num_splits = num_splits;
@@ -268,8 +355,11 @@ struct AttnLaunch {
 
 // tiles: the prefill form, as a general step with a multi-token chunk runs
 // it: chunks of >= 2 tokens in query tiles (paged_attention_prefill), the
-// one-token chunks through the decode kernel's token list.
-void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64) {
+// one-token chunks through the decode kernel's token list. fp8: the pool
+// holds e4m3 bytes, and the reference reads the same bytes through an fp8
+// KvRowTable (the CPU reference of --kv-cache-dtype fp8).
+void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64,
+                     bool fp8 = false) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
   std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 700, 65};
@@ -301,12 +391,20 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   Bf16Data q_all = test::random_bf16(rng, static_cast<size_t>(T * q_stride), -2, 2);
   Bf16Data k_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -2, 2);
   Bf16Data v_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -1, 1);
+  // The fp8 pool: e4m3 of the same numbers scaled to use the format's range
+  // (some past +-448, saturated).
+  std::vector<uint8_t> k8(k_pool.values.size()), v8(v_pool.values.size());
+  for (size_t i = 0; i < k8.size(); ++i) {
+    k8[i] = f32_to_fp8_e4m3(k_pool.values[i] * (i % 97 == 3 ? 400.0f : 1.5f));
+    v8[i] = f32_to_fp8_e4m3(v_pool.values[i] * (i % 89 == 5 ? 600.0f : 3.0f));
+  }
 
   // Reference: the CPU batched attention over the same (bf16-valued) numbers.
   std::vector<float> q_ref;
   std::vector<int64_t> positions;
   std::vector<int32_t> positions32, token_seq, table_offsets, tables;
   std::vector<std::vector<const float*>> kptr(seqs.size()), vptr(seqs.size());
+  std::vector<std::vector<const uint8_t*>> kptr8(seqs.size()), vptr8(seqs.size());
   std::vector<cpu::AttentionSequence> ref_seqs;
   int64_t first = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -316,12 +414,14 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     for (int32_t b : q.table) {
       kptr[i].push_back(k_pool.values.data() + static_cast<int64_t>(b) * bs * kv_dim);
       vptr[i].push_back(v_pool.values.data() + static_cast<int64_t>(b) * bs * kv_dim);
+      kptr8[i].push_back(k8.data() + static_cast<int64_t>(b) * bs * kv_dim);
+      vptr8[i].push_back(v8.data() + static_cast<int64_t>(b) * bs * kv_dim);
     }
     cpu::AttentionSequence as;
     as.first_token = first;
     as.num_tokens = q.fresh;
-    as.k = cpu::KvRowTable{kptr[i], bs, kv_dim};
-    as.v = cpu::KvRowTable{vptr[i], bs, kv_dim};
+    as.k = fp8 ? cpu::KvRowTable{{}, bs, kv_dim, kptr8[i], 1.0f} : cpu::KvRowTable{kptr[i], bs, kv_dim, {}, 1.0f};
+    as.v = fp8 ? cpu::KvRowTable{{}, bs, kv_dim, vptr8[i], 1.0f} : cpu::KvRowTable{vptr[i], bs, kv_dim, {}, 1.0f};
     ref_seqs.push_back(as);
     for (int64_t j = 0; j < q.fresh; ++j) {
       positions.push_back(q.length - q.fresh + j);
@@ -338,9 +438,12 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
                        cpu::AttentionShape{s.num_heads, s.num_kv_heads, s.head_dim}, ref.data());
 
   DeviceArray<bf16> d_q(q_all.words), d_k(k_pool.words), d_v(v_pool.words);
+  DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
   AttnLaunch launch_bufs(s, num_splits, positions32, token_seq, table_offsets, tables);
   DeviceArray<bf16>& d_out = launch_bufs.out;
-  cuda::PagedAttentionParams p = launch_bufs.params(d_q.get(), q_stride, d_k.get(), d_v.get());
+  cuda::PagedAttentionParams p =
+      fp8 ? launch_bufs.params(d_q.get(), q_stride, cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()})
+          : launch_bufs.params(d_q.get(), q_stride, d_k.get(), d_v.get());
   std::vector<int32_t> singles, tile_list;
   if (tiles) {
     const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
@@ -381,7 +484,8 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   const std::string what = "attention heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
                            std::to_string(num_splits) +
-                           (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "");
+                           (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "") +
+                           (fp8 ? " fp8 cache" : "");
   test::expect_bf16_close(got, ref, what);
   // Per token too, so one bad sequence cannot hide in the total.
   first = 0;
@@ -439,8 +543,8 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
 // for bit, with one split and several (only the split holding the token's
 // own key writes it); contexts from 1 key to 700, block boundaries, GQA
 // 8:1, 16:1, 1:1, head_dim 64 and 128; the scalar form's shapes refuse it.
-TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
-  std::mt19937 rng(41);
+void check_attention_with_rope(bool fp8) {
+  std::mt19937 rng(fp8 ? 42 : 41);
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{32, 2, 64, 16}, Shape{8, 8, 64, 1}, Shape{16, 2, 128, 5}}) {
     for (int num_splits : {1, 3, 8}) {
       const int64_t bs = s.block_size;
@@ -472,37 +576,56 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
       DeviceArray<int32_t> d_pos(positions), d_slots(slots);
       DeviceArray<float> d_freq(inv_freq);
 
+      std::vector<uint8_t> k8(k_pool.values.size()), v8(v_pool.values.size());
+      for (size_t i = 0; i < k8.size(); ++i) {
+        k8[i] = f32_to_fp8_e4m3(k_pool.values[i]);
+        v8[i] = f32_to_fp8_e4m3(v_pool.values[i]);
+      }
+
       struct Run {
         std::vector<bf16> out, k, v, qkv;
+        std::vector<uint8_t> k8, v8;
       };
       auto run = [&](bool fused) {
         DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
+        DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
+        const cuda::KvPlanes planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
+                                          : cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
         AttnLaunch bufs(s, num_splits, positions, token_seq, offsets, tables);
-        cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, d_k.get(), d_v.get());
+        cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, planes);
         if (fused) {
           p.rope_kv = true;
           p.places.inv_freq = d_freq.get();
           p.places.slots = d_slots.get();
         } else {
-          const cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(),
-                                                    d_freq.get(), d_k.get(), d_v.get());
+          cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(),
+                                              d_freq.get(), d_k.get(), d_v.get());
+          rp.planes = planes;
           EXPECT_EQ(cuda::rope_store_kv(rp, nullptr), cudaSuccess);
         }
         EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaSuccess);
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download()};
+        return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download(), d_k8.download(),
+                   d_v8.download()};
       };
       const Run want = run(false), got = run(true);
       const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                                " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) +
-                               " splits " + std::to_string(num_splits);
+                               " splits " + std::to_string(num_splits) + (fp8 ? " fp8 cache" : "");
       EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
-      EXPECT_TRUE(want.k == got.k) << what << ": K plane differs";
-      EXPECT_TRUE(want.v == got.v) << what << ": V plane differs";
+      EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
+      EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
+      if (fp8) {
+        EXPECT_FALSE(got.k8 == k8) << what << ": nothing written to the fp8 K plane";
+      }
       // The fused form leaves the q|k|v rows as they were (rope_store_kv rotates q in place).
       EXPECT_TRUE(got.qkv == qkv.words) << what << ": q|k|v rows written";
     }
   }
+}
+
+TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
+  check_attention_with_rope(/*fp8=*/false);
   EXPECT_TRUE(cuda::paged_attention_takes_rope(16, 2, 128));
   EXPECT_FALSE(cuda::paged_attention_takes_rope(16, 2, 96));
   EXPECT_FALSE(cuda::paged_attention_takes_rope(64, 2, 128)) << "32 q heads per kv head: the scalar form";
@@ -513,6 +636,25 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
   p.rope_kv = true;
   p.places.inv_freq = &freq;
   EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "the scalar form takes no RoPE";
+}
+
+// --kv-cache-dtype fp8: the fused RoPE + KV write rounds K/V to e4m3 exactly as rope_store_kv does.
+TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttentionFp8) { check_attention_with_rope(/*fp8=*/true); }
+
+// Every attention form over an fp8 pool against the CPU reference reading
+// the same e4m3 bytes: the scalar and tensor-core decode forms, split or
+// not, and prefill query tiles (64- and 32-key chunks); odd block sizes,
+// lengths across block tails.
+TEST(CudaKernels, AttentionOverFp8CacheMatchesReference) {
+  uint32_t seed = 60;
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 8, 16}, Shape{4, 2, 16, 7}, Shape{8, 8, 64, 1},
+                        Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{24, 2, 96, 16}}) {
+    for (int num_splits : {1, 5}) check_attention(s, seed++, num_splits, false, 64, /*fp8=*/true);
+  }
+  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{8, 8, 64, 1}}) {
+    for (int num_splits : {1, 3}) check_attention(s, seed++, num_splits, /*tiles=*/true, 64, /*fp8=*/true);
+    check_attention(s, seed++, 1, /*tiles=*/true, /*chunk_keys=*/32, /*fp8=*/true);
+  }
 }
 
 TEST(CudaKernels, GemmMatchesReference) {
@@ -719,7 +861,7 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
       p.y = d_y.get();
       p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
       p.places = {d_pos.get(), d_slots.get(), d_freq.get()};
-      p.planes = {d_k.get(), d_v.get()};
+      p.planes = cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
       // 4 multiprocessors: each warp strides over several row pairs.
       TERN_ASSERT_CUDA(cuda::gemv(p, T == 5 ? 132 : 4, nullptr));
 

@@ -4,12 +4,16 @@
 // after checking the CPU). Scores: each K row is loaded once for all heads of
 // the group; softmax: a vectorized exp (degree-7 polynomial after reduction by
 // ln 2, within a few ulp of expf); P V: one 8-float slice of every head's
-// output in registers while the V rows pass.
+// output in registers while the V rows pass. An fp8 cache's rows of a unit's
+// kv head are dequantized into per-thread scratch first, then the same code
+// runs over them.
 #include "backend/cpu/attention_fast.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "base/fp8_e4m3.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -208,6 +212,25 @@ std::vector<float>& thread_probs() {
   return probs;
 }
 
+std::vector<float>& thread_kv_rows() {
+  thread_local std::vector<float> rows;
+  return rows;
+}
+
+// Rows 0..len-1 of one kv head (kv_offset, head_dim) of an fp8 table, as
+// e4m3 * scale in fp32, into `dst` (len * head_dim floats, contiguous).
+void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
+  for (int64_t j = 0; j < len; ++j) {
+    const uint8_t* src = t.row_fp8(j) + kv_offset;
+    float* out = dst + j * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] = fp8_e4m3_to_f32(src[d]) * t.scale;
+  }
+}
+
+// Most bytes of dequantized K and V one unit may take per thread; longer
+// contexts read an fp8 cache through the reference.
+constexpr int64_t kMaxFp8ScratchBytes = int64_t{64} << 20;
+
 }  // namespace
 
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
@@ -238,10 +261,19 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
     }
   }
   if (total_cost == 0) return;
+  const bool fp8 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_fp8(); });
+  if (fp8 && 2 * max_len * head_dim * static_cast<int64_t>(sizeof(float)) > kMaxFp8ScratchBytes) {
+    attention_batch(pool, q, positions, seqs, shape, out);
+    return;
+  }
   const int64_t parts = pool.num_threads();
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float>& probs = thread_probs();
     if (probs.size() < static_cast<size_t>(group * max_len)) probs.resize(static_cast<size_t>(group * max_len));
+    std::vector<float>& kv_rows = thread_kv_rows();
+    if (fp8 && kv_rows.size() < static_cast<size_t>(2 * max_len * head_dim)) {
+      kv_rows.resize(static_cast<size_t>(2 * max_len * head_dim));
+    }
     int64_t cost_before = 0;
     for (const AttentionSequence& seq : seqs) {
       for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
@@ -251,6 +283,18 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
           cost_before += len;
           if (part < part_begin || part >= part_end) continue;
           const int64_t offset = kvh * group * head_dim;
+          if (seq.k.is_fp8()) {
+            float* k_rows = kv_rows.data();
+            float* v_rows = k_rows + len * head_dim;
+            dequantize_head(seq.k, len, kvh * head_dim, head_dim, k_rows);
+            dequantize_head(seq.v, len, kvh * head_dim, head_dim, v_rows);
+            const float* k_block[1] = {k_rows};
+            const float* v_block[1] = {v_rows};
+            const KvRowTable k{k_block, len, head_dim, {}, 1.0f}, v{v_block, len, head_dim, {}, 1.0f};
+            attend_group_avx2(q + r * q_dim + offset, len, k, v, 0, group, head_dim, scale, probs.data(),
+                              out + r * q_dim + offset);
+            continue;
+          }
           attend_group_avx2(q + r * q_dim + offset, len, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
                             probs.data(), out + r * q_dim + offset);
         }

@@ -16,7 +16,11 @@
 namespace tern::cpu {
 
 // As attention_batch. Falls back to it where the CPU lacks AVX2/FMA or
-// head_dim is not a multiple of 8.
+// head_dim is not a multiple of 8. An fp8 cache (KvRowTable::fp8_blocks) is
+// dequantized per unit (one token, one kv head) into per-thread scratch, so
+// its outputs have the bits of this kernel over an fp32 cache holding the
+// dequantized values; past 64 MiB of scratch (very long contexts) the
+// reference reads it instead.
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                           std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out);
 

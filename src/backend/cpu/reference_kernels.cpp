@@ -11,6 +11,7 @@
 
 #include "backend/cpu/quant_reference.h"
 #include "base/bf16.h"
+#include "base/fp8_e4m3.h"
 
 namespace tern::cpu {
 namespace {
@@ -256,11 +257,24 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
 // 0..len-1. Each K and V row is read once for the whole group. Per head the
 // arithmetic and its order are fixed: scores in row order, max-subtracted
 // exp summed in row order, then p * v accumulated in row order.
+// Row `pos` of one kv head of `t` as fp32: in place for an fp32 cache, else
+// dequantized into `buf` (head_dim floats), so an fp8 cache gives the same
+// bits as an fp32 cache holding the dequantized values.
+[[gnu::always_inline]] inline const float* kv_row(const KvRowTable& t, int64_t pos, int64_t kv_offset,
+                                                  int64_t head_dim, float* buf) {
+  if (!t.is_fp8()) return t.row(pos) + kv_offset;
+  const uint8_t* src = t.row_fp8(pos) + kv_offset;
+  for (int64_t d = 0; d < head_dim; ++d) buf[d] = fp8_e4m3_to_f32(src[d]) * t.scale;
+  return buf;
+}
+
 [[gnu::always_inline]] inline void attend_group(const float* q, int64_t len, const KvRowTable& k,
                                                 const KvRowTable& v, int64_t kv_offset, int64_t group,
                                                 int64_t head_dim, float scale, float* probs, float* out) {
+  // Dequantized K/V row of an fp8 cache (head_dim is at most a few hundred).
+  std::vector<float> row_buf(k.is_fp8() || v.is_fp8() ? static_cast<size_t>(head_dim) : 0);
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k.row(j) + kv_offset;
+    const float* kj = kv_row(k, j, kv_offset, head_dim, row_buf.data());
     for (int64_t g = 0; g < group; ++g) probs[g * len + j] = dot<F32Weights>(q + g * head_dim, kj, head_dim) * scale;
   }
   for (int64_t g = 0; g < group; ++g) {
@@ -277,7 +291,7 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
   }
   std::fill(out, out + group * head_dim, 0.0f);
   for (int64_t j = 0; j < len; ++j) {
-    const float* vj = v.row(j) + kv_offset;
+    const float* vj = kv_row(v, j, kv_offset, head_dim, row_buf.data());
     for (int64_t g = 0; g < group; ++g) {
       const float p = probs[g * len + j];
       float* og = out + g * head_dim;

@@ -52,14 +52,22 @@ bool is_quantized_weight_dtype(DType dtype);
 // blocks[p / block_size] + (p % block_size) * row_stride. A contiguous cache
 // is one block with block_size = capacity; a paged cache passes its block
 // table. Attention reads the cache only through this, so the cache layout can
-// change without touching the kernel.
+// change without touching the kernel. An FP8 E4M3 cache (base/fp8_e4m3.h)
+// sets fp8_blocks instead of blocks: element e of a row stands for
+// fp8_e4m3_to_f32(e) * scale.
 struct KvRowTable {
   std::span<const float* const> blocks;
   int64_t block_size = 0;  // positions per block
-  int64_t row_stride = 0;  // floats between consecutive positions in a block
+  int64_t row_stride = 0;  // elements between consecutive positions in a block
+  std::span<const uint8_t* const> fp8_blocks;
+  float scale = 1.0f;  // fp8 only
 
+  bool is_fp8() const { return !fp8_blocks.empty(); }
   const float* row(int64_t pos) const {
     return blocks[static_cast<size_t>(pos / block_size)] + (pos % block_size) * row_stride;
+  }
+  const uint8_t* row_fp8(int64_t pos) const {
+    return fp8_blocks[static_cast<size_t>(pos / block_size)] + (pos % block_size) * row_stride;
   }
 };
 

@@ -12,7 +12,8 @@
 // is what keeps the GPU busy on decode batches too small to fill it. Split
 // lengths come from each token's own context, read on the device: the launch
 // shape depends only on the numbers of tokens and splits, as a CUDA graph
-// needs.
+// needs. Both forms read a bf16 or an FP8 E4M3 pool (the element type a
+// template parameter: e4m3 is converted to bf16 exactly as it is loaded).
 #include <cfloat>
 
 #include "backend/cuda/device_utils.cuh"
@@ -22,7 +23,7 @@ namespace {
 
 constexpr int kTile = kAttentionTile;
 
-template <int kDimsPerLane>
+template <int kDimsPerLane, typename Cache>
 __global__ void paged_attention_kernel(PagedAttentionParams p) {
   allow_dependent_launch();
   const int64_t t = blockIdx.x;
@@ -68,8 +69,8 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
         const int64_t block = table[key / p.tables.block_size];
         const int64_t off =
             (block * p.tables.block_size + key % p.tables.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
-        const uint4 kw = *reinterpret_cast<const uint4*>(p.planes.k_cache + off);
-        const uint4 vw = *reinterpret_cast<const uint4*>(p.planes.v_cache + off);
+        const uint4 kw = load_kv8(k_plane<Cache>(p.planes) + off);
+        const uint4 vw = load_kv8(v_plane<Cache>(p.planes) + off);
         const uint32_t kx[4] = {kw.x, kw.y, kw.z, kw.w}, vx[4] = {vw.x, vw.y, vw.z, vw.w};
         float* kd = k_s + j * (hd + 1) + d;
         float* vd = v_s + j * hd + d;
@@ -88,8 +89,8 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
         const int64_t block = table[key / p.tables.block_size];
         const int64_t off =
             (block * p.tables.block_size + key % p.tables.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd + d;
-        k_s[j * (hd + 1) + d] = load_bf16(p.planes.k_cache + off);
-        v_s[j * hd + d] = load_bf16(p.planes.v_cache + off);
+        k_s[j * (hd + 1) + d] = load_kv(k_plane<Cache>(p.planes) + off);
+        v_s[j * hd + d] = load_kv(v_plane<Cache>(p.planes) + off);
       }
     }
     __syncthreads();
@@ -210,7 +211,7 @@ __device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
   return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
 }
 
-template <int HD>
+template <int HD, typename Cache>
 __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
@@ -229,8 +230,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   if (begin >= ctx) return;  // an empty split: not counted below
   const int end = min(ctx, begin + per);
   const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[t]];
-  const bf16* k_base = p.planes.k_cache + static_cast<int64_t>(kvh) * HD;
-  const bf16* v_base = p.planes.v_cache + static_cast<int64_t>(kvh) * HD;
+  const Cache* k_base = k_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
+  const Cache* v_base = v_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
   auto row_of = [&](int key) {  // the key's offset in the K/V planes
     const int64_t block = table[key / p.tables.block_size];
     return (block * p.tables.block_size + key % p.tables.block_size) * kv_dim;
@@ -282,10 +283,13 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
       }
     }
     if (writes && tid < HD) {
-      if (tid < HD / 2) {
-        reinterpret_cast<uint32_t*>(p.planes.k_cache + own)[tid] = rope_pair(kv_word, rot[tid].x, rot[tid].y);
+      if (tid >= HD / 2) {
+        store_kv2(v_plane<Cache>(p.planes), own + 2 * (tid - HD / 2), kv_word);
+      } else if constexpr (sizeof(Cache) == 1) {  // e4m3 from the fp32 rotation, as rope_store_kv
+        const float2 r = rope_pair_f32(kv_word, rot[tid].x, rot[tid].y);
+        store_kv2(k_plane<Cache>(p.planes), own + 2 * tid, r.x, r.y);
       } else {
-        reinterpret_cast<uint32_t*>(p.planes.v_cache + own)[tid - HD / 2] = kv_word;
+        store_kv2(k_plane<Cache>(p.planes), own + 2 * tid, rope_pair(kv_word, rot[tid].x, rot[tid].y));
       }
     }
     __syncthreads();  // the token's own K/V row is written before any warp reads it
@@ -308,21 +312,21 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
     for (int e = 0; e < 2; ++e) {
       const int64_t off = row_of(min(base + 8 * e + g, last));
 #pragma unroll
-      for (int j = 0; j < kPairs; ++j) kr[e][j] = *reinterpret_cast<const uint4*>(k_base + off + 32 * j + 8 * c);
+      for (int j = 0; j < kPairs; ++j) kr[e][j] = load_kv8(k_base + off + 32 * j + 8 * c);
     }
     uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t off = row_of(min(base + 2 * c + (i & 1) + 8 * (i >> 1), last));
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) vr[i][h] = *reinterpret_cast<const uint4*>(v_base + off + 64 * h + 8 * g);
+      for (int h = 0; h < kHalves; ++h) vr[i][h] = load_kv8(v_base + off + 64 * h + 8 * g);
     }
     // The warp's next chunk into L2 while this one computes: lane l fetches
-    // key l / 2's K (even lanes) or V (odd lanes) row, HD * 2 bytes.
+    // key l / 2's K (even lanes) or V (odd lanes) row, HD elements.
     if (const int next = base + kMmaWarps * kChunkKeys + (lane >> 1); next < end) {
-      const bf16* row = ((lane & 1) ? v_base : k_base) + row_of(next);
+      const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(next);
 #pragma unroll
-      for (int b = 0; b < HD * 2; b += 128) {
+      for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
       }
     }
@@ -525,24 +529,36 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   }
 }
 
-template <int HD>
+template <int HD, typename Cache>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
   const size_t smem = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD>>();
+    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache>>();
     if (e != cudaSuccess) return e;
   }
-  return launch_kernel(mma_attention_kernel<HD>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
+  return launch_kernel(mma_attention_kernel<HD, Cache>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
+}
+
+template <int HD>
+cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  return p.planes.fp8() ? launch_mma<HD, fp8e4m3>(p, grid, stream, pdl) : launch_mma<HD, bf16>(p, grid, stream, pdl);
+}
+
+template <int kDimsPerLane, typename Cache>
+cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                   bool pdl) {
+  if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
+    const cudaError_t e = allow_large_smem<paged_attention_kernel<kDimsPerLane, Cache>>();
+    if (e != cudaSuccess) return e;
+  }
+  return launch_kernel(paged_attention_kernel<kDimsPerLane, Cache>, grid, dim3(threads), smem, stream, pdl, p);
 }
 
 template <int kDimsPerLane>
 cudaError_t launch(const PagedAttentionParams& p, dim3 grid, int threads, size_t smem, cudaStream_t stream,
                    bool pdl) {
-  if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<paged_attention_kernel<kDimsPerLane>>();
-    if (e != cudaSuccess) return e;
-  }
-  return launch_kernel(paged_attention_kernel<kDimsPerLane>, grid, dim3(threads), smem, stream, pdl, p);
+  return p.planes.fp8() ? launch<kDimsPerLane, fp8e4m3>(p, grid, threads, smem, stream, pdl)
+                        : launch<kDimsPerLane, bf16>(p, grid, threads, smem, stream, pdl);
 }
 
 }  // namespace
@@ -562,8 +578,9 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
   const dim3 grid(static_cast<unsigned int>(p.num_tokens), static_cast<unsigned int>(p.heads.num_kv_heads),
                   static_cast<unsigned int>(p.num_splits));
   if (paged_attention_takes_rope(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim)) {
-    if (p.rope_kv && (p.places.inv_freq == nullptr || p.places.slots == nullptr || p.planes.k_cache == nullptr ||
-                      p.planes.v_cache == nullptr)) {
+    const bool planes = p.planes.fp8() ? p.planes.v_fp8 != nullptr
+                                       : p.planes.k_cache != nullptr && p.planes.v_cache != nullptr;
+    if (p.rope_kv && (p.places.inv_freq == nullptr || p.places.slots == nullptr || !planes)) {
       return cudaErrorInvalidValue;
     }
     return p.heads.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);

@@ -18,7 +18,9 @@ namespace {
 // rounds past all of its rows' positions and masking keys past each row's
 // own position (causal). No splits and no merge: each warp owns its rows
 // from start to end. Blocks take the tiles last first, so a sequence's
-// longest tiles start first.
+// longest tiles start first. An FP8 E4M3 pool is read with plain 8-byte
+// loads converted (exactly) to bf16 as they are stored to shared memory,
+// so everything after the copy is the bf16 kernel.
 constexpr int kPrefillRoundKeys = 32;  // keys per online-softmax round (a chunk holds 32 or 64 keys: Keys)
 constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillWarps = 4;
@@ -35,7 +37,7 @@ constexpr size_t prefill_smem_bytes() {
   return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
-template <int HD, int Keys>
+template <int HD, int Keys, typename Cache>
 __global__ void __launch_bounds__(kPrefillThreads, 3)
     mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {
   constexpr int kPrefillKeys = Keys;  // keys per shared-memory chunk (one stage)
@@ -57,8 +59,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
   const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[first]];
   const int end = p.places.positions[first + count - 1] + 1;  // keys the tile's last token sees
-  const bf16* k_head = p.planes.k_cache + static_cast<int64_t>(kvh) * HD;
-  const bf16* v_head = p.planes.v_cache + static_cast<int64_t>(kvh) * HD;
+  const Cache* k_head = k_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
+  const Cache* v_head = v_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
 
   // Keys base .. base + 63 into a stage (past the end: the last key, masked below), as one cp.async group.
   // Thread i copies unit i % kUnits of rows i / kUnits + kRowsPerPass * n; the swizzles repeat every 8 rows,
@@ -75,8 +77,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
       const int key = min(base + lrow + n * kRowsPerPass, end - 1);
       const int64_t off = (static_cast<int64_t>(table[key / p.tables.block_size]) * p.tables.block_size +
                            key % p.tables.block_size) * kv_dim + 8 * lunit;
-      copy_async16(ks + n * kRowsPerPass * HD, k_head + off);
-      copy_async16(vs + n * kRowsPerPass * HD, v_head + off);
+      if constexpr (sizeof(Cache) == 1) {
+        *reinterpret_cast<uint4*>(ks + n * kRowsPerPass * HD) = load_kv8(k_head + off);
+        *reinterpret_cast<uint4*>(vs + n * kRowsPerPass * HD) = load_kv8(v_head + off);
+      } else {
+        copy_async16(ks + n * kRowsPerPass * HD, k_head + off);
+        copy_async16(vs + n * kRowsPerPass * HD, v_head + off);
+      }
     }
     commit_async();
   };
@@ -230,17 +237,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   }
 }
 
-template <int HD, int Keys>
+template <int HD, int Keys, typename Cache>
 cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                            cudaStream_t stream) {
   constexpr size_t smem = prefill_smem_bytes<HD, Keys>();
   if (smem + 1024 > 48 * 1024) {
-    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD, Keys>>();
+    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD, Keys, Cache>>();
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.heads.num_kv_heads));
-  mma_prefill_kernel<HD, Keys><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
+  mma_prefill_kernel<HD, Keys, Cache><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
   return cudaGetLastError();
+}
+
+template <int HD, int Keys>
+cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
+                           cudaStream_t stream) {
+  return p.planes.fp8() ? launch_prefill<HD, Keys, fp8e4m3>(p, tiles, num_tiles, stream)
+                        : launch_prefill<HD, Keys, bf16>(p, tiles, num_tiles, stream);
 }
 
 }  // namespace

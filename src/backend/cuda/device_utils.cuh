@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <utility>
@@ -50,9 +51,78 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
 // back to bf16. rope_store_kv and the decode attention's fused form both
 // use it, so they agree bit for bit (the GEMV path and the decode kernel
 // rotate their fp32 dot products before rounding, not bf16 values).
-__device__ __forceinline__ uint32_t rope_pair(uint32_t ab, float c, float s) {
+__device__ __forceinline__ float2 rope_pair_f32(uint32_t ab, float c, float s) {
   const float a = lo_bf16(ab), b = hi_bf16(ab);
-  return pack_bf16x2(fmaf(a, c, -b * s), fmaf(b, c, a * s));
+  return make_float2(fmaf(a, c, -b * s), fmaf(b, c, a * s));
+}
+__device__ __forceinline__ uint32_t rope_pair(uint32_t ab, float c, float s) {
+  const float2 r = rope_pair_f32(ab, c, s);
+  return pack_bf16x2(r.x, r.y);
+}
+
+// ---- The KV cache's element types: bf16 or FP8 E4M3 (uint8_t). Kernels
+// take the element type as a template parameter and reach the planes
+// through these, so the bf16 instantiation compiles to what it was.
+using fp8e4m3 = uint8_t;
+
+template <typename Cache>
+__device__ __forceinline__ Cache* k_plane(const KvPlanes& p) {
+  if constexpr (sizeof(Cache) == 1) {
+    return p.k_fp8;
+  } else {
+    return p.k_cache;
+  }
+}
+template <typename Cache>
+__device__ __forceinline__ Cache* v_plane(const KvPlanes& p) {
+  if constexpr (sizeof(Cache) == 1) {
+    return p.v_fp8;
+  } else {
+    return p.v_cache;
+  }
+}
+
+// Two e4m3 (x in the low byte) as a bf16x2 word: exact (every e4m3 value is
+// a bf16), through the hardware's e4m3x2 -> f16x2 conversion on sm_89+.
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16x2(f.x, f.y);
+}
+// Two floats as e4m3 (a in the low byte), round to nearest even, saturating
+// at +-448 (cvt.rn.satfinite on sm_89+), NaN kept.
+__device__ __forceinline__ uint16_t fp8x2_of(float a, float b) {
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 consecutive elements of a K/V row as 8 bf16 (16 bytes): one 16-byte
+// load of bf16, or an 8-byte load of e4m3 converted exactly.
+__device__ __forceinline__ uint4 load_kv8(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint4 load_kv8(const fp8e4m3* p) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                    fp8x2_to_bf16x2(w.y >> 16));
+}
+// One K/V element as fp32.
+__device__ __forceinline__ float load_kv(const bf16* p) { return load_bf16(p); }
+__device__ __forceinline__ float load_kv(const fp8e4m3* p) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(*p), __NV_E4M3);
+  return __half2float(*reinterpret_cast<const __half*>(&h));
+}
+// A pair of K/V elements (dims 2i, 2i + 1) from fp32 values: a bf16x2 word
+// or an e4m3x2 half-word at element offset `at` (even) of the plane.
+__device__ __forceinline__ void store_kv2(bf16* plane, int64_t at, float a, float b) {
+  reinterpret_cast<uint32_t*>(plane + at)[0] = pack_bf16x2(a, b);
+}
+__device__ __forceinline__ void store_kv2(fp8e4m3* plane, int64_t at, float a, float b) {
+  reinterpret_cast<uint16_t*>(plane + at)[0] = fp8x2_of(a, b);
+}
+// The same from a bf16x2 word as it is (bf16: copied; e4m3: rounded).
+__device__ __forceinline__ void store_kv2(bf16* plane, int64_t at, uint32_t word2) {
+  reinterpret_cast<uint32_t*>(plane + at)[0] = word2;
+}
+__device__ __forceinline__ void store_kv2(fp8e4m3* plane, int64_t at, uint32_t word2) {
+  reinterpret_cast<uint16_t*>(plane + at)[0] = fp8x2_of(lo_bf16(word2), hi_bf16(word2));
 }
 
 // One online-softmax round of an MMA accumulator's two rows (g and g + 8,

@@ -51,10 +51,17 @@ struct TokenPlaces {
   const int32_t* slots = nullptr;
   const float* inv_freq = nullptr;
 };
-// One layer's paged K and V planes, [num_blocks * block_size][kv_dim] each.
+// One layer's paged K and V planes, [num_blocks * block_size][kv_dim] each:
+// bf16, or (--kv-cache-dtype fp8) FP8 E4M3 bytes in k_fp8 / v_fp8 instead,
+// stored with scale 1 (values beyond +-448 saturate). Every writer and
+// reader below takes either; the element type is a template parameter of
+// the kernels, so the bf16 code is what it was.
 struct KvPlanes {
   bf16* k_cache = nullptr;
   bf16* v_cache = nullptr;
+  uint8_t* k_fp8 = nullptr;
+  uint8_t* v_fp8 = nullptr;
+  bool fp8() const { return k_fp8 != nullptr; }
 };
 // Token t's keys: the block table of its sequence token_seq[t] starts at
 // block_tables + table_offsets[token_seq[t]], block_size positions a block.

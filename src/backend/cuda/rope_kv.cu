@@ -5,7 +5,8 @@
 // are computed once into shared memory (not once per head). The kernel is
 // latency-bound (a token's row is ~5 KB): its position, slot, frequencies,
 // v and first kRopeLoads pairs per thread all go out in one round trip
-// before any of them is used.
+// before any of them is used. An fp8 pool (KvPlanes::fp8) takes the rotated
+// k in fp32 and v as e4m3, rounded once.
 #include "backend/cuda/device_utils.cuh"
 
 namespace tern::cuda {
@@ -15,6 +16,7 @@ constexpr int kRopeThreads = 256;
 constexpr int kRopeLoads = 8;  // q|k pairs in flight per thread (2048 per round: ERNIE-0.3B's 1152 in one)
 constexpr int kVLoads = 2;     // v words in flight per thread (512 per round)
 
+template <typename Cache>
 __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParams p) {
   allow_dependent_launch();
   grid_dependency_wait();
@@ -63,13 +65,13 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
     cos_sin[2 * i] = cs;
     cos_sin[2 * i + 1] = sn;
   }
-  uint32_t* k_out = reinterpret_cast<uint32_t*>(p.planes.k_cache + slot * kv_dim);
-  uint32_t* v_out = reinterpret_cast<uint32_t*>(p.planes.v_cache + slot * kv_dim);
+  Cache* k_out = k_plane<Cache>(p.planes) + slot * kv_dim;
+  Cache* v_out = v_plane<Cache>(p.planes) + slot * kv_dim;
   for (int base = tid;;) {
 #pragma unroll
     for (int u = 0; u < kVLoads; ++u) {
       const int j = base + u * kRopeThreads;
-      if (j < v_words) v_out[j] = vw[u];
+      if (j < v_words) store_kv2(v_out, 2 * j, vw[u]);
     }
     base += kVLoads * kRopeThreads;
     if (base >= v_words) break;
@@ -82,10 +84,16 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
       const int idx = base + u * kRopeThreads;
       if (idx >= num_pairs) break;
       const int head = idx / half, i = idx - head * half;
-      uint32_t* dst = head < p.heads.num_heads
-                          ? reinterpret_cast<uint32_t*>(q + head * p.heads.head_dim + 2 * i)
-                          : k_out + (static_cast<int64_t>(head - p.heads.num_heads) * p.heads.head_dim + 2 * i) / 2;
-      *dst = rope_pair(in[u], cos_sin[2 * i], cos_sin[2 * i + 1]);
+      if (head < p.heads.num_heads) {
+        *reinterpret_cast<uint32_t*>(q + head * p.heads.head_dim + 2 * i) =
+            rope_pair(in[u], cos_sin[2 * i], cos_sin[2 * i + 1]);
+      } else if constexpr (sizeof(Cache) == 1) {
+        const float2 r = rope_pair_f32(in[u], cos_sin[2 * i], cos_sin[2 * i + 1]);
+        store_kv2(k_out, static_cast<int64_t>(head - p.heads.num_heads) * p.heads.head_dim + 2 * i, r.x, r.y);
+      } else {
+        store_kv2(k_out, static_cast<int64_t>(head - p.heads.num_heads) * p.heads.head_dim + 2 * i,
+                  rope_pair(in[u], cos_sin[2 * i], cos_sin[2 * i + 1]));
+      }
     }
     base += kRopeLoads * kRopeThreads;
     if (base >= num_pairs) break;
@@ -98,8 +106,13 @@ __global__ void __launch_bounds__(kRopeThreads) rope_store_kv_kernel(RopeKvParam
 cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.heads.head_dim <= 0 || p.heads.head_dim % 2 != 0) return cudaErrorInvalidValue;
-  return launch_kernel(rope_store_kv_kernel, dim3(static_cast<unsigned int>(p.num_tokens)), dim3(kRopeThreads),
-                       static_cast<size_t>(p.heads.head_dim) * sizeof(float), stream, pdl, p);
+  const dim3 grid(static_cast<unsigned int>(p.num_tokens));
+  const size_t smem = static_cast<size_t>(p.heads.head_dim) * sizeof(float);
+  if (p.planes.fp8()) {
+    if (p.planes.v_fp8 == nullptr) return cudaErrorInvalidValue;
+    return launch_kernel(rope_store_kv_kernel<fp8e4m3>, grid, dim3(kRopeThreads), smem, stream, pdl, p);
+  }
+  return launch_kernel(rope_store_kv_kernel<bf16>, grid, dim3(kRopeThreads), smem, stream, pdl, p);
 }
 
 }  // namespace tern::cuda

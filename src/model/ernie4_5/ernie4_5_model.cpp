@@ -328,8 +328,8 @@ KvCache Ernie45Model::make_cache(int64_t capacity) const {
   return KvCache(config_.num_layers, config_.kv_dim(), capacity);
 }
 
-PagedKvPool Ernie45Model::make_pool(int64_t num_blocks, int64_t block_size) const {
-  return PagedKvPool(config_.num_layers, config_.kv_dim(), num_blocks, block_size);
+PagedKvPool Ernie45Model::make_pool(int64_t num_blocks, int64_t block_size, KvCacheDType dtype) const {
+  return PagedKvPool(config_.num_layers, config_.kv_dim(), num_blocks, block_size, dtype);
 }
 
 // ---- Where a step's K/V live. The layer code writes the new rows and reads
@@ -378,12 +378,14 @@ int64_t blocks_used(const SequenceChunk& chunk, int64_t block_size) {
 }  // namespace
 
 // The chunks of a batch, each under its block table in a PagedKvPool.
-// `block_ptrs` holds room for 2 * the chunks' blocks_used(): the K then V
-// block pointers of each chunk, rebuilt per layer.
+// `block_ptrs` (an fp32 pool) or `block_ptrs8` (fp8) holds room for 2 * the
+// chunks' blocks_used(): the K then V block pointers of each chunk, rebuilt
+// per layer.
 class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
  public:
-  PoolKv(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<const float*> block_ptrs)
-      : batch_(batch), pool_(pool), block_ptrs_(block_ptrs) {}
+  PoolKv(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<const float*> block_ptrs,
+         std::span<const uint8_t*> block_ptrs8)
+      : batch_(batch), pool_(pool), block_ptrs_(block_ptrs), block_ptrs8_(block_ptrs8) {}
 
   void store(int64_t layer, const float* k, const float* v) override {
     const int64_t kv_dim = pool_.kv_dim();
@@ -391,8 +393,7 @@ class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
     for (const SequenceChunk& chunk : batch_) {
       for (size_t i = 0; i < chunk.tokens.size(); ++i, ++row) {
         const int64_t pos = chunk.start_pos + static_cast<int64_t>(i);
-        std::copy_n(k + row * kv_dim, kv_dim, pool_.key_row(layer, chunk.block_table, pos));
-        std::copy_n(v + row * kv_dim, kv_dim, pool_.value_row(layer, chunk.block_table, pos));
+        pool_.store(layer, chunk.block_table, pos, k + row * kv_dim, v + row * kv_dim);
       }
     }
   }
@@ -401,8 +402,13 @@ class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
     for (size_t i = 0; i < batch_.size(); ++i) {
       const auto n = static_cast<size_t>(blocks_used(batch_[i], pool_.block_size()));
       const auto table = batch_[i].block_table.first(n);
-      seqs[i].k = pool_.key_rows(layer, table, block_ptrs_.subspan(used, n));
-      seqs[i].v = pool_.value_rows(layer, table, block_ptrs_.subspan(used + n, n));
+      if (pool_.is_fp8()) {
+        seqs[i].k = pool_.key_rows(layer, table, block_ptrs8_.subspan(used, n));
+        seqs[i].v = pool_.value_rows(layer, table, block_ptrs8_.subspan(used + n, n));
+      } else {
+        seqs[i].k = pool_.key_rows(layer, table, block_ptrs_.subspan(used, n));
+        seqs[i].v = pool_.value_rows(layer, table, block_ptrs_.subspan(used + n, n));
+      }
       used += 2 * n;
     }
   }
@@ -411,6 +417,7 @@ class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
   std::span<const SequenceChunk> batch_;
   PagedKvPool& pool_;
   std::span<const float*> block_ptrs_;
+  std::span<const uint8_t*> block_ptrs8_;
 };
 
 // ---- Entry points: validate, plan the step, run it.
@@ -484,9 +491,13 @@ Status Ernie45Model::forward_batch(std::span<const SequenceChunk> batch, PagedKv
     }
     num_blocks += blocks_used(chunk, pool.block_size());
   }
-  block_ptrs_.resize(static_cast<size_t>(2 * num_blocks));
+  if (pool.is_fp8()) {
+    block_ptrs8_.resize(static_cast<size_t>(2 * num_blocks));
+  } else {
+    block_ptrs_.resize(static_cast<size_t>(2 * num_blocks));
+  }
 
-  PoolKv kv(batch, pool, block_ptrs_);
+  PoolKv kv(batch, pool, block_ptrs_, block_ptrs8_);
   run_step(kv, logits);
   return Status::ok();
 }

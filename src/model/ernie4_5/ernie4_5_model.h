@@ -107,7 +107,7 @@ class Ernie45Model {
   void reset_profile() { profile_ = ForwardProfile{}; }
 
   // An empty pool shaped for this model: `num_blocks` blocks of `block_size` positions.
-  PagedKvPool make_pool(int64_t num_blocks, int64_t block_size) const;
+  PagedKvPool make_pool(int64_t num_blocks, int64_t block_size, KvCacheDType dtype = KvCacheDType::kAuto) const;
 
   // One engine step over many sequences. The tokens of all chunks run
   // together (every weight matrix is read once per step); chunk i's tokens
@@ -194,7 +194,8 @@ class Ernie45Model {
   std::vector<int64_t> positions_;
   std::vector<cpu::AttentionSequence> seqs_;
   std::vector<int64_t> logit_rows_;
-  std::vector<const float*> block_ptrs_;  // the pool's K and V block pointers for seqs_
+  std::vector<const float*> block_ptrs_;     // the pool's K and V block pointers for seqs_ (fp32 pool)
+  std::vector<const uint8_t*> block_ptrs8_;  // the same for an fp8 pool
   std::vector<int64_t> slots_;            // pool slots written this step (duplicate check)
   // Activations [T, width] of the tokens in flight.
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, out_;

@@ -87,6 +87,12 @@ void Metrics::record(const RequestRecord& r) {
   generation_tokens_.observe(static_cast<double>(r.generation_tokens));
 }
 
+void Metrics::set_cache_config(int64_t block_size, std::string cache_dtype, int64_t num_blocks) {
+  block_size_ = block_size;
+  cache_dtype_ = std::move(cache_dtype);
+  num_blocks_ = num_blocks;
+}
+
 std::string Metrics::render(const EngineStats& s, const HttpCounters& http) const {
   const std::string m = "model_name=\"" + escape_label(model_name_) + "\"";
   std::string out;
@@ -126,6 +132,15 @@ std::string Metrics::render(const EngineStats& s, const HttpCounters& http) cons
 
   gauge("tern:kv_cache_free_blocks", "KV cache blocks free or evictable.", static_cast<double>(s.num_free_blocks));
   gauge("tern:kv_cache_total_blocks", "KV cache blocks in all.", static_cast<double>(s.num_total_blocks));
+  if (!cache_dtype_.empty()) {
+    header(out, "vllm:cache_config_info", "gauge", "The KV cache's configuration (labels); always 1.");
+    sample(out, "vllm:cache_config_info",
+           m + ",block_size=\"" + std::to_string(block_size_) + "\",cache_dtype=\"" + escape_label(cache_dtype_) +
+               "\",num_gpu_blocks=\"" + std::to_string(num_blocks_) + "\"",
+           1.0);
+    gauge("tern:kv_cache_capacity_tokens", "Tokens the KV cache holds (blocks x block size).",
+          static_cast<double>(block_size_ * num_blocks_));
+  }
   counter("tern:engine_steps_total", "Engine steps run.", static_cast<double>(s.num_steps));
   counter("tern:engine_overlapped_steps_total",
           "Engine steps launched while the step before them still ran (--async-scheduling).",

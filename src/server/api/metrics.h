@@ -43,12 +43,18 @@ class Histogram {
 class Metrics {
  public:
   explicit Metrics(std::string model_name);
+  // The KV cache as built (vLLM's vllm:cache_config_info labels): positions
+  // per block, the element type as stored ("bf16", "fp32", "fp8_e4m3") and
+  // the blocks; rendered with the token capacity. Call before serving.
+  void set_cache_config(int64_t block_size, std::string cache_dtype, int64_t num_blocks);
   void record(const RequestRecord& r);
   // The whole /metrics body (text/plain; version=0.0.4).
   std::string render(const EngineStats& engine, const HttpCounters& http) const;
 
  private:
   std::string model_name_;
+  int64_t block_size_ = 0, num_blocks_ = 0;
+  std::string cache_dtype_;
   mutable std::mutex mu_;
   Histogram ttft_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
   std::vector<std::pair<std::string, uint64_t>> success_by_reason_;

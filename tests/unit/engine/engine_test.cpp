@@ -126,6 +126,38 @@ void run_to_completion(Engine& engine) {
   }
 }
 
+// --kv-cache-dtype fp8 on the CPU runner: the same bytes hold four times
+// the fp32 blocks, and an engine over it serves greedy requests to the end
+// (the fp8 pool's arithmetic is tested in model/forward_batch_test.cpp).
+TEST(Engine, Fp8KvCacheHoldsFourTimesTheBlocks) {
+  Fixture& f = fixture();
+  const ModelConfig& c = f.model->config();
+  RunnerOptions options;
+  options.block_size = 16;
+  options.kv_cache_bytes = 64 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16);
+  auto f32 = CpuRunner::create(*f.model, options);
+  options.kv_cache_dtype = KvCacheDType::kFp8E4m3;
+  auto fp8 = CpuRunner::create(*f.model, options);
+  ASSERT_TRUE(f32.is_ok() && fp8.is_ok());
+  EXPECT_EQ(f32.value()->num_kv_blocks(), 64);
+  EXPECT_EQ(fp8.value()->num_kv_blocks(), 256);
+
+  Engine engine(std::move(fp8).value(), *f.tokenizer, small_config(f, 512));
+  std::mt19937 rng(5);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(std::make_shared<RequestStream>());
+    ASSERT_TRUE(engine.add_request(greedy_request("f" + std::to_string(i), random_prompt(rng, 20 + 7 * i), 12),
+                                   streams.back()).is_ok());
+  }
+  run_to_completion(engine);
+  for (auto& s : streams) {
+    Collected got = collect(*s);
+    EXPECT_TRUE(got.finished && got.error.is_ok()) << got.error.to_string();
+    EXPECT_EQ(got.tokens[0].size(), 12u);
+  }
+}
+
 TEST(Engine, BatchingIsInvisible) {
   auto& f = fixture();
   auto engine = f.make_engine(/*num_blocks=*/512, /*block_size=*/16, /*max_tokens_per_step=*/96);

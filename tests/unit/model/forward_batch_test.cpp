@@ -338,6 +338,76 @@ TEST_P(ForwardBatch, BadBatchesFailBeforeTouchingThePool) {
   expect_matches_solo(*model_, seqs[0], "after the failures");
 }
 
+// --kv-cache-dtype fp8: the same steps over an fp8 pool store e4m3 K/V (the
+// logits move: the pool is not fp32 in disguise) and stay close to the fp32
+// pool's: the next-token distributions within a bounded KL divergence, and
+// the same rows computed batched or with each sequence alone in its own pool.
+TEST_P(ForwardBatch, Fp8PoolIsReadAndStaysCloseToFp32) {
+  const int64_t prompt_lens[] = {1, 23, 16, 37};
+  const int64_t block_size = 5;
+  std::mt19937 rng(31);
+  std::vector<TestSeq> base;
+  for (int64_t len : prompt_lens) {
+    TestSeq s;
+    s.prompt_len = len;
+    s.tokens = random_tokens(rng, vocab(), len + 6);
+    base.push_back(s);
+  }
+  const int64_t blocks = assign_blocks(base, block_size, rng);
+  auto run = [&](KvCacheDType dtype, std::vector<TestSeq>& seqs, const std::vector<size_t>& which) {
+    PagedKvPool pool = model_->make_pool(blocks, block_size, dtype);
+    std::vector<Work> prefill;
+    for (size_t i : which) prefill.push_back({i, seqs[i].prompt_len, true});
+    ASSERT_NO_FATAL_FAILURE(run_step(*model_, pool, seqs, prefill));
+    for (int step = 0; step < 6; ++step) {
+      std::vector<Work> decode;
+      for (size_t i : which) decode.push_back({i, 1, true});
+      ASSERT_NO_FATAL_FAILURE(run_step(*model_, pool, seqs, decode));
+    }
+  };
+  const std::vector<size_t> all = {0, 1, 2, 3};
+  std::vector<TestSeq> f32 = base, fp8 = base;
+  ASSERT_NO_FATAL_FAILURE(run(KvCacheDType::kAuto, f32, all));
+  ASSERT_NO_FATAL_FAILURE(run(KvCacheDType::kFp8E4m3, fp8, all));
+  int rows_moved = 0, rows = 0;
+  double worst_kl = 0, sum_kl = 0;
+  for (size_t i = 0; i < base.size(); ++i) {
+    ASSERT_EQ(f32[i].logits.size(), fp8[i].logits.size());
+    for (const auto& [pos, want] : f32[i].logits) {
+      const Logits& got = fp8[i].logits.at(pos);
+      rows_moved += std::memcmp(got.data(), want.data(), want.size() * 4) != 0 ? 1 : 0;
+      // KL(p_f32 || p_fp8) of the softmaxes, in double.
+      const double mw = *std::max_element(want.begin(), want.end()), mg = *std::max_element(got.begin(), got.end());
+      double zw = 0, zg = 0;
+      for (size_t v = 0; v < want.size(); ++v) {
+        zw += std::exp(want[v] - mw);
+        zg += std::exp(got[v] - mg);
+      }
+      double kl = 0;
+      for (size_t v = 0; v < want.size(); ++v) {
+        const double lw = want[v] - mw - std::log(zw), lg = got[v] - mg - std::log(zg);
+        kl += std::exp(lw) * (lw - lg);
+      }
+      worst_kl = std::max(worst_kl, kl);
+      sum_kl += kl;
+      ++rows;
+    }
+  }
+  std::printf("fp8 vs fp32 pool: mean KL %.3g, worst %.3g over %d rows\n", sum_kl / rows, worst_kl, rows);
+  EXPECT_GT(rows_moved, 0) << "an fp8 pool gave the fp32 pool's logits to the bit";
+  // The tiny models' K/V stay within +-5 (no saturation), but their random
+  // weights make sharp distributions: e4m3's 3 mantissa bits (relative error
+  // up to 1/16) move them measurably. docs/benchmarks.md has the demo model's.
+  EXPECT_LT(sum_kl / rows, 0.1);
+  EXPECT_LT(worst_kl, 0.5);
+  // Batching does not change an fp8 row either.
+  for (size_t i : all) {
+    std::vector<TestSeq> alone = base;
+    ASSERT_NO_FATAL_FAILURE(run(KvCacheDType::kFp8E4m3, alone, {i}));
+    for (const auto& [pos, want] : fp8[i].logits) EXPECT_TRUE(same_bits(alone[i].logits.at(pos), want.data())) << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ForwardBatch,
                          ::testing::Values("random", "random-untied", "ernie-tiny", "ernie-tiny-untied"),
                          [](const auto& info) {

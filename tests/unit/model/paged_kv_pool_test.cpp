@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <set>
 #include <vector>
+
+#include "base/fp8_e4m3.h"
 
 namespace tern {
 namespace {
@@ -127,6 +131,74 @@ TEST(PagedKvPool, CopyBlockCopiesEveryLayerOfOneBlockOnly) {
   EXPECT_EQ(changed, size_t(layers * 2 * block_size * kv_dim));
   pool.copy_block(1, 1);  // a no-op
   EXPECT_EQ(pool.key_row(0, all, block_size)[0], before[static_cast<size_t>(block_size * kv_dim)]);
+}
+
+// --kv-cache-dtype fp8: a quarter of fp32's bytes per block, so the same
+// budget holds four times the blocks (twice bf16's on CUDA).
+TEST(PagedKvPool, Fp8BlocksTakeOneByteAnElement) {
+  EXPECT_EQ(PagedKvPool::bytes_per_block(18, 256, 16, KvCacheDType::kFp8E4m3), 18 * 2 * 256 * 16);
+  EXPECT_EQ(4 * PagedKvPool::bytes_per_block(18, 256, 16, KvCacheDType::kFp8E4m3),
+            PagedKvPool::bytes_per_block(18, 256, 16, KvCacheDType::kAuto));
+  PagedKvPool pool(3, 8, 5, 4, KvCacheDType::kFp8E4m3);
+  EXPECT_TRUE(pool.is_fp8());
+  EXPECT_TRUE(pool.storage().empty());
+  EXPECT_EQ(static_cast<int64_t>(pool.storage_bytes().size()),
+            5 * PagedKvPool::bytes_per_block(3, 8, 4, KvCacheDType::kFp8E4m3));
+  const int64_t budget = 7 * PagedKvPool::bytes_per_block(3, 8, 4);
+  EXPECT_EQ(budget / PagedKvPool::bytes_per_block(3, 8, 4, KvCacheDType::kFp8E4m3), 28);
+}
+
+// Rows stored in an fp8 pool read back through the row tables as
+// e4m3(x / scale), each layer and kind with its own scale; copy_block copies
+// the bytes; out-of-range values saturate instead of becoming NaN.
+TEST(PagedKvPool, Fp8StoresRoundedRowsUnderPerLayerScales) {
+  const int64_t layers = 2, kv_dim = 6, blocks = 4, block_size = 3;
+  PagedKvPool pool(layers, kv_dim, blocks, block_size, KvCacheDType::kFp8E4m3);
+  EXPECT_EQ(pool.k_scale(1), 1.0f);
+  const std::vector<float> ks = {0.5f, 2.0f}, vs = {1.0f, 0.25f};
+  ASSERT_TRUE(pool.set_scales(ks, vs).is_ok());
+  const std::vector<float> bad = {1.0f, 0.0f}, nan = {NAN, 1.0f}, short_list = {1.0f};
+  EXPECT_FALSE(pool.set_scales(bad, vs).is_ok());
+  EXPECT_FALSE(pool.set_scales(ks, nan).is_ok());
+  EXPECT_FALSE(pool.set_scales(short_list, vs).is_ok());
+  PagedKvPool fp32(layers, kv_dim, blocks, block_size);
+  EXPECT_FALSE(fp32.set_scales(ks, vs).is_ok());
+
+  const std::vector<int32_t> table = {2, 0, 3};
+  std::vector<std::vector<float>> k(9), v(9);
+  for (int64_t pos = 0; pos < 9; ++pos) {
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      k[pos].push_back(0.37f * static_cast<float>(pos * kv_dim + i) - 5.0f);
+      v[pos].push_back(static_cast<float>(pos % 2 == 0 ? 1000 : -3) + 0.1f * static_cast<float>(i));
+    }
+    for (int64_t l = 0; l < layers; ++l) pool.store(l, table, pos, k[pos].data(), v[pos].data());
+  }
+  std::vector<const uint8_t*> kptrs(table.size()), vptrs(table.size());
+  for (int64_t l = 0; l < layers; ++l) {
+    cpu::KvRowTable kt = pool.key_rows(l, table, kptrs);
+    cpu::KvRowTable vt = pool.value_rows(l, table, vptrs);
+    ASSERT_TRUE(kt.is_fp8());
+    EXPECT_EQ(kt.scale, ks[l]);
+    EXPECT_EQ(vt.scale, vs[l]);
+    for (int64_t pos = 0; pos < 9; ++pos) {
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        EXPECT_EQ(kt.row_fp8(pos)[i], f32_to_fp8_e4m3(k[pos][i] / ks[l])) << l << " " << pos << " " << i;
+        const float back = fp8_e4m3_to_f32(vt.row_fp8(pos)[i]) * vt.scale;
+        EXPECT_FALSE(std::isnan(back));
+        if (pos % 2 == 0) {
+          EXPECT_EQ(back, 448.0f * vs[l]);  // 1000 / scale saturates
+        }
+      }
+    }
+  }
+  pool.copy_block(0, 1);
+  std::vector<int32_t> moved = {1};
+  for (int64_t pos = 0; pos < block_size; ++pos) {
+    cpu::KvRowTable from = pool.key_rows(1, table, kptrs);
+    std::vector<const uint8_t*> one(1);
+    cpu::KvRowTable to = pool.key_rows(1, moved, one);
+    EXPECT_EQ(0, std::memcmp(from.row_fp8(3 + pos), to.row_fp8(pos), kv_dim));  // table[1] is block 0
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "base/bf16.h"
+#include "base/fp8_e4m3.h"
 #include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
@@ -140,7 +141,7 @@ Status DeviceModel::Impl::plan_workspace() {
 // for a default size (kv_fit_to_free), shrinks to it.
 Status DeviceModel::Impl::allocate_kv() {
   const ModelConfig& c = config;
-  const int64_t per_block = c.num_layers * 2 * options.block_size * c.kv_dim() * static_cast<int64_t>(sizeof(bf16));
+  const int64_t per_block = c.num_layers * 2 * options.block_size * c.kv_dim() * kv_elem_bytes();
   size_t free_bytes = 0, total_bytes = 0;
   TERN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   const auto free_now = static_cast<int64_t>(free_bytes), total = static_cast<int64_t>(total_bytes);
@@ -241,6 +242,11 @@ Status DeviceModel::Impl::capture_graphs() {
 // block per multiprocessor holding a layer's weight slices.
 Status DeviceModel::Impl::plan_layers_kernel() {
   if (!options.decode_kernel) return Status::ok();
+  if (kv_fp8()) {
+    layers_kernel_off_reason = "the one-token persistent kernel reads a bf16 KV cache only; with --kv-cache-dtype fp8 "
+                               "one-token steps run the per-layer kernels";
+    return Status::ok();
+  }
   const ModelConfig& c = config;
   DecodeLayersParams& p = layers_params;
   const int grid = sm_count;
@@ -468,12 +474,13 @@ Status DeviceModel::copy_block(int32_t src, int32_t dst) {
                             " outside the pool of " + std::to_string(m.num_blocks));
   }
   if (src == dst) return Status::ok();
-  const int64_t block_elems = m.options.block_size * m.config.kv_dim();
+  const int64_t block_bytes = m.options.block_size * m.config.kv_dim() * m.kv_elem_bytes();
   for (int64_t l = 0; l < m.config.num_layers; ++l) {
-    for (bf16* plane : {m.k_plane(l), m.v_plane(l)}) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(plane + dst * block_elems, plane + src * block_elems,
-                                                static_cast<size_t>(block_elems) * sizeof(bf16),
-                                                cudaMemcpyDeviceToDevice, m.stream));
+    for (int64_t kind = 0; kind < 2; ++kind) {
+      uint8_t* plane = m.plane_bytes(l, kind);
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(plane + dst * block_bytes, plane + src * block_bytes,
+                                                static_cast<size_t>(block_bytes), cudaMemcpyDeviceToDevice,
+                                                m.stream));
     }
   }
   return Status::ok();
@@ -514,9 +521,16 @@ DecodeKernelTimeline DeviceModel::decode_kernel_timeline() const {
 
 Status DeviceModel::read_kv_pool(std::vector<float>& out) const {
   const Impl& m = *impl_;
+  TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  if (m.kv_fp8()) {
+    std::vector<uint8_t> bytes(m.kv.bytes());
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(bytes.data(), m.kv.as<void>(), bytes.size(), cudaMemcpyDeviceToHost));
+    out.resize(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) out[i] = fp8_e4m3_to_f32(bytes[i]);
+    return Status::ok();
+  }
   const size_t n = m.kv.bytes() / sizeof(bf16);
   std::vector<bf16> raw(n);
-  TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(raw.data(), m.kv.as<void>(), n * sizeof(bf16), cudaMemcpyDeviceToHost));
   out.resize(n);
   for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(raw[i]);

@@ -167,8 +167,18 @@ struct DeviceModel::Impl {
             static_cast<int>(config.head_dim)};
   }
   int64_t plane_elems() const { return pool_blocks * options.block_size * config.kv_dim(); }
-  bf16* k_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2) * plane_elems(); }
-  bf16* v_plane(int64_t layer) const { return kv.as<bf16>() + (layer * 2 + 1) * plane_elems(); }
+  // The pool's element: bf16, or one byte of FP8 E4M3 (--kv-cache-dtype fp8).
+  bool kv_fp8() const { return options.kv_cache_dtype == KvCacheDType::kFp8E4m3; }
+  int64_t kv_elem_bytes() const { return kv_element_bytes(options.kv_cache_dtype, sizeof(bf16)); }
+  // Layer `layer`'s K or V plane, as bytes (kind 0: K, 1: V).
+  uint8_t* plane_bytes(int64_t layer, int64_t kind) const {
+    return kv.as<uint8_t>() + (layer * 2 + kind) * plane_elems() * kv_elem_bytes();
+  }
+  KvPlanes planes(int64_t layer) const {
+    if (kv_fp8()) return KvPlanes{nullptr, nullptr, plane_bytes(layer, 0), plane_bytes(layer, 1)};
+    return KvPlanes{reinterpret_cast<bf16*>(plane_bytes(layer, 0)), reinterpret_cast<bf16*>(plane_bytes(layer, 1)),
+                    nullptr, nullptr};
+  }
 
   // device_model.cpp
   Status upload_weights(const HostWeights& w);
