@@ -1,0 +1,148 @@
+// The FP8 e4m3 quantizer every backend shares (--quantization fp8): exact
+// round-to-nearest-even at every pair of neighbouring codes, saturation at
+// 448, subnormals, per-row scales, zero rows, and errors for non-finite or
+// already quantized weights.
+#include "backend/cpu/fp8_quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "base/bf16.h"
+
+namespace tern::cpu {
+namespace {
+
+bool is_nan_code(int c) { return (c & 0x7f) == 0x7f; }
+
+TEST(Fp8Quant, KnownCodes) {
+  EXPECT_EQ(f32_to_e4m3(0.0f), 0x00);
+  EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);
+  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);
+  EXPECT_EQ(f32_to_e4m3(-1.0f), 0xb8);
+  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(0.015625f), 0x08);             // 2^-6, the smallest normal
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -9)), 0x01);  // the smallest subnormal
+  EXPECT_EQ(f32_to_e4m3(std::nanf("")), 0x7f);
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0xfe), -448.0f);
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0x07), 7 * std::ldexp(1.0f, -9));
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0x3a), 1.25f);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0xff)));
+}
+
+TEST(Fp8Quant, SaturatesPast448) {
+  for (float v : {448.5f, 463.9f, 464.0f, 480.0f, 1e4f, 3e38f, std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(f32_to_e4m3(v), 0x7e) << v;
+    EXPECT_EQ(f32_to_e4m3(-v), 0xfe) << v;
+  }
+}
+
+TEST(Fp8Quant, EveryCodeRoundTrips) {
+  for (int c = 0; c < 256; ++c) {
+    if (is_nan_code(c)) continue;
+    EXPECT_EQ(f32_to_e4m3(e4m3_to_f32(static_cast<uint8_t>(c))), c) << c;
+  }
+}
+
+// Between each pair of neighbouring positive codes: below the midpoint the
+// lower, above it the upper, at it the one with an even mantissa; and the
+// same with the sign flipped.
+TEST(Fp8Quant, RoundsToNearestEvenBetweenEveryPair) {
+  for (int c = 0; c < 0x7e; ++c) {
+    const float lo = e4m3_to_f32(static_cast<uint8_t>(c)), hi = e4m3_to_f32(static_cast<uint8_t>(c + 1));
+    const float mid = (lo + hi) / 2;  // exact: both have few bits
+    const int even = (c & 1) == 0 ? c : c + 1;
+    for (float sign : {1.0f, -1.0f}) {
+      const int s = sign < 0 ? 0x80 : 0;
+      EXPECT_EQ(f32_to_e4m3(sign * std::nextafter(mid, 0.0f)), s | c) << mid;
+      EXPECT_EQ(f32_to_e4m3(sign * std::nextafter(mid, 1e9f)), s | (c + 1)) << mid;
+      EXPECT_EQ(f32_to_e4m3(sign * mid), s | even) << mid;
+    }
+  }
+}
+
+TEST(Fp8Quant, RowScaleMapsTheLargestMagnitudeTo448) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-0.05f, 0.05f);
+  for (int64_t n : {1, 7, 64, 1000}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = d(rng);
+    x[static_cast<size_t>(n / 2)] = -0.08f;  // the largest magnitude, negative
+    std::vector<uint8_t> q(x.size());
+    float scale = 0;
+    ASSERT_TRUE(quantize_fp8_row(x.data(), n, q.data(), &scale).is_ok());
+    EXPECT_EQ(scale, 0.08f / 448.0f);
+    EXPECT_EQ(q[static_cast<size_t>(n / 2)], 0xfe);
+    std::vector<float> back(x.size());
+    dequantize_fp8_row(q.data(), scale, n, back.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(q[i], f32_to_e4m3(x[i] / scale)) << i;
+      EXPECT_EQ(back[i], e4m3_to_f32(q[i]) * scale) << i;
+      // Half a step: 2^-4 of the value for normals, 2^-10 x scale for subnormals.
+      EXPECT_LE(std::fabs(back[i] - x[i]), std::fabs(x[i]) / 16 + std::ldexp(scale, -10) * 1.0001f) << i;
+    }
+  }
+}
+
+TEST(Fp8Quant, ZeroRowGetsScaleZero) {
+  std::vector<float> x(33, 0.0f);
+  x[3] = -0.0f;
+  std::vector<uint8_t> q(x.size(), 0xaa);
+  float scale = 1;
+  ASSERT_TRUE(quantize_fp8_row(x.data(), 33, q.data(), &scale).is_ok());
+  EXPECT_EQ(scale, 0.0f);
+  for (uint8_t c : q) EXPECT_EQ(c, 0);
+}
+
+TEST(Fp8Quant, NonFiniteValuesAreErrors) {
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x = {1.0f, bad, 2.0f};
+    std::vector<uint8_t> q(3);
+    float scale = 0;
+    EXPECT_FALSE(quantize_fp8_row(x.data(), 3, q.data(), &scale).is_ok());
+  }
+}
+
+TEST(Fp8Quant, MatrixRowsAreIndependentAndQuantizedDtypesRefused) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  const int64_t rows = 5, cols = 24;
+  std::vector<uint16_t> words(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) words[static_cast<size_t>(r * cols + c)] = f32_to_bf16(d(rng) * (r + 1));
+  }
+  for (int64_t c = 0; c < cols; ++c) words[static_cast<size_t>(2 * cols + c)] = 0;  // a zero row
+  WeightMatrix w{DType::kBF16, words.data(), rows, cols};
+  auto m = quantize_fp8_matrix(w, "test.weight");
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->rows, rows);
+  EXPECT_EQ(m->scales[2], 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = bf16_to_f32(words[static_cast<size_t>(r * cols + c)]);
+    std::vector<uint8_t> q(static_cast<size_t>(cols));
+    float scale = 0;
+    ASSERT_TRUE(quantize_fp8_row(row.data(), cols, q.data(), &scale).is_ok());
+    EXPECT_EQ(m->scales[static_cast<size_t>(r)], scale);
+    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(m->values[static_cast<size_t>(r * cols + c)], q[static_cast<size_t>(c)]);
+  }
+  std::vector<uint8_t> block(34 * 2);
+  WeightMatrix q8{DType::kQ8_0, block.data(), 2, 32};
+  auto refused = quantize_fp8_matrix(q8, "blk.0.attn_q.weight");
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("blk.0.attn_q.weight"), std::string::npos);
+  words[7] = 0x7fc0;  // a NaN weight
+  auto nan = quantize_fp8_matrix(w, "test.weight");
+  ASSERT_FALSE(nan.is_ok());
+  EXPECT_NE(nan.status().message().find("row 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tern::cpu
