@@ -19,6 +19,7 @@
 #include <random>
 
 #include "base/logging.h"
+#include "setup/engine_setup.h"
 #include "setup/model_source.h"
 #include "cli/commands.h"
 #include "formats/dtype.h"
@@ -91,6 +92,11 @@ int run_bench_pp_tg(const BenchOptions& o) {
     return 1;
   }
   Ernie45Model& model = **loaded;
+  RunnerOptions unused;
+  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu", unused); !q.is_ok()) {
+    std::fprintf(stderr, "tern bench pp-tg: %s\n", q.to_string().c_str());
+    return 1;
+  }
   const ModelConfig& cfg = model.config();
   const int64_t capacity = std::max(o.n_prompt, o.n_gen);
   if (capacity > cfg.max_position_embeddings) {
