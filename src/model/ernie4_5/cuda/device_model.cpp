@@ -157,15 +157,18 @@ Status DeviceModel::Impl::plan_workspace() {
     use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
   }
   if (fp8) {
-    // Fp8Scratch: the widest input's codes per token, a scale per token, the largest matrix as bf16.
+    // Fp8Scratch: the largest matrix as bf16; for the tensor cores also the widest input's codes and a
+    // scale per token.
     const size_t widest = std::max({H, Q, I});
     const size_t largest = std::max({QKV * H, H * Q, 2 * I * H, H * I});
+    const size_t tc = fp8_tensor_cores ? 1 : 0;
     const Item scratch[] = {
-        {&fp8_x_codes, T * widest, "FP8 activation codes"},
-        {&fp8_x_scales, T * sizeof(float), "FP8 activation scales"},
+        {&fp8_x_codes, tc * T * widest, "FP8 activation codes"},
+        {&fp8_x_scales, tc * T * sizeof(float), "FP8 activation scales"},
         {&fp8_w_bf16, largest * sizeof(bf16), "dequantized FP8 weights"},
     };
     for (const Item& it : scratch) {
+      if (it.bytes == 0) continue;
       TERN_RETURN_IF_ERROR(it.buf->allocate(it.bytes, it.what));
       use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
     }
