@@ -11,12 +11,26 @@
 
 #include <cstdint>
 
+#include "backend/cuda/fp8_bits.h"
+
 namespace tern::cuda {
 
-// Codes 2i and 2i + 1 of a 16-bit pair (2i in the low byte) as fp32.
+// Codes 2i and 2i + 1 of a 16-bit pair (2i in the low byte) as fp32: the
+// conversion instruction on sm_89 and later, integer operations before
+// (fp8_bits.h; cuda_fp8.h's emulation there is long and the GEMV unrolls it
+// many times over). Both are exact.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
   return __half22float2(__half2(h));
+#else
+  __half2_raw raw;
+  const uint32_t bits = e4m3x2_to_f16x2_bits(pair);
+  raw.x = static_cast<unsigned short>(bits & 0xffffu);
+  raw.y = static_cast<unsigned short>(bits >> 16);
+  const float2 f = __half22float2(__half2(raw));
+  return make_float2(f.x * kE4m3HalfScale, f.y * kE4m3HalfScale);
+#endif
 }
 
 // 8 codes (an 8-byte load, the lowest address in w.x's low byte) against
