@@ -11,8 +11,11 @@
 // gemvN (the GEMV up to N tokens), notiles (prefill attention token by
 // token, as before query tiles), nokernel (one-token steps on the GEMV
 // path's kernels instead of the persistent decode kernel), norope (decode
-// steps' RoPE and KV write in rope_store_kv, not in the attention), fp8
-// (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8). With
+// steps' RoPE and KV write in rope_store_kv, not in the attention),
+// kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
+// fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
+// dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
+// offers them), fp8-nokernel (FP8, no persistent kernel). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -180,7 +183,7 @@ int main(int argc, char** argv) {
     o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
     o.max_num_seqs = std::max<int64_t>(max_batch, 1);
     o.max_model_len = prompt + steps;
-    if (config == "fp8") o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
+    if (config == "kv-fp8") o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
     o.kv_cache_bytes =
         max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * tern::kv_element_bytes(o.kv_cache_dtype, 2);
     o.enforce_eager = config == "eager" || config == "cublas-eager";
@@ -189,7 +192,9 @@ int main(int argc, char** argv) {
     if (config == "pdl") o.pdl = true;
     if (config == "notiles") o.prefill_tiles = false;
     if (config == "norope") o.rope_in_attention = false;  // decode steps' RoPE and KV write in rope_store_kv
-    if (config == "nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path's kernels
+    if (config == "nokernel" || config == "fp8-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
+    if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
+    if (config == "fp8-tc") o.fp8_tensor_cores = true;
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below
@@ -202,6 +207,11 @@ int main(int argc, char** argv) {
     }
     if (!gpu.value()->pdl_off_reason().empty()) {
       std::printf("[%s] pdl turned off: %s\n", config.c_str(), gpu.value()->pdl_off_reason().c_str());
+    }
+    if (gpu.value()->fp8_weights()) {
+      std::printf("[%s] FP8 weights; large steps on %s\n", config.c_str(),
+                  gpu.value()->fp8_tensor_core_gemms() ? "FP8 tensor-core GEMMs (cuBLASLt, per-token activation scales)"
+                                                       : "bf16 GEMMs of dequantized weights");
     }
     if (!gpu.value()->layers_kernel_off_reason().empty()) {
       std::printf("[%s] decode kernel off: %s\n", config.c_str(), gpu.value()->layers_kernel_off_reason().c_str());

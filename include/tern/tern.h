@@ -94,7 +94,9 @@ typedef struct tern_model_options {
   int32_t decode_kernel;          /* CUDA: 1 (default) runs a one-token step as one persistent kernel */
   const char* cpu_kernels;        /* "optimized" (default) or "reference" */
   const char* quantization;       /* CPU: "q8_0", "q4_0", "q4_k_m", "q5_k_m" or "q6_k" applied at load; "awq", "gptq"
-                                     or "compressed-tensors": the int4 folder's own scheme (checked); NULL: none */
+                                     or "compressed-tensors": the int4 folder's own scheme (checked); "fp8": FP8
+                                     e4m3 layer weights with per-row scales (CUDA; on the CPU the same values in
+                                     fp32, the reference); NULL: none */
   const char* chat_template;      /* a Jinja chat template's source; NULL: the model's own */
   int64_t max_queued_requests;    /* unfinished requests beyond which submit fails; 0: no limit */
 } tern_model_options;

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "base/logging.h"
+#include "setup/engine_setup.h"
 #include "setup/model_source.h"
 #include "cli/commands.h"
 #include "formats/dtype.h"
@@ -97,7 +98,8 @@ int run_bench_pp_tg(const BenchOptions& o) {
     return 1;
   }
   Ernie45Model& model = **loaded;
-  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu"); !q.is_ok()) {
+  RunnerOptions unused;
+  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu", unused); !q.is_ok()) {
     std::fprintf(stderr, "tern bench pp-tg: %s\n", q.to_string().c_str());
     return 1;
   }

@@ -23,8 +23,10 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
   cmd.add_option("--quantization,-q", o.quantization,
                  "CPU: quantize the weights at load to a llama-quantize mix (q8_0, q4_0, q4_k_m, q5_k_m, q6_k), "
                  "for a model without a quantized GGUF; or awq, gptq, compressed-tensors: the int4 scheme of the "
-                 "checkpoint, which must match its config.json (int4 checkpoints load without the flag too)")
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "awq", "gptq", "compressed-tensors"},
+                 "checkpoint, which must match its config.json (int4 checkpoints load without the flag too); or fp8: "
+                 "float weights quantized at load to FP8 e4m3 with per-row scales (CUDA; on the CPU the same "
+                 "values in fp32, the reference)")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "awq", "gptq", "compressed-tensors", "fp8"},
                             CLI::ignore_case))
       ->envname("TERN_QUANTIZATION");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,

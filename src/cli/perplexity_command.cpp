@@ -20,6 +20,7 @@
 #include "base/logging.h"
 #include "cli/commands.h"
 #include "formats/log_prob_file.h"
+#include "setup/engine_setup.h"
 #include "setup/model_source.h"
 #include "tern_git_commit.h"
 #include "tokenizer/tokenizer.h"
@@ -241,7 +242,10 @@ int run_perplexity(const PerplexityOptions& o) {
   auto loaded = Ernie45Model::load(source->path, o.engine.threads, *kernels);
   if (!loaded.is_ok()) return fail(loaded.status());
   Ernie45Model& model = **loaded;
-  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu"); !q.is_ok()) return fail(q);
+  RunnerOptions unused;
+  if (Status q = apply_quantization(model, source->path, o.engine.quantization, "cpu", unused); !q.is_ok()) {
+    return fail(q);
+  }
 
   nlohmann::json report = {{"model", o.engine.model}, {"commit", TERN_GIT_COMMIT}, {"cpu_kernels", kernels->name},
                            {"quantization", o.engine.quantization},

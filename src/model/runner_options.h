@@ -30,6 +30,10 @@ struct RunnerOptions {
   // CUDA: one-token steps run all their layers as one persistent kernel
   // where the shapes and the GPU allow; off: a few kernels per layer.
   bool decode_kernel = true;
+  // CUDA: the decoder layers' matrices go to the GPU as FP8 e4m3 with one
+  // fp32 scale per output row (backend/cpu/fp8_quant.h); the embedding and
+  // the LM head stay bf16. --quantization fp8.
+  bool fp8_weights = false;
 };
 
 }  // namespace tern

@@ -116,12 +116,26 @@ Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path,
 }  // namespace
 
 Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
-                          const std::string& device) {
+                          const std::string& device, RunnerOptions& run) {
   TERN_RETURN_IF_ERROR(check_int4_checkpoint(model, path, quantization, device));
   if (quantization.empty() || is_int4_method(quantization)) return Status::ok();
+  if (quantization == "fp8") {
+    if (model.gguf() == nullptr && model.int4_config()) {
+      return invalid_argument("--quantization fp8 quantizes float weights at load, but " + path +
+                              " is an int4 checkpoint (" + std::string(int4_method_name(model.int4_config()->scheme)) +
+                              "); leave --quantization out or give its scheme");
+    }
+    if (device == "cuda") {
+      run.fp8_weights = true;  // quantized as they are uploaded, by the same function as below
+      return Status::ok();
+    }
+    spdlog::info("--quantization fp8 on the CPU: the layers' matrices hold the fp32 values of their FP8 form "
+                 "(the GPU kernels' reference); no memory or speed is saved");
+    return model.quantize_fp8();
+  }
   if (device != "cpu") {
-    return unsupported("--quantization " + quantization + " quantizes the CPU model; quantized weights on the "
-                       "GPU are not supported yet (run with --device cpu, or leave --quantization out)");
+    return unsupported("--quantization " + quantization + " quantizes the CPU model; the GPU takes fp8 or an "
+                       "int4 checkpoint (run with --device cpu, use --quantization fp8, or leave it out)");
   }
   TERN_ASSIGN_OR_RETURN(QuantMix mix, parse_quant_mix(quantization));
   return model.quantize(mix);
@@ -191,7 +205,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   run.kv_cache_bytes = kv_bytes;
   run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
-  TERN_RETURN_IF_ERROR(apply_quantization(*le.model, source.path, o.quantization, device));
+  TERN_RETURN_IF_ERROR(apply_quantization(*le.model, source.path, o.quantization, device, run));
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));

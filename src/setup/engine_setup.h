@@ -21,7 +21,9 @@ struct EngineOptions {
   std::string model;
   int threads = 0;
   std::string cpu_kernels = "optimized";
-  std::string quantization;  // empty: the weights as loaded; else a llama-quantize mix applied at load (CPU)
+  // Empty: the weights as loaded; else a llama-quantize mix applied at load (CPU), fp8, or an int4 scheme
+  // (apply_quantization below).
+  std::string quantization;
   // Block size, step limits, graphs, the one-token kernel; max_model_len 0:
   // the model's max_position_embeddings, capped by the KV cache. The KV
   // pool's bytes are worked out from kv_cache_memory by load_engine.
@@ -63,11 +65,13 @@ struct LoadedEngine {
 // defaults from its general.sampling.* keys (logged either way).
 Result<LoadedEngine> load_engine(const EngineOptions& o);
 
-// --quantization on a loaded model: an int4 scheme must match the
-// checkpoint's config.json; a llama-quantize mix (q8_0, q4_0, ...)
-// quantizes the weights now (CPU only). device: "cpu" or "cuda".
+// --quantization for a loaded model on `device` ("cpu" or "cuda"): an int4
+// scheme must match the checkpoint's; fp8 quantizes the layers' matrices
+// (on the CPU in place, Ernie45Model::quantize_fp8; on CUDA as they are
+// uploaded: run.fp8_weights); a llama-quantize mix requantizes the CPU
+// model (refused for CUDA). Empty: nothing. Errors name the flag.
 Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
-                          const std::string& device);
+                          const std::string& device, RunnerOptions& run);
 
 // The general.sampling.* keys llama.cpp's converter copies from
 // generation_config.json (temp, top_p, top_k, penalty_repeat); keys that are

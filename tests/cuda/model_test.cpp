@@ -196,11 +196,28 @@ struct Seq {
 // every logits row. Prompts of 1..300 tokens are prefilled in chunks under a
 // token budget together with other sequences' decodes; half-way, sequence 0
 // is forked (its partial last block copied on write) and both branches go on.
-void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, KvCacheDType dtype = KvCacheDType::kAuto) {
-  const double tolerance = dtype == KvCacheDType::kAuto ? kLogitTolerance : kFp8LogitTolerance;
+// With fp8 the GPU takes the bf16 weights with --quantization fp8's
+// options and the CPU reference computes with the same FP8 values
+// (Ernie45Model::quantize_fp8), within fp8->tolerance. dtype: the KV cache's
+// element type on both sides.
+struct Fp8Run {
+  bool tensor_cores = false;
+  double tolerance = kLogitTolerance;
+};
+void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
+                      KvCacheDType dtype = KvCacheDType::kAuto) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
+  std::unique_ptr<Ernie45Model> bf16_weights;
+  if (fp8 != nullptr) {
+    bf16_weights = load_cpu(dir);
+    ASSERT_NE(bf16_weights, nullptr);
+    ASSERT_TRUE(cpu->quantize_fp8().is_ok());
+  }
+  const double tolerance = dtype != KvCacheDType::kAuto ? kFp8LogitTolerance
+                           : fp8 != nullptr                ? fp8->tolerance
+                                                           : kLogitTolerance;
   const ModelConfig& c = cpu->config();
   const int64_t budget = 96;
 
@@ -232,11 +249,23 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, KvCache
   }
 
   PagedKvPool pool = cpu->make_pool(num_blocks, bs, dtype);
-  cuda::DeviceModelOptions o;
-  o.max_logit_rows = 8;
-  o.kv_cache_dtype = dtype;
-  auto gpu = make_gpu(*cpu, bs, num_blocks, budget, &o);
+  cuda::DeviceModelOptions options;
+  options.max_logit_rows = 8;
+  options.kv_cache_dtype = dtype;
+  if (fp8 != nullptr) {
+    options.fp8_weights = true;
+    options.fp8_tensor_cores = fp8->tensor_cores;
+  }
+  auto gpu = make_gpu(fp8 != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
+  if (fp8 != nullptr) {
+    EXPECT_TRUE(gpu->fp8_weights());
+    if (!fp8->tensor_cores) {
+      EXPECT_FALSE(gpu->fp8_tensor_core_gemms());
+    } else if (!gpu->fp8_tensor_core_gemms()) {
+      std::printf("[batched %s] no FP8 tensor-core GEMM from cuBLASLt here: the dequantized path ran\n", dir.c_str());
+    }
+  }
 
   bool forked = false;
   double worst = 0;
@@ -311,21 +340,24 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, KvCache
     for (size_t b = 0; b < batch.size(); ++b) seqs[owners[b]].done += static_cast<int64_t>(batch[b].tokens.size());
   }
   EXPECT_TRUE(forked);
-  std::printf("[batched %s block %ld %s] %d steps, worst logits rel L2 %.2e\n", dir.c_str(), static_cast<long>(bs),
-              kv_cache_dtype_name(dtype), steps, worst);
+  std::printf("[batched %s block %ld %s%s] %d steps, worst logits rel L2 %.2e\n", dir.c_str(),
+              static_cast<long>(bs), kv_cache_dtype_name(dtype),
+              fp8 == nullptr ? "" : fp8->tensor_cores && gpu->fp8_tensor_core_gemms() ? " fp8 W8A8" : " fp8 W8A16",
+              steps, worst);
 }
 
 // --kv-cache-dtype fp8 end to end: every writer and attention form a batched
 // step takes (prefill tiles, the decode forms, the GEMV steps' rope_store_kv,
 // copy on write of e4m3 blocks) against the CPU model over an fp8 pool.
 TEST(GpuModel, BatchedChunkedStepsOverFp8CacheMatchCpu) {
-  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 1, KvCacheDType::kFp8E4m3);
-  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 2, KvCacheDType::kFp8E4m3);
+  const Fp8Run* bf16 = nullptr;
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 1, bf16, KvCacheDType::kFp8E4m3);
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 2, bf16, KvCacheDType::kFp8E4m3);
   test::TinySpec spec = head_dim_128_spec(512);
   spec.theta = 500000.0;
   test::TinyModelDir dir(spec, 7);
-  compare_with_cpu(dir.path(), 16, 3, KvCacheDType::kFp8E4m3);
-  compare_with_cpu(dir.path(), 7, 4, KvCacheDType::kFp8E4m3);
+  compare_with_cpu(dir.path(), 16, 3, bf16, KvCacheDType::kFp8E4m3);
+  compare_with_cpu(dir.path(), 7, 4, bf16, KvCacheDType::kFp8E4m3);
 }
 
 TEST(GpuModel, BatchedChunkedStepsMatchCpuOnErnieTiny) {
@@ -339,6 +371,22 @@ TEST(GpuModel, BatchedChunkedStepsMatchCpuAtHeadDim128) {
   test::TinyModelDir dir(spec, 7);
   compare_with_cpu(dir.path(), 16, 3);
   compare_with_cpu(dir.path(), 7, 4);
+}
+
+// --quantization fp8: the GEMV, dequantized-GEMM and (where cuBLASLt has
+// it) tensor-core paths against the CPU reference holding the same FP8
+// values. The tensor-core GEMMs also quantize activations per token (W8A8,
+// the reference does not: about 2^-4 / sqrt(3) of each GEMM input), hence
+// the looser bound there; unrelated logits give a relative L2 near 1.4.
+TEST(GpuModel, Fp8WeightsMatchCpuReferenceWithTheSameValues) {
+  test::TinySpec spec = head_dim_128_spec(512);
+  spec.theta = 500000.0;
+  test::TinyModelDir dir(spec, 9);
+  const Fp8Run w8a16{false, kLogitTolerance}, w8a8{true, 0.5};
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 5, &w8a16);
+  compare_with_cpu(dir.path(), 16, 6, &w8a16);
+  compare_with_cpu(dir.path(), 7, 7, &w8a8);
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 8, &w8a8);
 }
 
 TEST(GpuModel, BadBatchesFailBeforeAnyWork) {
@@ -973,12 +1021,20 @@ TEST(GpuModel, DecodeGraphsMatchEagerBitForBit) {
 // so it stays within bf16 noise of both. Contexts past 32 key tiles make
 // splits of several tiles; block sizes that cut tiles anywhere; the table
 // shuffled.
+// fp8: the GPU models take --quantization fp8's weights (the prompt's
+// GEMMs dequantized, W8A16, as the reference) and the CPU reference the same
+// FP8 values. dtype: the KV cache's element type on both sides.
 void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32_t seed, bool expect_kernel,
-                         KvCacheDType dtype = KvCacheDType::kAuto) {
-  const double tolerance = dtype == KvCacheDType::kAuto ? kLogitTolerance : kFp8LogitTolerance;
+                         bool fp8 = false, KvCacheDType dtype = KvCacheDType::kAuto) {
   std::mt19937 rng(seed);
+  const double tolerance = dtype == KvCacheDType::kAuto ? kLogitTolerance : kFp8LogitTolerance;
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
+  auto weights = load_cpu(dir);
+  ASSERT_NE(weights, nullptr);
+  if (fp8) {
+    ASSERT_TRUE(cpu->quantize_fp8().is_ok());
+  }
   const ModelConfig& c = cpu->config();
   std::uniform_int_distribution<int32_t> tok_d(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<int32_t> tokens(static_cast<size_t>(ctx));
@@ -993,10 +1049,14 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
   graph_o.max_num_seqs = eager_o.max_num_seqs = gemv_o.max_num_seqs = 4;
   eager_o.enforce_eager = true;
   gemv_o.decode_kernel = false;
-  graph_o.kv_cache_dtype = eager_o.kv_cache_dtype = gemv_o.kv_cache_dtype = dtype;
-  auto graphs = make_gpu(*cpu, bs, blocks, 64, &graph_o);
-  auto eager = make_gpu(*cpu, bs, blocks, 64, &eager_o);
-  auto gemv = make_gpu(*cpu, bs, blocks, 64, &gemv_o);
+  for (cuda::DeviceModelOptions* o : {&graph_o, &eager_o, &gemv_o}) {
+    o->fp8_weights = fp8;
+    o->fp8_tensor_cores = false;
+    o->kv_cache_dtype = dtype;
+  }
+  auto graphs = make_gpu(*weights, bs, blocks, 64, &graph_o);
+  auto eager = make_gpu(*weights, bs, blocks, 64, &eager_o);
+  auto gemv = make_gpu(*weights, bs, blocks, 64, &gemv_o);
   ASSERT_TRUE(graphs && eager && gemv);
   EXPECT_EQ(graphs->layers_kernel(), expect_kernel) << graphs->layers_kernel_off_reason();
   EXPECT_EQ(eager->layers_kernel(), expect_kernel) << eager->layers_kernel_off_reason();
@@ -1038,8 +1098,9 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
     done += n;
   }
   EXPECT_EQ(decode_steps, ctx - prompt);
-  std::printf("[decode kernel %s block %ld ctx %ld kernel %d] worst logits rel L2: %.2e vs CPU, %.2e vs GEMV path\n",
-              dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx), graphs->layers_kernel() ? 1 : 0, worst_ref,
+  std::printf("[decode kernel%s %s %s block %ld ctx %ld kernel %d] worst logits rel L2: %.2e vs CPU, %.2e vs GEMV path\n",
+              fp8 ? " fp8" : "", kv_cache_dtype_name(dtype), dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx),
+              graphs->layers_kernel() ? 1 : 0, worst_ref,
               worst_gemv);
 }
 
@@ -1079,10 +1140,19 @@ TEST(GpuModel, DecodeKernelMatchesCpuAndGemvPath) {
 // + rope_store_kv, the fused RoPE attention) match the CPU's fp8 pool,
 // graphs and eager to the bit.
 TEST(GpuModel, DecodeStepsOverFp8CacheMatchCpu) {
-  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 600, 61, false, KvCacheDType::kFp8E4m3);
+  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 600, 61, false, false, KvCacheDType::kFp8E4m3);
   test::TinySpec spec = head_dim_128_spec(512);
   test::TinyModelDir dir(spec, 14);
-  check_decode_kernel(dir.path(), 7, 420, 63, false, KvCacheDType::kFp8E4m3);
+  check_decode_kernel(dir.path(), 7, 420, 63, false, false, KvCacheDType::kFp8E4m3);
+}
+
+// The persistent kernel with FP8 weights, at ERNIE-0.3B's attention shape
+// and on ernie-tiny (widths 64 and 192: whole 16-byte pieces of codes).
+TEST(GpuModel, Fp8DecodeKernelMatchesCpuAndGemvPath) {
+  test::TinySpec spec = head_dim_128_spec(512);
+  test::TinyModelDir dir(spec, 19);
+  check_decode_kernel(dir.path(), 7, 420, 58, true, true);
+  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 300, 59, true, true);
 }
 
 }  // namespace

@@ -153,7 +153,7 @@ def test_kv_cache_sizing_errors_name_the_flag(tern_bin, tiny_model, flags, messa
     assert message in r.stderr.decode(), r.stderr.decode()
 
 
-@pytest.mark.parametrize("mix", ["q8_0", "Q4_0"])
+@pytest.mark.parametrize("mix", ["q8_0", "Q4_0", "fp8"])
 def test_quantization_at_load_generates(tern_bin, tiny_model, mix):
     plain = run_tern(tern_bin, "generate", "--model", tiny_model, "--device", "cpu", "--prompt", "hi",
                      "--max-tokens", 6, "--temperature", 0, "--ignore-eos", "--json")

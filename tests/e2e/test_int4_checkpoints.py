@@ -344,6 +344,11 @@ def test_refuses_a_layer_stored_both_ways(tern_bin, folders, tmp_path):
     assert f"both '{Q}.weight' and '{Q}.weight_packed'" in msg, msg
 
 
+def test_fp8_refuses_int4_folders(tern_bin, folders):
+    msg = fail_message(tern_bin, folders[("ernie-tiny", "awq-g32")], "--quantization", "fp8", "--device", "cpu")
+    assert "--quantization fp8" in msg and "int4 checkpoint" in msg, msg
+
+
 def test_quantization_flag_must_name_the_folders_scheme(tern_bin, folders, tiny_model):
     msg = fail_message(tern_bin, tiny_model, "--quantization", "awq")
     assert "--quantization awq" in msg and "no quantization_config" in msg and "q4_k_m" in msg, msg

@@ -36,6 +36,9 @@
 // layout, timeline), decode_kernel_weights.cuh (the weight slots and when
 // their copies go out), decode_kernel_attention.cuh (phase B); this file
 // holds the grid barrier, the row products, the kernel and its host side.
+// With FP8 weights (p.fp8) the slots hold e4m3 codes, half the bytes, and
+// the row products convert them in registers and multiply each row's sum
+// by its scale: the FP8 GEMV path's math.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -44,6 +47,7 @@
 #include "backend/cuda/decode_kernel_common.cuh"
 #include "backend/cuda/decode_kernel_weights.cuh"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/fp8_utils.cuh"
 #include "backend/cuda/key_splits.h"
 
 namespace tern::cuda {
@@ -62,16 +66,40 @@ __device__ __forceinline__ float dot8_bf16(const uint4 w, const uint4 x, float a
   return acc;
 }
 
-// One row (K bf16 in shared memory) against the input xs (K bf16 in shared
-// memory: the GEMV path's inputs are bf16-rounded, so the values are the
-// same), summed over the warp; lane covers k = lane * 8 + 256 u, in order,
-// as gemv_kernel's lanes do.
-__device__ __forceinline__ float row_dot(const bf16* w, const bf16* xs, int K, int lane) {
+// 8 e4m3 codes against 8 bf16 inputs, in dot8_e4m3's order.
+__device__ __forceinline__ float dot8_e4m3_bf16(const uint2 w, const uint4 x, float acc) {
+  const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
+  const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
+  return dot8_e4m3(w, a, b, acc);
+}
+
+// One row (K weights in shared memory: bf16, or e4m3 codes when W is
+// uint8_t, the row's scale applied by the caller) against the input xs (K
+// bf16 in shared memory: the GEMV path's inputs are bf16-rounded, so the
+// values are the same), summed over the warp; lane covers k = lane * 8 +
+// 256 u, in order, as gemv_kernel's lanes do.
+template <typename W>
+__device__ __forceinline__ float row_dot(const W* w, const bf16* xs, int K, int lane) {
   float acc = 0.0f;
   for (int k = lane * 8; k < K; k += 256) {
-    acc = dot8_bf16(*reinterpret_cast<const uint4*>(w + k), *reinterpret_cast<const uint4*>(xs + k), acc);
+    const uint4 x = *reinterpret_cast<const uint4*>(xs + k);
+    if constexpr (sizeof(W) == 1) {
+      acc = dot8_e4m3_bf16(*reinterpret_cast<const uint2*>(w + k), x, acc);
+    } else {
+      acc = dot8_bf16(*reinterpret_cast<const uint4*>(w + k), x, acc);
+    }
   }
   return warp_sum(acc);
+}
+
+// Row n's scale (FP8 weights) or 1.
+template <typename W>
+__device__ __forceinline__ float row_scale(const float* scales, int64_t n) {
+  if constexpr (sizeof(W) == 1) {
+    return __ldg(scales + n);
+  } else {
+    return 1.0f;
+  }
 }
 
 // Every block arrives, then waits for all: the writes before it, by any
@@ -143,10 +171,14 @@ __device__ __forceinline__ void rmsnorm_input(const float* x, const float* w, in
   }
 }
 
-// x[n] += row n of the slot (rows r, K bf16 each) . xs. With at most half
-// as many rows as warps (o and down at ERNIE-0.3B's shapes: 8 rows), two
-// warps share a row, one half of K each, summed through red (kWarps floats).
-__device__ __forceinline__ void rows_add(const bf16* slot, Range r, int K, const bf16* xs, float* x, float* red) {
+// x[n] += row n of the slot (rows r, K weights each) . xs (times the row's
+// scale with FP8 weights). With at most half as many rows as warps (o and
+// down at ERNIE-0.3B's shapes: 8 rows), two warps share a row, one half of
+// K each, summed through red (kWarps floats).
+template <typename W>
+__device__ __forceinline__ void rows_add(const unsigned char* slot_bytes, Range r, int K, const bf16* xs, float* x,
+                                         float* red, const float* scales) {
+  const W* slot = reinterpret_cast<const W*>(slot_bytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows = r.end - r.begin;
   if (2 * rows <= kWarps && K % 16 == 0) {
@@ -157,16 +189,19 @@ __device__ __forceinline__ void rows_add(const bf16* slot, Range r, int K, const
     const float v = row_dot(slot + static_cast<int64_t>(mine ? row : 0) * K + half * hk, xs + half * hk, hk, lane);
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    if (mine && half == 0 && lane == 0) x[r.begin + row] = old + red[warp] + red[warp + 1];
+    if (mine && half == 0 && lane == 0) {
+      x[r.begin + row] = old + (red[warp] + red[warp + 1]) * row_scale<W>(scales, r.begin + row);
+    }
     return;
   }
   for (int n = r.begin + warp; n < r.end; n += kWarps) {
     const float old = __ldcg(x + n);
     const float v = row_dot(slot + static_cast<int64_t>(n - r.begin) * K, xs, K, lane);
-    if (lane == 0) x[n] = old + v;
+    if (lane == 0) x[n] = old + v * row_scale<W>(scales, n);
   }
 }
 
+template <typename W>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
   const Smem s = carve(p, reinterpret_cast<unsigned char*>(smem_raw));
@@ -257,9 +292,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     {
       const Range r = share_of(p.qkv_dim / 2);
       for (int pair = r.begin + warp; pair < r.end; pair += kWarps) {
-        const bf16* wr = s.w_qkv + static_cast<int64_t>(pair - r.begin) * 2 * H;
-        const float a = row_dot(wr, s.xs, H, lane);
-        const float b = row_dot(wr + H, s.xs, H, lane);
+        const W* wr = reinterpret_cast<const W*>(s.w_qkv) + static_cast<int64_t>(pair - r.begin) * 2 * H;
+        const float a = row_dot(wr, s.xs, H, lane) * row_scale<W>(w.qkv_scale, 2 * pair);
+        const float b = row_dot(wr + H, s.xs, H, lane) * row_scale<W>(w.qkv_scale, 2 * pair + 1);
         if (lane == 0) {
           const int n = 2 * pair;
           if (n >= Q + kv_dim) {  // v
@@ -365,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     wait_slot<0>(sl, kSlotQkvO);
     __syncthreads();
     mark();
-    rows_add(s.w_o, share_of(H), Q, s.xs, p.x, merge_w);
+    rows_add<W>(s.w_o, share_of(H), Q, s.xs, p.x, merge_w, w.o_scale);
     __syncthreads();
     mark();
     grid_barrier(p.barrier, target, [&] {
@@ -388,8 +423,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       const int units = r.end - r.begin;
       float* gu_s = merge_w;  // [2][units]
       for (int t = warp; t < 2 * units; t += kWarps) {
-        const float v = row_dot(s.w_gu + static_cast<int64_t>(t) * H, s.xs, H, lane);
-        if (lane == 0) gu_s[t] = round_bf16(v);
+        const float v = row_dot(reinterpret_cast<const W*>(s.w_gu) + static_cast<int64_t>(t) * H, s.xs, H, lane);
+        const int64_t row = t < units ? r.begin + t : I + r.begin + (t - units);  // gate rows, then up rows
+        if (lane == 0) gu_s[t] = round_bf16(v * row_scale<W>(w.gate_up_scale, row));
       }
       __syncthreads();
       for (int u = threadIdx.x; u < units; u += kThreads) {
@@ -423,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     wait_slot<3>(sl, kSlotDown);
     __syncthreads();
     mark();
-    rows_add(s.w_down, share_of(H), I, s.xs, p.x, merge_w);
+    rows_add<W>(s.w_down, share_of(H), I, s.xs, p.x, merge_w, w.down_scale);
     __syncthreads();
     mark();
     if (l + 1 < p.num_layers) {
@@ -442,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 int64_t decode_layers_smem(const DecodeLayersParams& p) {
   const int64_t weights = (shared_slot_elems(p) + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden +
                            static_cast<int64_t>(p.cap_down_rows) * p.inter) *
-                          static_cast<int64_t>(sizeof(bf16));
+                          weight_bytes(p);
   const int64_t group = p.heads.num_kv_heads > 0 ? p.heads.num_heads / p.heads.num_kv_heads : 0;
   const int64_t attention =
       (p.heads.head_dim == 64 || p.heads.head_dim == 128) && group <= kMmaMaxGroup
@@ -454,6 +490,52 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
   return weights + (input + 15) / 16 * 16;
 }
 
+namespace {
+
+// decode_layers_unsupported's checks of the kernel itself, and the launch, per weight type.
+template <typename W>
+const char* unsupported_for(const DecodeLayersParams& p, int optin) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel<W>) != cudaSuccess) {
+    cudaGetLastError();
+    return "kernel attributes unavailable";
+  }
+  if (decode_layers_smem(p) + static_cast<int64_t>(attributes.sharedSizeBytes) > optin) {
+    return "a layer's weight slices do not fit in one block's shared memory";
+  }
+  if (allow_large_smem<decode_layers_kernel<W>>() != cudaSuccess) {
+    cudaGetLastError();
+    return "the kernel's shared memory cannot be raised";
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel<W>, kThreads,
+                                                    static_cast<size_t>(decode_layers_smem(p))) != cudaSuccess ||
+      per_sm < 1) {
+    cudaGetLastError();
+    return "one block per multiprocessor does not fit";
+  }
+  return nullptr;
+}
+
+template <typename W>
+cudaError_t launch_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
+  const cudaError_t e = cudaMemsetAsync(p.barrier, 0, sizeof(unsigned int), stream);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned int>(grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(decode_layers_smem(p));
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, decode_layers_kernel<W>, p);
+}
+
+}  // namespace
+
 const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (p.heads.num_kv_heads <= 0 || p.heads.num_heads % p.heads.num_kv_heads != 0) {
     return "q heads not a multiple of kv heads";
@@ -464,6 +546,10 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
     return "head_dim not a multiple of 8 or too large";
   }
   if (p.hidden % 8 != 0 || p.q_dim % 8 != 0 || p.inter % 8 != 0) return "widths not multiples of 8";
+  // FP8 slices are copied in 16-byte pieces: a row of codes must be whole pieces.
+  if (p.fp8 && (p.hidden % 16 != 0 || p.q_dim % 16 != 0 || p.inter % 16 != 0)) {
+    return "FP8 weights with widths not multiples of 16";
+  }
   if (p.hidden > 4 * kThreads * kNormLoads) return "hidden size larger than the kernel's norm takes";
   if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
   if (p.q_dim > kThreads * kMergeOutputs) return "q width larger than the kernel's merge takes";
@@ -479,42 +565,11 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
     cudaGetLastError();
     return "device attributes unavailable";
   }
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel) != cudaSuccess) {
-    cudaGetLastError();
-    return "kernel attributes unavailable";
-  }
-  if (decode_layers_smem(p) + static_cast<int64_t>(attributes.sharedSizeBytes) > optin) {
-    return "a layer's weight slices do not fit in one block's shared memory";
-  }
-  if (allow_large_smem<decode_layers_kernel>() != cudaSuccess) {
-    cudaGetLastError();
-    return "the kernel's shared memory cannot be raised";
-  }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel, kThreads,
-                                                    static_cast<size_t>(decode_layers_smem(p))) != cudaSuccess ||
-      per_sm < 1) {
-    cudaGetLastError();
-    return "one block per multiprocessor does not fit";
-  }
-  return nullptr;
+  return p.fp8 ? unsupported_for<uint8_t>(p, optin) : unsupported_for<bf16>(p, optin);
 }
 
 cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
-  const cudaError_t e = cudaMemsetAsync(p.barrier, 0, sizeof(unsigned int), stream);
-  if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned int>(grid));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(decode_layers_smem(p));
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
-  attribute.val.cooperative = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, decode_layers_kernel, p);
+  return p.fp8 ? launch_layers<uint8_t>(p, grid, stream) : launch_layers<bf16>(p, grid, stream);
 }
 
 }  // namespace tern::cuda

@@ -22,10 +22,13 @@ __device__ __forceinline__ Range share_of(int units) {  // units * grid < 2^31
   return Range{b * units / g, (b + 1) * units / g};
 }
 
+// The weight slots hold bf16 words or, with p.fp8, e4m3 codes (bytes).
 struct Smem {
-  bf16 *w_qkv, *w_o, *w_gu, *w_down;  // w_qkv == w_o: one slot
+  unsigned char *w_qkv, *w_o, *w_gu, *w_down;  // w_qkv == w_o: one slot
   bf16* xs;  // the phase's input row; attention's tiles (fp32) share its space
 };
+
+__host__ __device__ __forceinline__ int64_t weight_bytes(const DecodeLayersParams& p) { return p.fp8 ? 1 : 2; }
 
 __host__ __device__ __forceinline__ int64_t shared_slot_elems(const DecodeLayersParams& p) {
   const int64_t qkv = static_cast<int64_t>(p.cap_qkv_pairs) * 2 * p.hidden;
@@ -35,10 +38,11 @@ __host__ __device__ __forceinline__ int64_t shared_slot_elems(const DecodeLayers
 
 __device__ __forceinline__ Smem carve(const DecodeLayersParams& p, unsigned char* base) {
   Smem s;
-  s.w_qkv = s.w_o = reinterpret_cast<bf16*>(base);
-  s.w_gu = s.w_qkv + shared_slot_elems(p);
-  s.w_down = s.w_gu + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden;
-  s.xs = s.w_down + static_cast<int64_t>(p.cap_down_rows) * p.inter;
+  const int64_t e = weight_bytes(p);
+  s.w_qkv = s.w_o = base;
+  s.w_gu = s.w_qkv + shared_slot_elems(p) * e;
+  s.w_down = s.w_gu + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden * e;
+  s.xs = reinterpret_cast<bf16*>(s.w_down + static_cast<int64_t>(p.cap_down_rows) * p.inter * e);
   return s;
 }
 

@@ -19,9 +19,9 @@ namespace {
 // layer l: o(l), q|k|v(l + 1), gate|up(l + 1), down(l + 1) (empty groups past
 // the last layer), so before phase A the slice needed has 2 newer groups
 // (wait_async<2>), before C none, before D and E 3.
-// Copies elems bf16 (a multiple of 8, 16-byte aligned) into shared memory; no commit.
-__device__ __forceinline__ void load_async(bf16* dst, const bf16* src, int64_t elems) {
-  for (int64_t i = threadIdx.x; i < elems / 8; i += kThreads) copy_async16(dst + i * 8, src + i * 8);
+// Copies `bytes` (a multiple of 16, 16-byte aligned) into shared memory; no commit.
+__device__ __forceinline__ void load_async(unsigned char* dst, const unsigned char* src, int64_t bytes) {
+  for (int64_t i = threadIdx.x; i < bytes / 16; i += kThreads) copy_async16(dst + i * 16, src + i * 16);
 }
 #endif
 
@@ -63,13 +63,14 @@ struct Slots {
 // Before sm_90 kFirst issues both pieces and kSecond nothing.
 enum class Pieces { kBoth, kFirst, kSecond };
 
+// Pieces of n0 and n1 bytes.
 template <Pieces kWhich = Pieces::kBoth>
-__device__ __forceinline__ void fill_slot(Slots& sl, int slot, bf16* dst0, const bf16* src0, int64_t n0, bf16* dst1,
-                                          const bf16* src1, int64_t n1) {
+__device__ __forceinline__ void fill_slot(Slots& sl, int slot, unsigned char* dst0, const unsigned char* src0,
+                                          int64_t n0, unsigned char* dst1, const unsigned char* src1, int64_t n1) {
 #ifdef TERN_BULK_WEIGHTS
   if (threadIdx.x == 0) {
     const unsigned bar = smem_addr(sl.bars + slot);
-    const auto bytes0 = static_cast<unsigned>(n0 * 2), bytes1 = static_cast<unsigned>(n1 * 2);
+    const auto bytes0 = static_cast<unsigned>(n0), bytes1 = static_cast<unsigned>(n1);
     // The slot's last reads (generic proxy, ordered before by a __syncthreads) before the copy's writes.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (kWhich != Pieces::kSecond) {
@@ -141,17 +142,27 @@ __device__ __forceinline__ void init_slots(Slots& sl) {
   __syncthreads();
 }
 
+// A layer's matrix as bytes (bf16 words or e4m3 codes, weight_bytes each).
+__device__ __forceinline__ const unsigned char* matrix_bytes(const DecodeLayersParams& p, const bf16* w,
+                                                             const uint8_t* w8) {
+  return p.fp8 ? w8 : reinterpret_cast<const unsigned char*>(w);
+}
+
 // Issues the copies of layer l's slices, in phase order.
 __device__ __forceinline__ void load_qkv(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) return skip_fill();
   const Range r = share_of(p.qkv_dim / 2);
-  fill_slot(sl, kSlotQkvO, s.w_qkv, p.layers[l].qkv + static_cast<int64_t>(2 * r.begin) * p.hidden,
-            static_cast<int64_t>(2 * (r.end - r.begin)) * p.hidden, nullptr, nullptr, 0);
+  const int64_t e = weight_bytes(p);
+  fill_slot(sl, kSlotQkvO, s.w_qkv,
+            matrix_bytes(p, p.layers[l].qkv, p.layers[l].qkv8) + static_cast<int64_t>(2 * r.begin) * p.hidden * e,
+            static_cast<int64_t>(2 * (r.end - r.begin)) * p.hidden * e, nullptr, nullptr, 0);
 }
 __device__ __forceinline__ void load_o(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   const Range r = share_of(p.hidden);
-  fill_slot(sl, kSlotQkvO, s.w_o, p.layers[l].o + static_cast<int64_t>(r.begin) * p.q_dim,
-            static_cast<int64_t>(r.end - r.begin) * p.q_dim, nullptr, nullptr, 0);
+  const int64_t e = weight_bytes(p);
+  fill_slot(sl, kSlotQkvO, s.w_o,
+            matrix_bytes(p, p.layers[l].o, p.layers[l].o8) + static_cast<int64_t>(r.begin) * p.q_dim * e,
+            static_cast<int64_t>(r.end - r.begin) * p.q_dim * e, nullptr, nullptr, 0);
 }
 template <Pieces kWhich = Pieces::kBoth>  // gate rows, then up rows
 __device__ __forceinline__ void load_gu(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
@@ -160,16 +171,19 @@ __device__ __forceinline__ void load_gu(const DecodeLayersParams& p, const Smem&
     return;
   }
   const Range r = share_of(p.inter);
-  const int64_t n = static_cast<int64_t>(r.end - r.begin) * p.hidden;
-  const bf16* w = p.layers[l].gate_up;
-  fill_slot<kWhich>(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden, n,  // gate rows
-                    s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden, n);  // up rows
+  const int64_t e = weight_bytes(p);
+  const int64_t n = static_cast<int64_t>(r.end - r.begin) * p.hidden * e;
+  const unsigned char* w = matrix_bytes(p, p.layers[l].gate_up, p.layers[l].gate_up8);
+  fill_slot<kWhich>(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden * e, n,  // gate rows
+                    s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden * e, n);  // up rows
 }
 __device__ __forceinline__ void load_down(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) return skip_fill();
   const Range r = share_of(p.hidden);
-  fill_slot(sl, kSlotDown, s.w_down, p.layers[l].down + static_cast<int64_t>(r.begin) * p.inter,
-            static_cast<int64_t>(r.end - r.begin) * p.inter, nullptr, nullptr, 0);
+  const int64_t e = weight_bytes(p);
+  fill_slot(sl, kSlotDown, s.w_down,
+            matrix_bytes(p, p.layers[l].down, p.layers[l].down8) + static_cast<int64_t>(r.begin) * p.inter * e,
+            static_cast<int64_t>(r.end - r.begin) * p.inter * e, nullptr, nullptr, 0);
 }
 
 }  // namespace

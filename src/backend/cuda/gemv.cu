@@ -13,18 +13,36 @@
 // The LM head's form can also take the argmax of its rows (argmax_keys):
 // each warp keeps its best row per token, the block's best goes to one
 // atomicMax, which replaces a separate argmax kernel.
+// FP8 weights (w_fp8, --quantization fp8) take the same kernel with 8-byte
+// loads of 8 codes, twice as many in flight, converted in registers; each
+// row's sums are multiplied by its scale before they are stored.
 #include <algorithm>
 #include <climits>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/fp8_utils.cuh"
 
 namespace tern::cuda {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kLoads = 8;       // 16-byte loads of W in flight per lane
 constexpr int kChunk = 32 * 8;  // elements of K one warp-wide load covers
+
+// Per weight type (bf16 words or e4m3 codes): the load of 8 weights and
+// how many are in flight per lane.
+template <typename W>
+struct WeightLoad;
+template <>
+struct WeightLoad<bf16> {
+  using Vec = uint4;
+  static constexpr int kLoads = 8;
+};
+template <>
+struct WeightLoad<uint8_t> {
+  using Vec = uint2;
+  static constexpr int kLoads = 16;
+};
 
 __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float4 b, float acc) {
   acc = fmaf(lo_bf16(w.x), a.x, acc);
@@ -37,24 +55,26 @@ __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float
   acc = fmaf(hi_bf16(w.w), b.w, acc);
   return acc;
 }
+__device__ __forceinline__ float dot8(const uint2 w, const float4 a, const float4 b, float acc) {
+  return dot8_e4m3(w, a, b, acc);
+}
 
 // Loads step k0 of R consecutive rows starting at `w` (K elements each):
 // lane covers k0 + u * kChunk + lane * 8 for u < U.
-template <int R, int U>
-__device__ __forceinline__ void load_step(const bf16* w, int K, int k0, int lane, uint4 (&wv)[R][U]) {
+template <int R, int U, typename W, typename Vec>
+__device__ __forceinline__ void load_step(const W* w, int K, int k0, int lane, Vec (&wv)[R][U]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = k0 + u * kChunk + lane * 8;
-      wv[r][u] = k < K ? __ldg(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r) * K + k))
-                       : make_uint4(0, 0, 0, 0);
+      wv[r][u] = k < K ? __ldg(reinterpret_cast<const Vec*>(w + static_cast<int64_t>(r) * K + k)) : Vec{};
     }
   }
 }
 
-template <int T, int R, int U>
-__device__ __forceinline__ void compute_step(const uint4 (&wv)[R][U], const float* xs, int K, int k0, int lane,
+template <int T, int R, int U, typename Vec>
+__device__ __forceinline__ void compute_step(const Vec (&wv)[R][U], const float* xs, int K, int k0, int lane,
                                              float (&acc)[R][T]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -154,11 +174,23 @@ __device__ __forceinline__ void store_rows(const GemvParams& p, int t, int64_t n
   }
 }
 
-template <int T, GemvInput In, GemvOutput Out>
+template <typename W>
+__device__ __forceinline__ const W* weights_of(const GemvParams& p) {
+  if constexpr (sizeof(W) == 1) {
+    return p.w_fp8;
+  } else {
+    return p.w;
+  }
+}
+
+template <int T, GemvInput In, GemvOutput Out, typename W>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
   constexpr int R = Out == GemvOutput::kQkvRope ? 2 : 1;  // rows per warp
-  constexpr int U = kLoads / R;                           // loads per row per step
+  constexpr int U = WeightLoad<W>::kLoads / R;            // loads per row per step
   constexpr int kStep = kChunk * U;
+  constexpr bool kScaled = sizeof(W) == 1;
+  using Vec = typename WeightLoad<W>::Vec;
+  const W* w = weights_of<W>(p);
   allow_dependent_launch();
   extern __shared__ float4 smem_vec[];
   float* xs = reinterpret_cast<float*>(smem_vec);
@@ -172,14 +204,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
   uint64_t best = 0;  // lane t: token t's best key among this warp's rows
   if (argmax && threadIdx.x < T) block_best[threadIdx.x] = 0;
 
-  uint4 wv[R][U];
-  if (n < N) load_step<R, U>(p.w + n * K, K, 0, lane, wv);  // weights: no wait needed
+  Vec wv[R][U];
+  if (n < N) load_step<R, U>(w + n * K, K, 0, lane, wv);  // weights: no wait needed
   grid_dependency_wait();
   build_input<T, In>(p, K, xs);
   __syncthreads();
 
   for (; n < N; n += stride) {
-    const bf16* wr = p.w + n * K;
+    const W* wr = w + n * K;
     float acc[R][T];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -195,8 +227,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
     if (n + stride < N) load_step<R, U>(wr + stride * K, K, 0, lane, wv);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
+      const float scale = kScaled ? __ldg(p.w_scale + n + r) : 1.0f;
 #pragma unroll
-      for (int t = 0; t < T; ++t) acc[r][t] = warp_sum(acc[r][t]);
+      for (int t = 0; t < T; ++t) {
+        acc[r][t] = warp_sum(acc[r][t]);
+        if constexpr (kScaled) acc[r][t] *= scale;
+      }
     }
 #pragma unroll
     for (int t = 0; t < T; ++t) {
@@ -219,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
 
 // Blocks of this kernel that fit on one multiprocessor with `smem` bytes of
 // inputs: the grid is one wave of them, rows strided over their warps.
-template <int T, GemvInput In, GemvOutput Out>
+template <int T, GemvInput In, GemvOutput Out, typename W>
 int resident_blocks(size_t smem) {
   struct Limits {
     int regs = 0, regs_per_sm = 0, smem_per_sm = 0;
@@ -228,7 +264,7 @@ int resident_blocks(size_t smem) {
     Limits l;
     cudaFuncAttributes a{};
     int device = 0;
-    if (cudaFuncGetAttributes(&a, gemv_kernel<T, In, Out>) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
+    if (cudaFuncGetAttributes(&a, gemv_kernel<T, In, Out, W>) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&l.regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
       cudaGetLastError();
@@ -244,31 +280,31 @@ int resident_blocks(size_t smem) {
   return std::max(1, std::min({by_threads, by_regs, by_smem}));
 }
 
-template <int T, GemvInput In, GemvOutput Out>
+template <int T, GemvInput In, GemvOutput Out, typename W>
 cudaError_t launch(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   constexpr int R = Out == GemvOutput::kQkvRope ? 2 : 1;
   const size_t smem = static_cast<size_t>(T) * static_cast<size_t>(p.in_features) * sizeof(float);
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<gemv_kernel<T, In, Out>>();
+    const cudaError_t e = allow_large_smem<gemv_kernel<T, In, Out, W>>();
     if (e != cudaSuccess) return e;
   }
   const int64_t row_blocks = (p.out_features / R + kWarps - 1) / kWarps;
-  const int64_t wave = static_cast<int64_t>(resident_blocks<T, In, Out>(smem)) * (sm_count > 0 ? sm_count : 1);
+  const int64_t wave = static_cast<int64_t>(resident_blocks<T, In, Out, W>(smem)) * (sm_count > 0 ? sm_count : 1);
   const auto grid = static_cast<unsigned int>(std::min(row_blocks, wave));
-  return launch_kernel(gemv_kernel<T, In, Out>, dim3(grid), dim3(kThreads), smem, stream, pdl, p);
+  return launch_kernel(gemv_kernel<T, In, Out, W>, dim3(grid), dim3(kThreads), smem, stream, pdl, p);
 }
 
-template <GemvInput In, GemvOutput Out>
+template <GemvInput In, GemvOutput Out, typename W>
 cudaError_t dispatch_tokens(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   switch (p.num_tokens) {
-    case 1: return launch<1, In, Out>(p, sm_count, stream, pdl);
-    case 2: return launch<2, In, Out>(p, sm_count, stream, pdl);
-    case 3: return launch<3, In, Out>(p, sm_count, stream, pdl);
-    case 4: return launch<4, In, Out>(p, sm_count, stream, pdl);
-    case 5: return launch<5, In, Out>(p, sm_count, stream, pdl);
-    case 6: return launch<6, In, Out>(p, sm_count, stream, pdl);
-    case 7: return launch<7, In, Out>(p, sm_count, stream, pdl);
-    case 8: return launch<8, In, Out>(p, sm_count, stream, pdl);
+    case 1: return launch<1, In, Out, W>(p, sm_count, stream, pdl);
+    case 2: return launch<2, In, Out, W>(p, sm_count, stream, pdl);
+    case 3: return launch<3, In, Out, W>(p, sm_count, stream, pdl);
+    case 4: return launch<4, In, Out, W>(p, sm_count, stream, pdl);
+    case 5: return launch<5, In, Out, W>(p, sm_count, stream, pdl);
+    case 6: return launch<6, In, Out, W>(p, sm_count, stream, pdl);
+    case 7: return launch<7, In, Out, W>(p, sm_count, stream, pdl);
+    case 8: return launch<8, In, Out, W>(p, sm_count, stream, pdl);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -287,35 +323,48 @@ bool gemv_supported(int64_t in_features) {
   return kMaxGemvTokens * in_features * static_cast<int64_t>(sizeof(float)) <= optin - 1024;
 }
 
+namespace {
+
+template <typename W>
+cudaError_t gemv_of(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+  using In = GemvInput;
+  using Out = GemvOutput;
+  // The combinations the model uses.
+  if (p.input == In::kRmsNorm && p.output == Out::kBf16) {
+    return dispatch_tokens<In::kRmsNorm, Out::kBf16, W>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kRmsNorm && p.output == Out::kF32 && sizeof(W) == 2) {  // the LM head: bf16 only
+    return dispatch_tokens<In::kRmsNorm, Out::kF32, bf16>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kBf16 && p.output == Out::kAddF32) {
+    return dispatch_tokens<In::kBf16, Out::kAddF32, W>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kSiluMul && p.output == Out::kAddF32) {
+    return dispatch_tokens<In::kSiluMul, Out::kAddF32, W>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kBf16 && p.output == Out::kBf16) {
+    return dispatch_tokens<In::kBf16, Out::kBf16, W>(p, sm_count, stream, pdl);
+  }
+  if (p.input == In::kRmsNorm && p.output == Out::kQkvRope) {
+    const int64_t rows = (static_cast<int64_t>(p.heads.num_heads) + 2 * p.heads.num_kv_heads) * p.heads.head_dim;
+    if (p.heads.head_dim <= 0 || p.heads.head_dim % 2 != 0 || p.out_features != rows) return cudaErrorInvalidValue;
+    return dispatch_tokens<In::kRmsNorm, Out::kQkvRope, W>(p, sm_count, stream, pdl);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
 cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0 || p.out_features <= 0) return cudaSuccess;
   if (p.num_tokens > kMaxGemvTokens || p.in_features <= 0 || p.in_features % 8 != 0 || p.in_features > INT_MAX / 2) {
     return cudaErrorInvalidValue;
   }
-  using In = GemvInput;
-  using Out = GemvOutput;
-  // The combinations the model uses.
-  if (p.input == In::kRmsNorm && p.output == Out::kBf16) {
-    return dispatch_tokens<In::kRmsNorm, Out::kBf16>(p, sm_count, stream, pdl);
+  if (p.w_fp8 != nullptr) {
+    if (p.w_scale == nullptr) return cudaErrorInvalidValue;
+    return gemv_of<uint8_t>(p, sm_count, stream, pdl);
   }
-  if (p.input == In::kRmsNorm && p.output == Out::kF32) {
-    return dispatch_tokens<In::kRmsNorm, Out::kF32>(p, sm_count, stream, pdl);
-  }
-  if (p.input == In::kBf16 && p.output == Out::kAddF32) {
-    return dispatch_tokens<In::kBf16, Out::kAddF32>(p, sm_count, stream, pdl);
-  }
-  if (p.input == In::kSiluMul && p.output == Out::kAddF32) {
-    return dispatch_tokens<In::kSiluMul, Out::kAddF32>(p, sm_count, stream, pdl);
-  }
-  if (p.input == In::kBf16 && p.output == Out::kBf16) {
-    return dispatch_tokens<In::kBf16, Out::kBf16>(p, sm_count, stream, pdl);
-  }
-  if (p.input == In::kRmsNorm && p.output == Out::kQkvRope) {
-    const int64_t rows = (static_cast<int64_t>(p.heads.num_heads) + 2 * p.heads.num_kv_heads) * p.heads.head_dim;
-    if (p.heads.head_dim <= 0 || p.heads.head_dim % 2 != 0 || p.out_features != rows) return cudaErrorInvalidValue;
-    return dispatch_tokens<In::kRmsNorm, Out::kQkvRope>(p, sm_count, stream, pdl);
-  }
-  return cudaErrorInvalidValue;
+  return gemv_of<bf16>(p, sm_count, stream, pdl);
 }
 
 }  // namespace tern::cuda

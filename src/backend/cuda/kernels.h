@@ -190,6 +190,10 @@ struct GemvParams {
   int64_t in_features = 0;   // K: a multiple of 8
   int64_t out_features = 0;  // N
   const bf16* w = nullptr;   // 16-byte aligned
+  // Or FP8 weights (--quantization fp8; every form but kRmsNorm -> kF32):
+  // W[n, k] = e4m3(w_fp8[n * K + k]) * w_scale[n], 16-byte aligned.
+  const uint8_t* w_fp8 = nullptr;
+  const float* w_scale = nullptr;
   void* y = nullptr;
   // kQkvRope only: as RopeKvParams.
   HeadShape heads;
@@ -255,9 +259,20 @@ struct DecodeLayerWeights {
   const bf16* down = nullptr;      // [hidden][inter]
   const float* input_norm = nullptr;
   const float* post_norm = nullptr;
+  // With DecodeLayersParams::fp8, the four matrices as e4m3 codes (the
+  // bf16 pointers above unused) and one fp32 scale per row (GemvParams).
+  const uint8_t* qkv8 = nullptr;
+  const uint8_t* o8 = nullptr;
+  const uint8_t* gate_up8 = nullptr;
+  const uint8_t* down8 = nullptr;
+  const float* qkv_scale = nullptr;
+  const float* o_scale = nullptr;
+  const float* gate_up_scale = nullptr;
+  const float* down_scale = nullptr;
 };
 struct DecodeLayersParams {
   const DecodeLayerWeights* layers = nullptr;  // device array of num_layers
+  bool fp8 = false;  // the layers' FP8 matrices (widths multiples of 16)
   int num_layers = 0, hidden = 0, q_dim = 0, qkv_dim = 0, inter = 0;
   HeadShape heads;
   float eps = 0.0f;

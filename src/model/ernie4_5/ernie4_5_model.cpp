@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 
+#include "backend/cpu/fp8_quant.h"
 #include "backend/cpu/quant_reference.h"
 #include "base/checked_math.h"
 #include "base/mapped_file.h"
@@ -258,6 +259,30 @@ Status Ernie45Model::quantize(QuantMix mix) {
     owned_.push_back(std::move(owned));
   }
   if (tied) lm_head_ = embed_;
+  pack_weights();
+  return Status::ok();
+}
+
+Status Ernie45Model::quantize_fp8() {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerWeights& w = layers_[l];
+    const auto i = static_cast<int64_t>(l);
+    using ernie45::Weight;
+    for (auto [m, kind] : {std::pair{&w.q, Weight::kAttnQ}, {&w.k, Weight::kAttnK}, {&w.v, Weight::kAttnV},
+                           {&w.o, Weight::kAttnOutput}, {&w.gate, Weight::kFfnGate}, {&w.up, Weight::kFfnUp},
+                           {&w.down, Weight::kFfnDown}}) {
+      TERN_ASSIGN_OR_RETURN(const cpu::Fp8Matrix q, cpu::quantize_fp8_matrix(*m, weight_name(kind, i)));
+      auto owned = std::make_unique<uint64_t[]>((static_cast<size_t>(q.rows * q.cols) + 1) / 2);
+      auto* out = reinterpret_cast<float*>(owned.get());
+      for (int64_t r = 0; r < q.rows; ++r) {
+        cpu::dequantize_fp8_row(q.values.data() + r * q.cols, q.scales[static_cast<size_t>(r)], q.cols,
+                                out + r * q.cols);
+      }
+      m->dtype = DType::kF32;
+      m->data = owned.get();
+      owned_.push_back(std::move(owned));
+    }
+  }
   pack_weights();
   return Status::ok();
 }

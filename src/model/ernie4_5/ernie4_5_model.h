@@ -102,6 +102,14 @@ class Ernie45Model {
   // llama.cpp's --quantization for a model loaded from bf16. The forward runs
   // the quantized kernels from then on. Call before any forward.
   Status quantize(QuantMix mix);
+  // --quantization fp8 on the CPU: every decoder layer's matrices become
+  // the fp32 values of their FP8 e4m3 form with per-row scales
+  // (backend/cpu/fp8_quant.h), the values the GPU's FP8 kernels compute
+  // with; the embedding and the LM head stay as loaded. This is the GPU's
+  // oracle, not a smaller model: the matrices take 4 bytes a weight. Errors:
+  // a matrix that is not float (a quantized GGUF, an int4 checkpoint), a
+  // non-finite weight. Call before any forward.
+  Status quantize_fp8();
 
   const ForwardProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = ForwardProfile{}; }

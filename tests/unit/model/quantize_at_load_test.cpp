@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/fp8_quant.h"
 #include "backend/cpu/kernel_set.h"
 #include "model/ernie4_5/ernie4_5_model.h"
 
@@ -51,6 +52,51 @@ TEST(QuantizeAtLoad, MatricesTakeTheMixesTypesAndLogitsStayClose) {
       const double err = relative_error(last_logits(*m.value()), want);
       EXPECT_LT(err, bound) << quant_mix_info(mix).name << " " << set;
       EXPECT_GT(err, 0.0) << "the quantized weights were used";
+    }
+  }
+}
+
+// --quantization fp8 on the CPU: every layer matrix holds exactly the fp32
+// values of its e4m3 codes times its row scales (the GPU kernels' oracle);
+// the embedding (tied LM head) stays bf16; both kernel sets agree.
+TEST(QuantizeAtLoad, Fp8MatricesHoldTheDequantizedValues) {
+  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
+  auto plain = Ernie45Model::load(dir, 2);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  const std::vector<float> want = last_logits(*plain.value());
+  std::vector<float> reference_logits;
+  for (const char* set : {"reference", "optimized"}) {
+    auto m = Ernie45Model::load(dir, 2, *cpu::kernel_set_named(set));
+    ASSERT_TRUE(m.is_ok());
+    ASSERT_TRUE(m.value()->quantize_fp8().is_ok());
+    Ernie45Model& q = *m.value();
+    EXPECT_EQ(q.embedding().dtype, plain.value()->embedding().dtype);
+    EXPECT_EQ(q.lm_head().data, q.embedding().data);
+    for (size_t l = 0; l < q.layer_weights().size(); ++l) {
+      const auto& bw = plain.value()->layer_weights()[l];
+      const auto& qw = q.layer_weights()[l];
+      for (auto [b, f] : {std::pair{&bw.q, &qw.q}, {&bw.k, &qw.k}, {&bw.v, &qw.v}, {&bw.o, &qw.o},
+                          {&bw.gate, &qw.gate}, {&bw.up, &qw.up}, {&bw.down, &qw.down}}) {
+        ASSERT_EQ(f->dtype, DType::kF32);
+        auto codes = cpu::quantize_fp8_matrix(*b, "w");
+        ASSERT_TRUE(codes.is_ok());
+        const auto* values = static_cast<const float*>(f->data);
+        for (int64_t r = 0; r < f->rows; ++r) {
+          std::vector<float> row(static_cast<size_t>(f->cols));
+          cpu::dequantize_fp8_row(codes->values.data() + r * f->cols, codes->scales[static_cast<size_t>(r)], f->cols,
+                                  row.data());
+          for (int64_t c = 0; c < f->cols; ++c) ASSERT_EQ(values[r * f->cols + c], row[static_cast<size_t>(c)]);
+        }
+      }
+    }
+    const std::vector<float> got = last_logits(q);
+    const double err = relative_error(got, want);
+    EXPECT_LT(err, 0.1) << set;
+    EXPECT_GT(err, 0.0) << "the FP8 values were used";
+    if (reference_logits.empty()) {
+      reference_logits = got;
+    } else {
+      EXPECT_LT(relative_error(got, reference_logits), 1e-4) << "optimized against reference kernels";
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/cpu/fp8_quant.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "base/bf16.h"
@@ -49,6 +50,27 @@ Status upload_matrices(DeviceModel::Impl& m, std::initializer_list<const cpu::We
   return Status::ok();
 }
 
+// The parts' rows as e4m3 codes into `out` and their scales into `scales`
+// (each part quantized on its own: the scales are per row, so a fused
+// matrix's rows get what its parts' rows would).
+Status upload_fp8(DeviceModel::Impl& m, std::initializer_list<const cpu::WeightMatrix*> parts, DeviceBuffer& out,
+                  DeviceBuffer& scales, const char* what) {
+  std::vector<uint8_t> codes;
+  std::vector<float> row_scales;
+  for (const cpu::WeightMatrix* w : parts) {
+    TERN_ASSIGN_OR_RETURN(const cpu::Fp8Matrix q, cpu::quantize_fp8_matrix(*w, what));
+    codes.insert(codes.end(), q.values.begin(), q.values.end());
+    row_scales.insert(row_scales.end(), q.scales.begin(), q.scales.end());
+  }
+  TERN_RETURN_IF_ERROR(out.allocate(codes.size(), what));
+  TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.as<void>(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+  TERN_RETURN_IF_ERROR(scales.allocate(row_scales.size() * sizeof(float), what));
+  TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(scales.as<void>(), row_scales.data(), row_scales.size() * sizeof(float),
+                                       cudaMemcpyHostToDevice));
+  m.use.weight_bytes += static_cast<int64_t>(out.bytes() + scales.bytes());
+  return Status::ok();
+}
+
 Status upload_floats(DeviceModel::Impl& m, const std::vector<float>& f, DeviceBuffer& out, const char* what) {
   TERN_RETURN_IF_ERROR(out.allocate(f.size() * sizeof(float), what));
   TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.as<void>(), f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -79,9 +101,17 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
     const HostLayerWeights& hw = w.layers[static_cast<size_t>(l)];
     Layer& d = layers[static_cast<size_t>(l)];
     TERN_RETURN_IF_ERROR(upload_vector(*this, hw.input_norm, d.input_norm, "an input norm"));
+    TERN_RETURN_IF_ERROR(upload_vector(*this, hw.post_attention_norm, d.post_norm, "a post-attention norm"));
+    if (fp8) {
+      TERN_RETURN_IF_ERROR(upload_fp8(*this, {&hw.q, &hw.k, &hw.v}, d.qkv, d.qkv_scale, "a fused q|k|v projection"));
+      TERN_RETURN_IF_ERROR(upload_fp8(*this, {&hw.o}, d.o, d.o_scale, "an output projection"));
+      TERN_RETURN_IF_ERROR(
+          upload_fp8(*this, {&hw.gate, &hw.up}, d.gate_up, d.gate_up_scale, "a fused gate|up projection"));
+      TERN_RETURN_IF_ERROR(upload_fp8(*this, {&hw.down}, d.down, d.down_scale, "a down projection"));
+      continue;
+    }
     TERN_RETURN_IF_ERROR(upload_matrices(*this, {&hw.q, &hw.k, &hw.v}, d.qkv, "a fused q|k|v projection", staging));
     TERN_RETURN_IF_ERROR(upload_matrices(*this, {&hw.o}, d.o, "an output projection", staging));
-    TERN_RETURN_IF_ERROR(upload_vector(*this, hw.post_attention_norm, d.post_norm, "a post-attention norm"));
     TERN_RETURN_IF_ERROR(
         upload_matrices(*this, {&hw.gate, &hw.up}, d.gate_up, "a fused gate|up projection", staging));
     TERN_RETURN_IF_ERROR(upload_matrices(*this, {&hw.down}, d.down, "a down projection", staging));
@@ -126,6 +156,23 @@ Status DeviceModel::Impl::plan_workspace() {
   for (const Item& it : items) {
     TERN_RETURN_IF_ERROR(it.buf->allocate(it.bytes, it.what));
     use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
+  }
+  if (fp8) {
+    // Fp8Scratch: the largest matrix as bf16; for the tensor cores also the widest input's codes and a
+    // scale per token.
+    const size_t widest = std::max({H, Q, I});
+    const size_t largest = std::max({QKV * H, H * Q, 2 * I * H, H * I});
+    const size_t tc = fp8_tensor_cores ? 1 : 0;
+    const Item scratch[] = {
+        {&fp8_x_codes, tc * T * widest, "FP8 activation codes"},
+        {&fp8_x_scales, tc * T * sizeof(float), "FP8 activation scales"},
+        {&fp8_w_bf16, largest * sizeof(bf16), "dequantized FP8 weights"},
+    };
+    for (const Item& it : scratch) {
+      if (it.bytes == 0) continue;
+      TERN_RETURN_IF_ERROR(it.buf->allocate(it.bytes, it.what));
+      use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
+    }
   }
   // The counters start at zero; the attention kernel leaves them at zero.
   TERN_CUDA_RETURN_IF_ERROR(cudaMemset(split_counters.as<void>(), 0, split_counters.bytes()));
@@ -251,6 +298,7 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   DecodeLayersParams& p = layers_params;
   const int grid = sm_count;
   p.num_layers = static_cast<int>(c.num_layers);
+  p.fp8 = fp8;
   p.hidden = static_cast<int>(c.hidden_size);
   p.q_dim = static_cast<int>(c.q_dim());
   p.qkv_dim = static_cast<int>(qkv_dim());
@@ -276,8 +324,23 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   std::vector<DecodeLayerWeights> table(static_cast<size_t>(c.num_layers));
   for (size_t l = 0; l < table.size(); ++l) {
     const Layer& w = layers[l];
-    table[l] = DecodeLayerWeights{w.qkv.as<bf16>(), w.o.as<bf16>(), w.gate_up.as<bf16>(), w.down.as<bf16>(),
-                                  w.input_norm.as<float>(), w.post_norm.as<float>()};
+    table[l].input_norm = w.input_norm.as<float>();
+    table[l].post_norm = w.post_norm.as<float>();
+    if (fp8) {
+      table[l].qkv8 = w.qkv.as<uint8_t>();
+      table[l].o8 = w.o.as<uint8_t>();
+      table[l].gate_up8 = w.gate_up.as<uint8_t>();
+      table[l].down8 = w.down.as<uint8_t>();
+      table[l].qkv_scale = w.qkv_scale.as<float>();
+      table[l].o_scale = w.o_scale.as<float>();
+      table[l].gate_up_scale = w.gate_up_scale.as<float>();
+      table[l].down_scale = w.down_scale.as<float>();
+    } else {
+      table[l].qkv = w.qkv.as<bf16>();
+      table[l].o = w.o.as<bf16>();
+      table[l].gate_up = w.gate_up.as<bf16>();
+      table[l].down = w.down.as<bf16>();
+    }
   }
   const size_t table_bytes = table.size() * sizeof(DecodeLayerWeights);
   const size_t partial_rows = static_cast<size_t>(c.num_heads) * kMaxDecodeLayersSplits;
@@ -414,7 +477,17 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
       options.rope_in_attention && paged_attention_takes_rope(static_cast<int>(c.num_heads),
                                                               static_cast<int>(c.num_kv_heads),
                                                               static_cast<int>(c.head_dim));
+  impl->fp8 = options.fp8_weights;
   TERN_RETURN_IF_ERROR(impl->upload_weights(weights));
+  if (impl->fp8) {
+    TERN_ASSIGN_OR_RETURN(impl->fp8_gemm, Fp8Gemm::create(kCublasWorkspaceBytes));
+    // Tensor cores when cuBLASLt has the GEMM for every layer's shape (asked at 64 tokens); else dequantized.
+    const int64_t H = c.hidden_size, I = c.intermediate_size, T = std::min<int64_t>(64, impl->max_tokens);
+    Fp8Gemm& g = *impl->fp8_gemm;
+    impl->fp8_tensor_cores = options.fp8_tensor_cores && g.tensor_cores(T, H, impl->qkv_dim(), GemmOut::kBf16) &&
+                             g.tensor_cores(T, c.q_dim(), H, GemmOut::kAddF32) &&
+                             g.tensor_cores(T, H, 2 * I, GemmOut::kBf16) && g.tensor_cores(T, I, H, GemmOut::kAddF32);
+  }
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(impl->cublas, impl->cublas_workspace.as<void>(), impl->cublas_workspace.bytes()));
@@ -498,6 +571,8 @@ bool DeviceModel::last_step_was_decode() const { return impl_->last_was_decode; 
 bool DeviceModel::programmatic_launches() const { return impl_->pdl; }
 const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_reason; }
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
+bool DeviceModel::fp8_weights() const { return impl_->fp8; }
+bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
 DecodeKernelTimeline DeviceModel::decode_kernel_timeline() const {
   const Impl& m = *impl_;

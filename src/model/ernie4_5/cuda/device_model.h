@@ -42,6 +42,9 @@ struct DecodeKernelTimeline {
 
 // Host views of the weights to upload (any dtype the CPU kernels read), in
 // PyTorch [out, in] layout. Borrowed for the duration of create() only.
+// With options.fp8_weights the layers' matrices are quantized as they are
+// uploaded (cpu::quantize_fp8_matrix, float dtypes only); the embedding,
+// the LM head and the norms never are.
 struct HostLayerWeights {
   cpu::WeightVector input_norm;
   cpu::WeightMatrix q, k, v, o;
@@ -84,6 +87,13 @@ struct DeviceModelOptions : RunnerOptions {
   // where its tensor-core form takes the shape; off: rope_store_kv, one
   // kernel more per layer. Bit-identical either way.
   bool rope_in_attention = true;
+  // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
+  // cuBLASLt (activations quantized per token, outer-vector scales) where
+  // cuBLASLt offers them; off, or where it does not: the layer's weights
+  // dequantized to bf16 and the bf16 GEMM (gemm_fp8.h). Off by default:
+  // cuBLASLt 13.0 offers no such GEMM on sm_90 (measured on an H200), so
+  // the tensor-core form has not run on hardware here.
+  bool fp8_tensor_cores = false;
   int device = 0;
 };
 
@@ -170,6 +180,10 @@ class DeviceModel {
   // Whether one-token steps run as one persistent kernel (decode_kernel),
   // and if it was asked for but not taken, why.
   bool layers_kernel() const;
+  // Whether the layers hold FP8 weights, and whether large steps use FP8
+  // tensor-core GEMMs for them (at the model's shapes, for a 64-token step).
+  bool fp8_weights() const;
+  bool fp8_tensor_core_gemms() const;
   const std::string& layers_kernel_off_reason() const;
   // With TERN_DECODE_TIMELINE set at creation: the last one-token step's
   // clocks in the decode kernel, else empty.

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/kernels.h"
 #include "model/ernie4_5/cuda/device_model.h"
 #include "model/ernie4_5/device_step_plan.h"
@@ -94,9 +95,16 @@ struct DeviceModel::Impl {
   DecodeLayersParams layers_params;  // all but the step's metadata (places' positions and slots, tables' pointers)
   DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 
+  // With fp8 the four matrices hold e4m3 codes and *_scale their rows'
+  // scales (backend/cpu/fp8_quant.h); otherwise bf16 and no scales.
   struct Layer {
     DeviceBuffer input_norm, qkv, o, post_norm, gate_up, down;
+    DeviceBuffer qkv_scale, o_scale, gate_up_scale, down_scale;
   };
+  bool fp8 = false;               // options.fp8_weights
+  bool fp8_tensor_cores = false;  // FP8 GEMMs on cuBLASLt where it has them (else dequantized to bf16)
+  std::unique_ptr<Fp8Gemm> fp8_gemm;
+  DeviceBuffer fp8_x_codes, fp8_x_scales, fp8_w_bf16;  // Fp8Scratch
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
   const bf16* lm_head = nullptr;  // embed or lm_head_own
   std::vector<Layer> layers;
@@ -190,6 +198,11 @@ struct DeviceModel::Impl {
   Status capture_buckets();
 
   // device_step.cpp
+  // y (+)= x . W^T for a layer's matrix (bf16 or FP8 codes with scales).
+  Status linear_of(const bf16* x, int64_t num_tokens, int64_t in_features, const DeviceBuffer& w,
+                   const DeviceBuffer& scale, int64_t out_features, void* y, GemmOut out);
+  // The GEMV's weight pointers for a layer's matrix.
+  void gemv_weights(GemvParams& g, const DeviceBuffer& w, const DeviceBuffer& scale) const;
   Status ensure_meta(size_t count);
   Status launch(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
                 std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> feedback);

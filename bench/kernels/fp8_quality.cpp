@@ -1,0 +1,120 @@
+// tern_fp8_quality: how far --quantization fp8 moves a model, on the CPU
+// reference forward with the FP8 values the GPU kernels compute with
+// (Ernie45Model::quantize_fp8; activations stay as the reference keeps
+// them, which is the GPU's GEMV and persistent-kernel math; its FP8
+// tensor-core GEMMs also quantize activations per token). For each prompt
+// of the model's golden.json (its token ids): the bf16 model's greedy
+// continuation of --tokens tokens, then over prompt + continuation, at
+// every position, KL(bf16 || fp8) of the next-token distributions (nats)
+// and whether the most likely tokens agree (top-1); and greedy agreement:
+// the share of the fp8 model's own greedy tokens produced before its first
+// difference from bf16's.
+// Usage: tern_fp8_quality --model DIR [--tokens 20]
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/ernie4_5/ernie4_5_model.h"
+
+namespace {
+
+using tern::Ernie45Model;
+
+std::vector<double> log_softmax(const float* x, size_t n) {
+  const double m = *std::max_element(x, x + n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += std::exp(x[i] - m);
+  const double lse = m + std::log(sum);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] - lse;
+  return out;
+}
+
+size_t argmax(const float* x, size_t n) { return static_cast<size_t>(std::max_element(x, x + n) - x); }
+
+// Greedy tokens after `prompt`.
+std::vector<int32_t> greedy(Ernie45Model& m, const std::vector<int32_t>& prompt, int tokens) {
+  const auto V = static_cast<size_t>(m.config().vocab_size);
+  tern::KvCache cache = m.make_cache(static_cast<int64_t>(prompt.size()) + tokens + 1);
+  std::vector<float> logits(V);
+  std::vector<int32_t> out;
+  if (!m.forward(prompt, cache, logits).is_ok()) return out;
+  for (int i = 0; i < tokens; ++i) {
+    out.push_back(static_cast<int32_t>(argmax(logits.data(), V)));
+    if (!m.forward({&out.back(), 1}, cache, logits).is_ok()) break;
+  }
+  return out;
+}
+
+std::vector<float> all_logits(Ernie45Model& m, const std::vector<int32_t>& ids) {
+  const auto V = static_cast<size_t>(m.config().vocab_size);
+  tern::KvCache cache = m.make_cache(static_cast<int64_t>(ids.size()));
+  std::vector<float> logits(ids.size() * V);
+  if (!m.forward_all(ids, cache, logits).is_ok()) logits.clear();
+  return logits;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir;
+  int tokens = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--model") dir = argv[i + 1];
+    else if (flag == "--tokens") tokens = std::max(1, std::atoi(argv[i + 1]));
+  }
+  if (dir.empty()) {
+    std::fprintf(stderr, "usage: tern_fp8_quality --model DIR [--tokens 20]\n");
+    return 2;
+  }
+  auto base = Ernie45Model::load(dir, 0);
+  auto fp8 = Ernie45Model::load(dir, 0);
+  if (!base.is_ok() || !fp8.is_ok()) {
+    std::fprintf(stderr, "tern_fp8_quality: %s\n", (base.is_ok() ? fp8.status() : base.status()).to_string().c_str());
+    return 1;
+  }
+  if (tern::Status s = fp8.value()->quantize_fp8(); !s.is_ok()) {
+    std::fprintf(stderr, "tern_fp8_quality: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  std::ifstream in(dir + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, false);
+  if (golden.is_discarded() || !golden.contains("prompts")) {
+    std::fprintf(stderr, "tern_fp8_quality: %s/golden.json has no prompts\n", dir.c_str());
+    return 1;
+  }
+  const auto V = static_cast<size_t>(base.value()->config().vocab_size);
+  double kl_sum = 0, greedy_sum = 0;
+  int64_t positions = 0, same_top = 0, prompts = 0;
+  for (const auto& p : golden["prompts"]) {
+    std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> cont = greedy(*base.value(), ids, tokens);
+    const std::vector<int32_t> cont8 = greedy(*fp8.value(), ids, tokens);
+    size_t agree = 0;
+    while (agree < cont.size() && agree < cont8.size() && cont[agree] == cont8[agree]) ++agree;
+    greedy_sum += static_cast<double>(agree) / static_cast<double>(tokens);
+    ids.insert(ids.end(), cont.begin(), cont.end() - 1);  // the last token's next is not scored
+    const std::vector<float> a = all_logits(*base.value(), ids), b = all_logits(*fp8.value(), ids);
+    if (a.empty() || b.empty()) return 1;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const std::vector<double> la = log_softmax(a.data() + t * V, V), lb = log_softmax(b.data() + t * V, V);
+      double kl = 0;
+      for (size_t i = 0; i < V; ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
+      kl_sum += kl;
+      same_top += argmax(a.data() + t * V, V) == argmax(b.data() + t * V, V) ? 1 : 0;
+      ++positions;
+    }
+    ++prompts;
+  }
+  std::printf("%s: %ld prompts, %ld positions: mean KL(bf16 || fp8) %.5f nats, top-1 %.3f, greedy %.3f (%d tokens)\n",
+              dir.c_str(), static_cast<long>(prompts), static_cast<long>(positions),
+              kl_sum / static_cast<double>(positions), static_cast<double>(same_top) / static_cast<double>(positions),
+              greedy_sum / static_cast<double>(prompts), tokens);
+  return 0;
+}

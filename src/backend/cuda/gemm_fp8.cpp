@@ -1,0 +1,119 @@
+// cuBLASLt's e4m3 GEMM for the FP8 linear layers, and the dequantized
+// fallback. In cuBLASLt's column-major terms, as in gemm.cpp: D^T[N, T] =
+// A^T B with A = the codes stored K x N (op T: the "TN" layout FP8 needs)
+// and B = the tokens' codes stored K x T (op N); the A scale vector runs
+// along N (the weights' rows), the B scale vector along T (the tokens).
+#include "backend/cuda/gemm_fp8.h"
+
+#include <cuda_runtime_api.h>
+
+#include <limits>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace tern::cuda {
+
+struct Fp8Gemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;  // cuBLASLt offered an algorithm
+  ~Plan() {
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    for (cublasLtMatrixLayout_t l : {a, b, c})
+      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+
+Result<std::unique_ptr<Fp8Gemm>> Fp8Gemm::create(size_t workspace_bytes) {
+  std::unique_ptr<Fp8Gemm> g(new Fp8Gemm());
+  g->workspace_bytes_ = workspace_bytes;
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&g->lt_));
+  int device = 0, major = 0, minor = 0;
+  TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  g->cc_ = major * 10 + minor;
+  return g;
+}
+
+Fp8Gemm::~Fp8Gemm() {
+  plans_.clear();
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+}
+
+Result<Fp8Gemm::Plan*> Fp8Gemm::plan(int64_t T, int64_t K, int64_t N, GemmOut out) {
+  const auto key = std::make_tuple(T, K, N, static_cast<int>(out));
+  size_t workspace = workspace_bytes_;
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+  if (plans_.size() >= 4096) plans_.clear();  // prefill sizes vary; keep the cache bounded
+  auto p = std::make_unique<Plan>();
+  const cudaDataType_t c_type = out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  TERN_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  TERN_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  TERN_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof(outer)));
+  TERN_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof(outer)));
+  const auto k = static_cast<uint64_t>(K), n = static_cast<uint64_t>(N), t = static_cast<uint64_t>(T);
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, n, static_cast<int64_t>(k)));
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, t, static_cast<int64_t>(k)));
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->c, c_type, n, t, static_cast<int64_t>(n)));
+  cublasLtMatmulPreference_t pref = nullptr;
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace, sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    // The scale pointers are not set yet: the heuristic looks at the modes only.
+    st = cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (p->ok) p->algo = result.algo;
+  Plan* raw = p.get();
+  plans_.emplace(key, std::move(p));
+  return raw;
+}
+
+bool Fp8Gemm::tensor_cores(int64_t T, int64_t K, int64_t N, GemmOut out) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (cc_ < 89 || T <= 0 || K <= 0 || N <= 0 || K % 16 != 0 || N % 8 != 0 || T > kMax || K > kMax || N > kMax) {
+    return false;
+  }
+  Result<Plan*> p = plan(T, K, N, out);
+  return p.is_ok() && (*p)->ok;
+}
+
+Status Fp8Gemm::linear(cublasHandle_t cublas, const bf16* x, int64_t T, int64_t K, Fp8Weights w, int64_t N,
+                       void* y, GemmOut out_type, const Fp8Scratch& scratch, cudaStream_t stream,
+                       bool use_tensor_cores) {
+  if (T <= 0) return Status::ok();
+  if (use_tensor_cores && tensor_cores(T, K, N, out_type)) {
+    TERN_ASSIGN_OR_RETURN(Plan * p, plan(T, K, N, out_type));
+    if (p->ok) {
+      TERN_CUDA_RETURN_IF_ERROR(quantize_rows_e4m3(x, T, K, scratch.x_codes, scratch.x_scales, stream));
+      TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                                 &w.scales, sizeof(w.scales)));
+      TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                                 &scratch.x_scales, sizeof(scratch.x_scales)));
+      const float alpha = 1.0f, beta = out_type == GemmOut::kAddF32 ? 1.0f : 0.0f;
+      TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_, p->desc, &alpha, w.codes, p->a, scratch.x_codes, p->b, &beta,
+                                                 y, p->c, y, p->c, &p->algo, scratch.workspace,
+                                                 workspace_bytes_, stream));
+      return Status::ok();
+    }
+  }
+  if (scratch.w_bf16 == nullptr) return internal_error("FP8 linear: no scratch for the dequantized weights");
+  TERN_CUDA_RETURN_IF_ERROR(dequantize_e4m3_rows(w.codes, w.scales, N, K, scratch.w_bf16, stream));
+  return ::tern::cuda::linear(cublas, x, T, K, scratch.w_bf16, N, y, out_type);
+}
+
+}  // namespace tern::cuda

@@ -1,0 +1,87 @@
+// Linear layers with FP8 e4m3 weights (--quantization fp8) for steps past
+// the GEMV's sizes: y[T, N] = x[T, K] . W^T with W[n, k] = e4m3(w[n, k]) *
+// w_scales[n] ([N, K] row-major codes, one fp32 scale per output row), as
+// linear() (gemm.h) does for bf16 W. Two ways:
+//   tensor cores (where cuBLASLt offers the kernel: CUDA 13.0 does not on
+//     sm_90, measured on an H200, so DeviceModel leaves this off): each
+//     token's row of x quantized to e4m3 with its own scale
+//     (quantize_rows_e4m3), then cuBLASLt's e4m3 x e4m3 GEMM with
+//     outer-vector fp32 scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F:
+//     w_scales along N, the tokens' scales along T) applied to the fp32
+//     sums: W8A8 with per-channel weight and per-token activation scales;
+//   dequantized (otherwise): W written out as
+//     bf16 into a scratch matrix (dequantize_e4m3_rows), then linear():
+//     W8A16, weight bytes saved in memory only.
+// Thread: one host thread at a time per Fp8Gemm (its plans are cached and
+// reused); everything is enqueued on the given stream.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "base/status.h"
+
+namespace tern::cuda {
+
+// For t < rows: scales[t] = max_k |x[t, k]| / 448 and q[t, k] = e4m3(x[t, k] / scales[t])
+// (nearest even, saturating), a zero row scale 0 and codes 0: cpu::quantize_fp8_row bit for bit.
+cudaError_t quantize_rows_e4m3(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scales,
+                               cudaStream_t stream);
+// out[n, k] = bf16(e4m3(w[n, k]) * scales[n]) for n < rows, k < cols.
+cudaError_t dequantize_e4m3_rows(const uint8_t* w, const float* scales, int64_t rows, int64_t cols, bf16* out,
+                                 cudaStream_t stream);
+
+struct Fp8Weights {
+  const uint8_t* codes = nullptr;  // [N, K], 16-byte aligned
+  const float* scales = nullptr;   // [N]
+};
+
+// Scratch the calls need, owned by the caller: the quantized activations
+// (x_codes: T x K bytes, x_scales: T floats) for the tensor cores, or the
+// dequantized weights (w_bf16: N x K bf16) otherwise.
+struct Fp8Scratch {
+  uint8_t* x_codes = nullptr;
+  float* x_scales = nullptr;
+  bf16* w_bf16 = nullptr;
+  void* workspace = nullptr;  // cuBLASLt's, of the size given to Fp8Gemm::create
+};
+
+class Fp8Gemm {
+ public:
+  // The cuBLASLt handle; Internal on failure. Call after cudaSetDevice.
+  // workspace_bytes: the size of every Fp8Scratch::workspace passed later.
+  static Result<std::unique_ptr<Fp8Gemm>> create(size_t workspace_bytes);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // Whether cuBLASLt has an e4m3 GEMM with outer-vector scales for these
+  // sizes and output on this device (K a multiple of 16, N of 8); asked once
+  // per shape and remembered. Never true before sm_89.
+  bool tensor_cores(int64_t num_tokens, int64_t in_features, int64_t out_features, GemmOut out);
+
+  // y (+)= x . W^T; tensor cores when use_tensor_cores and tensor_cores()
+  // says so, else the dequantized form (which needs scratch.w_bf16).
+  Status linear(cublasHandle_t cublas, const bf16* x, int64_t num_tokens, int64_t in_features, Fp8Weights w,
+                int64_t out_features, void* y, GemmOut out_type, const Fp8Scratch& scratch, cudaStream_t stream,
+                bool use_tensor_cores);
+
+ private:
+  struct Plan;
+  Fp8Gemm() = default;
+  Result<Plan*> plan(int64_t num_tokens, int64_t in_features, int64_t out_features, GemmOut out);
+
+  cublasLtHandle_t lt_ = nullptr;
+  int cc_ = 0;  // compute capability, major * 10 + minor
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace tern::cuda

@@ -1,0 +1,400 @@
+// FP8 weights on the GPU (--quantization fp8) against the CPU reference
+// built from the same quantizer (backend/cpu/fp8_quant.h): the activation
+// quantizer and the weight dequantizer bit for bit; the FP8 GEMV in every
+// form the model uses, at every token count it serves; the FP8 linear layer
+// both ways (cuBLASLt's e4m3 tensor-core GEMM with per-token activation
+// scales where cuBLASLt offers it: on an H200 with CUDA 13.0 it does not,
+// and the test then checks the fallback; and the bf16 GEMM of dequantized
+// weights) at odd and model shapes.
+//
+// Tolerances. The GEMV and the dequantized GEMM take bf16 activations, as
+// the reference does: fp32 outputs within 2e-3 relative L2 for the GEMV
+// (its sums in another order) and 5e-3 for the dequantized GEMM (its weights
+// rounded to bf16, 2^-9 each: about 1.1e-3 expected); bf16 outputs as
+// gpu_test_util.h. The tensor-core GEMM quantizes its activations too
+// (W8A8): against a reference over the same quantized activations 3e-3
+// (fp32 sums of exact products, in another order, in the tensor cores'
+// accumulation); against the bf16-activation reference it is reported, and
+// bounded at 0.1. A wrong scale or layout gives errors of O(1).
+#include <gtest/gtest.h>
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/fp8_quant.h"
+#include "backend/cpu/reference_kernels.h"
+#include "backend/cuda/gemm_fp8.h"
+#include "backend/cuda/kernels.h"
+#include "base/bf16.h"
+#include "base/thread_pool.h"
+#include "gpu_test_util.h"
+
+namespace tern {
+namespace {
+
+using cuda::bf16;
+using test::Bf16Data;
+using test::DeviceArray;
+
+constexpr bf16 kNanBf16 = 0x7fc0;
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+// A random bf16 matrix [n, k], its FP8 form and that form's fp32 values.
+struct Fp8Case {
+  Bf16Data source;
+  cpu::Fp8Matrix q;
+  std::vector<float> dequantized;  // [n, k]
+};
+
+Fp8Case random_fp8(std::mt19937& rng, int64_t n, int64_t k) {
+  Fp8Case c;
+  const float a = 1.7f / std::sqrt(static_cast<float>(k));
+  c.source = test::random_bf16(rng, static_cast<size_t>(n * k), -a, a);
+  // Rows of different magnitudes, and a zero row when there are several.
+  for (int64_t r = 0; r < n; ++r) {
+    const float m = r == 1 && n > 2 ? 0.0f : 1.0f + static_cast<float>(r % 5);
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t i = static_cast<size_t>(r * k + j);
+      c.source.words[i] = f32_to_bf16(c.source.values[i] * m);
+      c.source.values[i] = bf16_to_f32(c.source.words[i]);
+    }
+  }
+  auto q = cpu::quantize_fp8_matrix(cpu::WeightMatrix{DType::kBF16, c.source.words.data(), n, k}, "w");
+  EXPECT_TRUE(q.is_ok());
+  c.q = std::move(q).value();
+  c.dequantized.resize(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r) {
+    cpu::dequantize_fp8_row(c.q.values.data() + r * k, c.q.scales[static_cast<size_t>(r)], k,
+                            c.dequantized.data() + r * k);
+  }
+  return c;
+}
+
+cpu::WeightMatrix f32_matrix(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return cpu::WeightMatrix{DType::kF32, v.data(), rows, cols};
+}
+
+TEST(CudaFp8, ActivationQuantizerMatchesHostBitForBit) {
+  std::mt19937 rng(21);
+  for (int64_t cols : {8, 64, 1000, 1024, 3072}) {
+    const int64_t rows = 37;
+    Bf16Data x = test::random_bf16(rng, static_cast<size_t>(rows * cols), -4, 4);
+    for (int64_t j = 0; j < cols; ++j) {  // row 3 zero, row 4 tiny (subnormal codes), row 5 large
+      x.words[static_cast<size_t>(3 * cols + j)] = 0;
+      x.words[static_cast<size_t>(4 * cols + j)] = f32_to_bf16(x.values[static_cast<size_t>(4 * cols + j)] * 1e-30f);
+      x.words[static_cast<size_t>(5 * cols + j)] = f32_to_bf16(x.values[static_cast<size_t>(5 * cols + j)] * 1e30f);
+    }
+    x.values = test::to_f32(x.words);
+    DeviceArray<bf16> d_x(x.words);
+    DeviceArray<uint8_t> d_q(std::vector<uint8_t>(x.words.size(), 0xaa));
+    DeviceArray<float> d_s(std::vector<float>(static_cast<size_t>(rows), NAN));
+    TERN_ASSERT_CUDA(cuda::quantize_rows_e4m3(d_x.get(), rows, cols, d_q.get(), d_s.get(), nullptr));
+    const std::vector<uint8_t> q = d_q.download();
+    const std::vector<float> s = d_s.download();
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<uint8_t> want(static_cast<size_t>(cols));
+      float scale = 0;
+      ASSERT_TRUE(cpu::quantize_fp8_row(x.values.data() + r * cols, cols, want.data(), &scale).is_ok());
+      ASSERT_EQ(s[static_cast<size_t>(r)], scale) << "cols " << cols << " row " << r;
+      for (int64_t j = 0; j < cols; ++j) {
+        ASSERT_EQ(q[static_cast<size_t>(r * cols + j)], want[static_cast<size_t>(j)])
+            << "cols " << cols << " row " << r << " col " << j << " value "
+            << x.values[static_cast<size_t>(r * cols + j)];
+      }
+    }
+  }
+}
+
+TEST(CudaFp8, WeightDequantizerMatchesHost) {
+  std::mt19937 rng(22);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{3, 8}, {37, 1000}, {256, 1024}}) {
+    Fp8Case c = random_fp8(rng, n, k);
+    DeviceArray<uint8_t> d_q(c.q.values);
+    DeviceArray<float> d_s(c.q.scales);
+    DeviceArray<bf16> d_out(std::vector<bf16>(static_cast<size_t>(n * k), kNanBf16));
+    TERN_ASSERT_CUDA(cuda::dequantize_e4m3_rows(d_q.get(), d_s.get(), n, k, d_out.get(), nullptr));
+    const std::vector<bf16> got = d_out.download();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16(c.dequantized[i])) << i;
+  }
+}
+
+// One FP8 GEMV form at T tokens against cpu::linear over the dequantized
+// matrix and the same bf16 inputs (made on the host as the kernel makes them).
+void check_fp8_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, int sm_count,
+                    std::mt19937& rng) {
+  ThreadPool pool(2);
+  const std::string what = "fp8 gemv in " + std::to_string(static_cast<int>(in)) + " out " +
+                           std::to_string(static_cast<int>(out)) + " T " + std::to_string(T) + " K " +
+                           std::to_string(K) + " N " + std::to_string(N) + " sms " + std::to_string(sm_count);
+  Fp8Case w = random_fp8(rng, N, K);
+  DeviceArray<uint8_t> d_w(w.q.values);
+  DeviceArray<float> d_scale(w.q.scales);
+  cuda::GemvParams p;
+  p.input = in;
+  p.output = out;
+  p.num_tokens = T;
+  p.in_features = K;
+  p.out_features = N;
+  p.w_fp8 = d_w.get();
+  p.w_scale = d_scale.get();
+  p.eps = 1e-5f;
+  std::vector<float> input;
+  Bf16Data xb;
+  std::vector<float> xf, nw;
+  std::unique_ptr<DeviceArray<bf16>> d_xb;
+  std::unique_ptr<DeviceArray<float>> d_xf, d_nw;
+  if (in == cuda::GemvInput::kBf16) {
+    xb = test::random_bf16(rng, static_cast<size_t>(T * K));
+    input = xb.values;
+    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
+    p.x_bf16 = d_xb->get();
+  } else if (in == cuda::GemvInput::kSiluMul) {
+    xb = test::random_bf16(rng, static_cast<size_t>(T * 2 * K), -6, 6);
+    input.resize(static_cast<size_t>(T * K));
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = xb.values.data() + t * 2 * K;
+      cpu::silu_mul(row, row + K, K, input.data() + t * K);
+    }
+    input = round_bf16(input);
+    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
+    p.x_bf16 = d_xb->get();
+  } else {
+    xf = test::random_f32(rng, static_cast<size_t>(T * K), -3, 3);
+    nw = test::random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
+    input.resize(xf.size());
+    cpu::rmsnorm(xf.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, input.data());
+    input = round_bf16(input);
+    d_xf = std::make_unique<DeviceArray<float>>(xf);
+    d_nw = std::make_unique<DeviceArray<float>>(nw);
+    p.x_f32 = d_xf->get();
+    p.norm_weight = d_nw->get();
+  }
+  std::vector<float> ref(static_cast<size_t>(T * N));
+  cpu::linear(pool, input.data(), T, f32_matrix(w.dequantized, N, K), ref.data());
+  if (out == cuda::GemvOutput::kBf16) {
+    DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
+    p.y = d_y.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    const std::vector<float> got = test::to_f32(d_y.download());
+    if (in == cuda::GemvInput::kBf16) {
+      test::expect_bf16_close(got, ref, what);
+    } else {
+      EXPECT_LT(test::relative_l2(got, ref), 1e-2) << what;
+    }
+  } else {
+    const std::vector<float> y0 = test::random_f32(rng, ref.size(), -1, 1);
+    DeviceArray<float> d_y(y0);
+    p.y = d_y.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    std::vector<float> got = d_y.download();
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
+    EXPECT_LT(test::relative_l2(got, ref), 2e-3) << what << " (added into y)";
+  }
+}
+
+TEST(CudaFp8, GemvMatchesDequantizedReference) {
+  std::mt19937 rng(23);
+  using In = cuda::GemvInput;
+  using Out = cuda::GemvOutput;
+  const std::pair<In, Out> forms[] = {
+      {In::kRmsNorm, Out::kBf16}, {In::kBf16, Out::kAddF32}, {In::kSiluMul, Out::kAddF32}, {In::kBf16, Out::kBf16}};
+  for (const auto& [in, out] : forms) {
+    for (int64_t T : {1, 2, 3, 4, 8}) {
+      // K past one unrolled step (16 loads x 256 = 4096) and not a multiple of it; odd N.
+      for (auto [K, N] : {std::pair<int64_t, int64_t>{64, 37}, {1000, 300}, {1024, 2560}, {3072, 1024},
+                          {4104, 129}}) {
+        for (int sms : {4, 132}) check_fp8_gemv(in, out, T, K, N, sms, rng);
+      }
+    }
+  }
+  // The LM head's form stays bf16: FP8 weights there are refused, not misread.
+  cuda::GemvParams p;
+  p.input = In::kRmsNorm;
+  p.output = Out::kF32;
+  p.num_tokens = 1;
+  p.in_features = 64;
+  p.out_features = 8;
+  DeviceArray<uint8_t> w(std::vector<uint8_t>(512, 0));
+  DeviceArray<float> s(std::vector<float>(8, 1.0f));
+  p.w_fp8 = w.get();
+  p.w_scale = s.get();
+  EXPECT_EQ(cuda::gemv(p, 4, nullptr), cudaErrorInvalidValue);
+}
+
+// The q|k|v form with FP8 weights: RoPE and the KV write on the scaled sums.
+TEST(CudaFp8, GemvQkvRopeMatchesLinearThenRope) {
+  std::mt19937 rng(24);
+  ThreadPool pool(2);
+  const int heads = 16, kv_heads = 2, head_dim = 128;
+  const int64_t K = 1024, q_dim = heads * head_dim, kv_dim = kv_heads * head_dim, N = q_dim + 2 * kv_dim;
+  for (int64_t T : {1, 3, 4}) {
+    Fp8Case w = random_fp8(rng, N, K);
+    std::vector<float> x = test::random_f32(rng, static_cast<size_t>(T * K), -3, 3);
+    std::vector<float> nw = test::random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
+    std::vector<int32_t> positions(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      positions[static_cast<size_t>(t)] = static_cast<int32_t>(100 * t + 7);
+      slots[static_cast<size_t>(t)] = static_cast<int32_t>(T - 1 - t);
+    }
+    const std::vector<float> inv_freq = cpu::rope_inv_freq(head_dim, 500000.0);
+    DeviceArray<uint8_t> d_w(w.q.values);
+    DeviceArray<float> d_scale(w.q.scales), d_x(x), d_nw(nw), d_freq(inv_freq);
+    DeviceArray<int32_t> d_pos(positions), d_slots(slots);
+    DeviceArray<bf16> d_y(std::vector<bf16>(static_cast<size_t>(T * N), kNanBf16));
+    DeviceArray<bf16> d_k(std::vector<bf16>(static_cast<size_t>(T * kv_dim), kNanBf16));
+    DeviceArray<bf16> d_v(std::vector<bf16>(static_cast<size_t>(T * kv_dim), kNanBf16));
+    cuda::GemvParams p;
+    p.input = cuda::GemvInput::kRmsNorm;
+    p.output = cuda::GemvOutput::kQkvRope;
+    p.x_f32 = d_x.get();
+    p.norm_weight = d_nw.get();
+    p.eps = 1e-5f;
+    p.num_tokens = T;
+    p.in_features = K;
+    p.out_features = N;
+    p.w_fp8 = d_w.get();
+    p.w_scale = d_scale.get();
+    p.y = d_y.get();
+    p.heads = {heads, kv_heads, head_dim};
+    p.places = {d_pos.get(), d_slots.get(), d_freq.get()};
+    p.planes = {d_k.get(), d_v.get()};
+    TERN_ASSERT_CUDA(cuda::gemv(p, 132, nullptr));
+
+    std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
+    cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, h.data());
+    h = round_bf16(h);
+    cpu::linear(pool, h.data(), T, f32_matrix(w.dequantized, N, K), out.data());
+    std::vector<float> q_ref, k_ref, v_ref;
+    for (int64_t t = 0; t < T; ++t) {
+      auto row = out.begin() + t * N;
+      q_ref.insert(q_ref.end(), row, row + q_dim);
+      k_ref.insert(k_ref.end(), row + q_dim, row + q_dim + kv_dim);
+      v_ref.insert(v_ref.end(), row + q_dim + kv_dim, row + N);
+    }
+    std::vector<int64_t> pos64(positions.begin(), positions.end());
+    cpu::rope_interleaved(q_ref.data(), T, heads, head_dim, pos64, inv_freq);
+    cpu::rope_interleaved(k_ref.data(), T, kv_heads, head_dim, pos64, inv_freq);
+    const std::vector<bf16> y = d_y.download(), k_got = d_k.download(), v_got = d_v.download();
+    std::vector<float> q_got, k_slot, v_slot;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < q_dim; ++j) q_got.push_back(bf16_to_f32(y[static_cast<size_t>(t * N + j)]));
+      const int64_t slot = slots[static_cast<size_t>(t)];
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        k_slot.push_back(bf16_to_f32(k_got[static_cast<size_t>(slot * kv_dim + j)]));
+        v_slot.push_back(bf16_to_f32(v_got[static_cast<size_t>(slot * kv_dim + j)]));
+      }
+    }
+    const std::string what = "fp8 gemv qkv+rope T " + std::to_string(T);
+    EXPECT_LT(test::relative_l2(q_got, q_ref), 1e-2) << what << " q";
+    EXPECT_LT(test::relative_l2(k_slot, k_ref), 1e-2) << what << " k";
+    EXPECT_LT(test::relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+  }
+}
+
+// The FP8 linear layer at T tokens, one output form, both ways.
+void check_fp8_linear(cuda::Fp8Gemm& gemm, cublasHandle_t cublas, int64_t T, int64_t K, int64_t N,
+                      cuda::GemmOut out, bool tensor_cores, std::mt19937& rng, double* w8a8_vs_w8a16) {
+  ThreadPool pool(2);
+  const std::string what = std::string(tensor_cores ? "tensor cores" : "dequantized") + " T " + std::to_string(T) +
+                           " K " + std::to_string(K) + " N " + std::to_string(N) + " out " +
+                           std::to_string(static_cast<int>(out));
+  Fp8Case w = random_fp8(rng, N, K);
+  Bf16Data x = test::random_bf16(rng, static_cast<size_t>(T * K), -2, 2);
+  if (T > 2) {
+    for (int64_t j = 0; j < K; ++j) x.words[static_cast<size_t>(K + j)] = 0;  // a zero token row
+    x.values = test::to_f32(x.words);
+  }
+  // References: bf16 activations (W8A16), and the activations' own FP8 values (W8A8).
+  std::vector<float> xq(x.values.size());
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<uint8_t> codes(static_cast<size_t>(K));
+    float s = 0;
+    ASSERT_TRUE(cpu::quantize_fp8_row(x.values.data() + t * K, K, codes.data(), &s).is_ok());
+    cpu::dequantize_fp8_row(codes.data(), s, K, xq.data() + t * K);
+  }
+  std::vector<float> ref16(static_cast<size_t>(T * N)), ref8(ref16.size());
+  cpu::linear(pool, x.values.data(), T, f32_matrix(w.dequantized, N, K), ref16.data());
+  cpu::linear(pool, xq.data(), T, f32_matrix(w.dequantized, N, K), ref8.data());
+  const bool tc = tensor_cores && gemm.tensor_cores(T, K, N, out);
+  const std::vector<float>& ref = tc ? ref8 : ref16;
+
+  DeviceArray<uint8_t> d_w(w.q.values), d_codes(static_cast<size_t>(T * K));
+  DeviceArray<float> d_scale(w.q.scales), d_xs(static_cast<size_t>(T));
+  DeviceArray<bf16> d_x(x.words), d_wb(static_cast<size_t>(N * K));
+  DeviceArray<uint8_t> d_ws(32u << 20);
+  const cuda::Fp8Scratch scratch{d_codes.get(), d_xs.get(), d_wb.get(), d_ws.get()};
+  std::vector<float> got;
+  if (out == cuda::GemmOut::kBf16) {
+    DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
+    Status s = gemm.linear(cublas, d_x.get(), T, K, {d_w.get(), d_scale.get()}, N, d_y.get(), out, scratch, nullptr,
+                           tensor_cores);
+    ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+    got = test::to_f32(d_y.download());
+    test::expect_bf16_close(got, ref, what);
+  } else {
+    const std::vector<float> y0 = out == cuda::GemmOut::kAddF32 ? test::random_f32(rng, ref.size(), -1, 1)
+                                                                : std::vector<float>(ref.size(), NAN);
+    DeviceArray<float> d_y(y0);
+    Status s = gemm.linear(cublas, d_x.get(), T, K, {d_w.get(), d_scale.get()}, N, d_y.get(), out, scratch, nullptr,
+                           tensor_cores);
+    ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+    got = d_y.download();
+    if (out == cuda::GemmOut::kAddF32) {
+      for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
+    }
+    EXPECT_LT(test::relative_l2(got, ref), tc ? 3e-3 : 5e-3) << what;
+  }
+  if (T > 2) {  // the zero token row gives zeros
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(got[static_cast<size_t>(N + n)], 0.0f) << what;
+  }
+  if (tc) {
+    const double e = test::relative_l2(got, ref16);
+    *w8a8_vs_w8a16 = std::max(*w8a8_vs_w8a16, e);
+    EXPECT_LT(e, 0.1) << what << ": W8A8 against bf16 activations";
+  }
+}
+
+TEST(CudaFp8, LinearMatchesReferenceBothWays) {
+  std::mt19937 rng(25);
+  auto gemm = cuda::Fp8Gemm::create(32u << 20);
+  ASSERT_TRUE(gemm.is_ok()) << gemm.status().to_string();
+  cublasHandle_t cublas = nullptr;
+  ASSERT_EQ(cublasCreate(&cublas), CUBLAS_STATUS_SUCCESS);
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  const bool has_tc = (*gemm)->tensor_cores(64, 1024, 2560, cuda::GemmOut::kBf16) &&
+                      (*gemm)->tensor_cores(64, 2048, 1024, cuda::GemmOut::kAddF32);
+  std::printf("[fp8 gemm] sm_%d%d: cuBLASLt e4m3 GEMM with outer-vector scales %s\n", major, minor,
+              has_tc ? "available" : "not available");
+  double worst = 0;
+  struct Shape {
+    int64_t T, K, N;
+  };
+  // Model shapes (ERNIE-0.3B: 1024, 2048, 3072, q|k|v 2560, gate|up 6144), odd token counts, and shapes
+  // the tensor cores refuse (K not a multiple of 16, N not of 8) which take the dequantized way.
+  for (const Shape s : {Shape{1, 64, 40}, Shape{5, 1024, 2560}, Shape{64, 2048, 1024}, Shape{200, 1024, 6144},
+                        Shape{67, 3072, 1024}, Shape{300, 64, 192}, Shape{33, 1000, 300}, Shape{9, 1024, 131}}) {
+    for (auto out : {cuda::GemmOut::kBf16, cuda::GemmOut::kF32, cuda::GemmOut::kAddF32}) {
+      for (bool tc : {true, false}) check_fp8_linear(**gemm, cublas, s.T, s.K, s.N, out, tc, rng, &worst);
+    }
+  }
+  std::printf("[fp8 gemm] tensor cores (W8A8) against the bf16-activation reference: worst rel L2 %.2e\n", worst);
+  cublasDestroy(cublas);
+}
+
+}  // namespace
+}  // namespace tern
