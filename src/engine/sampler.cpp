@@ -1,6 +1,7 @@
 // Sampling over one row of logits, in the order documented in sampler.h.
-// Filtering works on a candidate list so top-k / top-p only sort as much of
-// the vocabulary as they need; probabilities are summed in double.
+// Nothing sorts the vocabulary: top-k selects its k, top-p without top-k
+// finds its threshold through histograms of the logits; probabilities are
+// summed in double.
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -191,57 +192,169 @@ DeviceSampling Sampler::plan_device(const SamplingContext& ctx, size_t vocab, st
 }
 
 int32_t Sampler::draw(std::span<const float> logits) {
-  auto& c = candidates_;
-  c.clear();
-  float max = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] > kNegInf) {  // drops masked ids and NaNs
-      c.push_back({logits[i], static_cast<int32_t>(i), 0.0});
-      max = std::max(max, logits[i]);
+  float max = kNegInf, min = std::numeric_limits<float>::infinity();
+  size_t live = 0;
+  for (float x : logits) {
+    if (x > kNegInf) {  // drops masked ids and NaNs
+      max = std::max(max, x);
+      min = std::min(min, x);
+      ++live;
     }
   }
-  if (c.empty()) return argmax(logits);
+  if (live == 0) return argmax(logits);
+  if (params_.top_k > 0 && static_cast<uint64_t>(params_.top_k) < live) return draw_top_k(logits, max);
+  return draw_nucleus(logits, max, min);
+}
 
+namespace {
+
+// Splits [lo, hi] of logits into kBuckets equal ranges, the most likely
+// first; bucket() is monotone in the logit, so a threshold on buckets is a
+// threshold on logits.
+struct LogitBuckets {
+  static constexpr int kBuckets = 2048;
+  float hi = 0.0f, scale = 0.0f;
+  // A range too wide or too narrow for a finite scale puts everything in bucket 0.
+  LogitBuckets(float lo, float top) : hi(top), scale(top > lo ? kBuckets / (top - lo) : 0.0f) {
+    if (!std::isfinite(scale)) scale = 0.0f;
+  }
+  int bucket(float x) const {
+    const float v = (hi - x) * scale;  // NaN (infinite logits) goes last
+    return v < static_cast<float>(kBuckets) ? static_cast<int>(v) : kBuckets - 1;
+  }
+};
+
+// The first bucket at which the running mass reaches `target`, and the mass
+// of the buckets before it; kBuckets when rounding never reaches it.
+std::pair<int, double> crossing(const std::vector<double>& mass, double target) {
+  double before = 0.0;
+  for (int b = 0; b < static_cast<int>(mass.size()); ++b) {
+    if (before + mass[static_cast<size_t>(b)] >= target) return {b, before};
+    before += mass[static_cast<size_t>(b)];
+  }
+  return {static_cast<int>(mass.size()), before};
+}
+
+}  // namespace
+
+// Without top-k: the top-p nucleus is found by thresholds rather than a sort
+// (a flat distribution's nucleus is most of the vocabulary). A histogram of
+// the weights by logit finds the bucket where the mass crosses top_p; only
+// that bucket's tokens are sorted (histogrammed again while it is large) to
+// find the last token kept, in the same order as a full sort (more likely,
+// then lower id). The draw walks the kept tokens in id order.
+int32_t Sampler::draw_nucleus(std::span<const float> logits, float max, float min) {
+  const float inv_t = static_cast<float>(1.0 / params_.temperature);
+  const bool top_p = params_.top_p < 1.0;
+  const LogitBuckets buckets(min, max);
+  weights_.resize(logits.size());
+  mass_.assign(top_p ? LogitBuckets::kBuckets : 0, 0.0);
+  double total = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    // The most likely token has weight exactly 1; masked ids and NaNs 0.
+    const float x = logits[i];
+    if (!(x > kNegInf)) {
+      weights_[i] = 0.0f;
+      continue;
+    }
+    const float w = std::exp((x - max) * inv_t);
+    weights_[i] = w;
+    total += w;
+    if (top_p) mass_[static_cast<size_t>(buckets.bucket(x))] += w;
+  }
+
+  // The last kept token in likelihood order; everything at least as likely is kept.
+  float last_logit = kNegInf;
+  int32_t last_id = std::numeric_limits<int32_t>::max();
+  if (top_p) {
+    const double target = params_.top_p * total;
+    auto [b, before] = crossing(mass_, target);
+    auto& c = candidates_;
+    c.clear();
+    if (b < LogitBuckets::kBuckets) {
+      for (size_t i = 0; i < logits.size(); ++i)
+        if (logits[i] > kNegInf && buckets.bucket(logits[i]) == b)
+          c.push_back({logits[i], static_cast<int32_t>(i), weights_[i]});
+    }
+    // Narrow a large crossing bucket down with histograms of its own range.
+    constexpr size_t kSortBelow = 512;
+    while (c.size() > kSortBelow) {
+      float lo = c.front().logit, top = c.front().logit;
+      for (const Candidate& x : c) lo = std::min(lo, x.logit), top = std::max(top, x.logit);
+      if (lo == top) break;  // all tied: the sort orders them by id
+      LogitBuckets sub(lo, top);
+      mass_.assign(LogitBuckets::kBuckets, 0.0);
+      for (const Candidate& x : c) mass_[static_cast<size_t>(sub.bucket(x.logit))] += x.weight;
+      auto [sb, sub_before] = crossing(mass_, target - before);
+      if (sb == LogitBuckets::kBuckets) break;
+      before += sub_before;
+      const size_t was = c.size();
+      std::erase_if(c, [&](const Candidate& x) { return sub.bucket(x.logit) != sb; });
+      if (c.size() == was) break;  // no narrower: sort what is left
+    }
+    auto by_likelihood = [](const Candidate& a, const Candidate& x) {
+      return more_likely(a.logit, a.id, x.logit, x.id);
+    };
+    std::sort(c.begin(), c.end(), by_likelihood);
+    // Rounding may leave the mass just short of the target: then the whole bucket stays.
+    double mass = before;
+    for (const Candidate& x : c) {
+      mass += x.weight;
+      last_logit = x.logit;
+      last_id = x.id;
+      if (mass >= target) break;
+    }
+  }
+
+  // min-p is relative to the most likely token, whose weight is 1. Tokens
+  // left out get weight 0 (no branch on a coin-flip condition per id).
+  const auto min_p = static_cast<float>(params_.min_p);
+  double kept_mass = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i], w = weights_[i];
+    const bool kept = (x > last_logit) | ((x == last_logit) & (static_cast<int32_t>(i) <= last_id));
+    weights_[i] = w * static_cast<float>(kept & (w >= min_p));
+    kept_mass += weights_[i];
+  }
+  double r = std::uniform_real_distribution<double>(0.0, kept_mass)(rng_);
+  int32_t last_weighted = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    r -= weights_[i];
+    if (weights_[i] > 0.0f) last_weighted = static_cast<int32_t>(i);
+    if (r < 0.0) return static_cast<int32_t>(i);
+  }
+  // Rounding left r at or above zero: take the last token that had weight.
+  return last_weighted >= 0 ? last_weighted : argmax(logits);
+}
+
+// With top-k: the k most likely, sorted, then top-p over that prefix.
+int32_t Sampler::draw_top_k(std::span<const float> logits, float max) {
+  auto& c = candidates_;
+  c.clear();
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] > kNegInf) c.push_back({logits[i], static_cast<int32_t>(i), 0.0});
+
+  auto by_likelihood = [](const Candidate& a, const Candidate& b) { return more_likely(a.logit, a.id, b.logit, b.id); };
+  const auto k = static_cast<size_t>(params_.top_k);
+  std::nth_element(c.begin(), c.begin() + static_cast<ptrdiff_t>(k - 1), c.end(), by_likelihood);
+  c.resize(k);
+  std::sort(c.begin(), c.end(), by_likelihood);
   // Temperature: the most likely token has weight exactly 1.
   const double inv_t = 1.0 / params_.temperature;
   for (Candidate& x : c) x.weight = std::exp((static_cast<double>(x.logit) - max) * inv_t);
-  auto by_likelihood = [](const Candidate& a, const Candidate& b) { return more_likely(a.logit, a.id, b.logit, b.id); };
 
-  // top-k: the k most likely, sorted.
-  size_t sorted = 0;  // c[0, sorted) holds the most likely candidates, in order
-  if (params_.top_k > 0 && static_cast<uint64_t>(params_.top_k) < c.size()) {
-    auto k = static_cast<size_t>(params_.top_k);
-    std::nth_element(c.begin(), c.begin() + static_cast<ptrdiff_t>(k - 1), c.end(), by_likelihood);
-    c.resize(k);
-    std::sort(c.begin(), c.end(), by_likelihood);
-    sorted = k;
-  }
-
-  // top-p: sort a growing prefix until its mass reaches top_p of the total;
-  // the nucleus is usually small, so this rarely sorts the whole vocabulary.
   if (params_.top_p < 1.0) {
     double total = 0.0;
     for (const Candidate& x : c) total += x.weight;
     const double target = params_.top_p * total;
     double mass = 0.0;
-    size_t keep = c.size();
-    size_t i = 0;
-    for (size_t want = 64;; want *= 4) {
-      size_t m = std::min(want, c.size());
-      if (m > sorted) {
-        if (m < c.size())
-          std::nth_element(c.begin() + static_cast<ptrdiff_t>(sorted), c.begin() + static_cast<ptrdiff_t>(m), c.end(),
-                           by_likelihood);
-        std::sort(c.begin() + static_cast<ptrdiff_t>(sorted), c.begin() + static_cast<ptrdiff_t>(m), by_likelihood);
-        sorted = m;
+    for (size_t i = 0; i < c.size(); ++i) {
+      mass += c[i].weight;
+      if (mass >= target) {
+        c.resize(i + 1);
+        break;
       }
-      for (; i < m && keep == c.size(); ++i) {
-        mass += c[i].weight;
-        if (mass >= target) keep = i + 1;
-      }
-      if (keep < c.size() || m == c.size()) break;
     }
-    c.resize(keep);
   }
 
   // min-p: relative to the most likely token, whose weight is 1.

@@ -129,6 +129,8 @@ class Sampler {
   void list_adjustments(const SamplingContext& ctx, size_t vocab, std::vector<LogitAdjust>& adjust);
   void update_history(const SamplingContext& ctx, size_t vocab);
   int32_t draw(std::span<const float> logits);
+  int32_t draw_nucleus(std::span<const float> logits, float max, float min);
+  int32_t draw_top_k(std::span<const float> logits, float max);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
@@ -144,6 +146,8 @@ class Sampler {
 
   // Scratch reused across steps.
   std::vector<Candidate> candidates_;
+  std::vector<float> weights_;  // per id, draw_nucleus
+  std::vector<double> mass_;    // per logit bucket, draw_nucleus
   std::vector<float> raw_;
   std::vector<LogitAdjust> adjust_;
   std::vector<int32_t> order_;

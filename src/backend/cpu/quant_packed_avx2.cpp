@@ -43,6 +43,10 @@ inline __m256i bcast(const void* p) {
 inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
 inline __m256i sll16(__m256i v, int n) { return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)); }
 
+// Pins v's value at this point: GCC otherwise reassociates an unrolled chain
+// of integer adds so that every product is computed first, and spills them.
+inline void keep_order(__m256i& v) { asm("" : "+x"(v)); }
+
 // The 8 rows' fp16 values at p as fp32 lanes.
 inline __m256 fp16x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -83,6 +87,7 @@ struct Q4_0Kernel {
           const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast(xb.q.qs + 4 * u)),
                                              _mm256_maddubs_epi16(hi, bcast(xb.q.qs + 16 + 4 * u)));
           s[m] = _mm256_add_epi16(s[m], p);
+          keep_order(s[m]);
         }
       }
       const __m256 dw = fp16x8(w);
@@ -115,6 +120,7 @@ struct Q8_0Kernel {
           const X& xb = *xs[m];
           const __m256i sx = _mm256_sign_epi8(bcast(xb.q.qs + 4 * u), q);
           s[m] = _mm256_add_epi32(s[m], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones));
+          keep_order(s[m]);
         }
       }
       const __m256 dw = fp16x8(w);
@@ -166,7 +172,7 @@ struct K4Kernel {
       }
       __m256i sumi[M];
       for (int m = 0; m < M; ++m) sumi[m] = _mm256_setzero_si256();
-      #pragma GCC unroll 16
+      #pragma GCC unroll 2
       for (int j = 0; j < 8; ++j) {
         const __m256i scale = pair_u8(sc + 8 * j, sc + 8 * j);
         const int c = j / 2, shift = 4 * (j % 2);
@@ -184,6 +190,7 @@ struct K4Kernel {
             for (int m = 0; m < M; ++m) {
               const X& xb = *xs[m];
               s[m] = _mm256_add_epi16(s[m], _mm256_maddubs_epi16(q, bcast(xb.q.qs + 32 * j + 4 * g)));
+              keep_order(s[m]);
             }
           }
           for (int m = 0; m < M; ++m) sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(s[m], scale));

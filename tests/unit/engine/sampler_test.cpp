@@ -187,6 +187,65 @@ TEST(Sampler, TopPOverLargeVocabularyMatchesSortedNucleus) {
     }
 }
 
+TEST(Sampler, TopPThresholdSplitsTiesByIdBehindAnOutlier) {
+  // 21000 ids in 7 tied groups (logit 0.001 * (id % 7)) and one outlier at 3:
+  // the outlier stretches the logit range so the groups share a few
+  // histogram buckets, and the nucleus ends half-way through the group
+  // id % 7 == 3, whose lower ids are kept (more likely, then lower id).
+  const size_t n = 21000;
+  std::vector<float> logits(n);
+  for (size_t id = 0; id < n; ++id) logits[id] = 0.001f * static_cast<float>(id % 7);
+  logits[5] = 3.0f;
+  const auto probs = softmax(logits);
+  double mass = probs[5];
+  for (size_t id = 0; id < n; ++id)
+    if (id != 5 && id % 7 >= 4) mass += probs[id];
+  const double tie = probs[3];  // every id with id % 7 == 3
+  mass += 1500.5 * tie;         // the boundary falls half-way into the 1501st tied id
+  const size_t boundary = 3 + 7 * 1500;
+  SamplingParams p = seeded(17);
+  p.top_p = mass;
+  Sampler s(p);
+  auto counts = histogram(s, logits, 4000);
+  int kept_ties = 0;
+  for (size_t id = 0; id < n; ++id) {
+    if (id % 7 < 3 || (id % 7 == 3 && id > boundary)) {
+      EXPECT_EQ(counts[id], 0) << "id " << id << " is outside the nucleus";
+    } else if (id % 7 == 3) {
+      kept_ties += counts[id];
+    }
+  }
+  // 1501 of about 10500 kept ids.
+  EXPECT_NEAR(kept_ties / 4000.0, 1501.0 / 10500.0, 0.03);
+}
+
+TEST(Sampler, TopPWithTopKAndMinPKeepsTheIntersection) {
+  auto logits = random_logits(3000, 23, 1.0f);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  SamplingParams p = seeded(6);
+  p.top_k = 200;
+  p.top_p = 0.5;
+  p.min_p = 0.2;
+  Sampler s(p);
+  auto counts = histogram(s, logits, 2000);
+  // The 200 most likely, then the 0.5 mass of those, then p >= 0.2 * p(max).
+  std::vector<double> top(200);
+  for (size_t i = 0; i < 200; ++i) top[i] = std::exp(static_cast<double>(logits[order[i]] - logits[order[0]]));
+  double total = std::accumulate(top.begin(), top.end(), 0.0), mass = 0.0;
+  size_t keep = 0;
+  while (keep < 200 && mass < 0.5 * total) mass += top[keep++];
+  std::set<int32_t> allowed;
+  for (size_t i = 0; i < keep; ++i)
+    if (top[i] >= 0.2) allowed.insert(order[i]);
+  ASSERT_GT(allowed.size(), 3u);
+  for (size_t id = 0; id < counts.size(); ++id)
+    if (!allowed.count(static_cast<int32_t>(id))) {
+      EXPECT_EQ(counts[id], 0) << "id " << id;
+    }
+}
+
 TEST(Sampler, MinPDropsTokensBelowThreshold) {
   // min_p 0.25 of p(max) 0.5 is 0.125: 0.2 and 0.15 stay, 0.1 and 0.05 go.
   const std::vector<double> probs = {0.1, 0.5, 0.05, 0.2, 0.15};
