@@ -215,6 +215,33 @@ __device__ uint64_t block_inclusive_sum(uint64_t v, Shared& s) {
   return v;
 }
 
+// Warp 0's search of kBins values in bin order: the first bin b at which
+// their running sum reaches `need`, and what of `need` is left for bin b
+// (need less the sum before it); bin -1 when the whole sum stays below it.
+// Lane l sums bins [8l, 8l + 8), a warp scan finds the lane, that lane its bin.
+__device__ void warp_first_reaching(const unsigned long long* v, unsigned long long need, int* bin,
+                                    unsigned long long* rest) {
+  static_assert(kBins % 32 == 0);
+  constexpr int kPer = kBins / 32;
+  const int lane = threadIdx.x & 31;
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) mine += v[lane * kPer + j];
+  const uint64_t through = warp_inclusive_sum(mine);
+  const uint32_t ballot = __ballot_sync(0xffffffffu, through >= need);
+  if (ballot == 0) {
+    if (lane == 0) *bin = -1;
+    return;
+  }
+  if (lane == __ffs(ballot) - 1) {
+    uint64_t left = need - (through - mine);
+    int b = lane * kPer;
+    for (int j = 0; j < kPer - 1 && v[b] < left; ++j, ++b) left -= v[b];
+    *bin = b;
+    *rest = left;
+  }
+}
+
 // Adds a fixed-point mass to bin b (limbs below kLimbVocab).
 __device__ __forceinline__ void add_mass(Shared& s, int b, uint64_t w, bool limbs) {
   if (limbs) {
@@ -544,18 +571,15 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const
   // top-k: the bin holding the k-th entry, and how many of its entries are in.
   int n = 0;
   unsigned long long k_mass = 0;  // the top-k set's mass in k_bin
+  // The bins' running sums are searched by warp 0 in s.mass_bins (free once the cluster's sums are read).
+  unsigned long long* scan = s.mass_bins;
   if (top_k) {
-    if (threadIdx.x == 0) {
-      long long left = r.top_k;
-      s.k_bin = kBins - 1;
-      for (int b = 0; b < kBins; ++b) {
-        if (s.tot_count[b] >= left) {
-          s.k_bin = b;
-          break;
-        }
-        left -= s.tot_count[b];
-      }
-      s.k_need = left;
+    for (int b = threadIdx.x; b < kBins; b += blockDim.x) scan[b] = static_cast<unsigned long long>(s.tot_count[b]);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      unsigned long long left = 0;
+      warp_first_reaching(scan, static_cast<unsigned long long>(r.top_k), &s.k_bin, &left);
+      if (threadIdx.x == 0) s.k_need = static_cast<long long>(left);  // top_k < num_finite: a bin is found
     }
     __syncthreads();
     n = gather_bin(x, sl, w, s.k_bin, s, cl);
@@ -569,25 +593,27 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const
 
   // top-p over the top-k set: the bin where the running mass reaches top_p
   // of the set's, then the entry in it.
-  if (threadIdx.x == 0) {
-    unsigned long long total = 0;
+  {
+    // The top-k set's masses by bin: whole bins before k_bin, its kept entries in k_bin, nothing after.
     const int last = top_k ? s.k_bin : kBins - 1;
-    for (int b = 0; b < last; ++b) total += s.tot_mass[b];
-    total += top_k ? k_mass : s.tot_mass[kBins - 1];
-    const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(total)));
-    unsigned long long need = target > 0 ? target : 1;
-    s.p_bin = -1;
-    for (int b = 0; b <= last; ++b) {
-      const unsigned long long m = b == last && top_k ? k_mass : s.tot_mass[b];
-      if (m >= need) {
-        s.p_bin = b;
-        break;
-      }
-      need -= m;
+    for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+      scan[b] = b < last ? s.tot_mass[b] : b > last ? 0 : top_k ? k_mass : s.tot_mass[b];
     }
-    s.p_need = need;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      uint64_t total = 0;
+#pragma unroll
+      for (int j = 0; j < kBins / 32; ++j) total += scan[threadIdx.x * (kBins / 32) + j];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+      const auto target =
+          static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(total)));
+      unsigned long long left = 0;
+      warp_first_reaching(scan, target > 0 ? target : 1, &s.p_bin, &left);
+      if (threadIdx.x == 0) s.p_need = left;
+    }
+    __syncthreads();
   }
-  __syncthreads();
   const int p_bin = s.p_bin;
   if (p_bin < 0) return true;  // no mass reaches the target (nothing but zero masses): keep the top-k cut
   if (!top_k || p_bin != s.k_bin) {
