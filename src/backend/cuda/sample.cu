@@ -218,6 +218,7 @@ __device__ uint64_t block_inclusive_sum(uint64_t v, Shared& s) {
 // Warp 0's search of kBins values in bin order: the first bin b at which
 // their running sum reaches `need`, and what of `need` is left for bin b
 // (need less the sum before it); bin -1 when the whole sum stays below it.
+// bin and rest point to shared memory (the lane that finds them writes them).
 // Lane l sums bins [8l, 8l + 8), a warp scan finds the lane, that lane its bin.
 __device__ void warp_first_reaching(const unsigned long long* v, unsigned long long need, int* bin,
                                     unsigned long long* rest) {
@@ -576,11 +577,10 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const
   if (top_k) {
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) scan[b] = static_cast<unsigned long long>(s.tot_count[b]);
     __syncthreads();
-    if (threadIdx.x < 32) {
-      unsigned long long left = 0;
-      warp_first_reaching(scan, static_cast<unsigned long long>(r.top_k), &s.k_bin, &left);
-      if (threadIdx.x == 0) s.k_need = static_cast<long long>(left);  // top_k < num_finite: a bin is found
-    }
+    // top_k < num_finite: a bin is found.
+    if (threadIdx.x < 32) warp_first_reaching(scan, static_cast<unsigned long long>(r.top_k), &s.k_bin, &s.p_need);
+    __syncthreads();
+    if (threadIdx.x == 0) s.k_need = static_cast<long long>(s.p_need);
     __syncthreads();
     n = gather_bin(x, sl, w, s.k_bin, s, cl);
     if (n < 0) return false;
@@ -608,9 +608,7 @@ __device__ bool binned_cut(const float* x, int64_t vocab, const Slice& sl, const
       for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
       const auto target =
           static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(total)));
-      unsigned long long left = 0;
-      warp_first_reaching(scan, target > 0 ? target : 1, &s.p_bin, &left);
-      if (threadIdx.x == 0) s.p_need = left;
+      warp_first_reaching(scan, target > 0 ? target : 1, &s.p_bin, &s.p_need);
     }
     __syncthreads();
   }
