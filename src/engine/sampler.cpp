@@ -289,7 +289,8 @@ int32_t Sampler::draw_nucleus(std::span<const float> logits, float max, float mi
       if (sb == LogitBuckets::kBuckets) break;
       before += sub_before;
       const size_t was = c.size();
-      std::erase_if(c, [&](const Candidate& x) { return sub.bucket(x.logit) != sb; });
+      const auto keep = sb;  // a structured binding cannot be captured before C++20's P1091 (clang 14)
+      std::erase_if(c, [&](const Candidate& x) { return sub.bucket(x.logit) != keep; });
       if (c.size() == was) break;  // no narrower: sort what is left
     }
     auto by_likelihood = [](const Candidate& a, const Candidate& x) {
