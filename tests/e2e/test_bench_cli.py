@@ -62,8 +62,6 @@ def test_pp_tg_reports_llama_bench_style_rates(tern_bin, tiny_model, tmp_path):
         assert len(samples) == 3 and all(s > 0 for s in samples)
         assert min(samples) <= j[f"{test}_tokens_per_s"] <= max(samples)
         assert 0 <= j[f"{test}_tokens_per_s_stddev"] <= max(samples) - min(samples)
-    # The tiny model's 16-token prefill is one forward: far more tokens/s than one token per forward.
-    assert j["pp_tokens_per_s"] > j["tg_tokens_per_s"]
     assert "| pp16 " in text and "| tg8 " in text
     # Where each test's time went (the model's forward profile, all runs).
     for test in ("pp", "tg"):
