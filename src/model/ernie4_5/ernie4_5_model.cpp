@@ -4,6 +4,7 @@
 #include "model/ernie4_5/ernie4_5_model.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -207,6 +208,21 @@ Result<cpu::WeightVector> Ernie45Model::vector(const std::string& name, int64_t 
   return v;
 }
 
+namespace {
+// A layer's seven matrices and the weights they are, in file order.
+template <class Layer>
+std::array<std::pair<cpu::WeightMatrix*, ernie45::Weight>, 7> layer_matrices(Layer& w) {
+  using ernie45::Weight;
+  return {{{&w.q, Weight::kAttnQ},
+           {&w.k, Weight::kAttnK},
+           {&w.v, Weight::kAttnV},
+           {&w.o, Weight::kAttnOutput},
+           {&w.gate, Weight::kFfnGate},
+           {&w.up, Weight::kFfnUp},
+           {&w.down, Weight::kFfnDown}}};
+}
+}  // namespace
+
 Status Ernie45Model::quantize(QuantMix mix) {
   // The matrices under their GGUF names in file order, as plan_quant_types reads a file.
   std::vector<cpu::WeightMatrix*> matrices;
@@ -228,10 +244,7 @@ Status Ernie45Model::quantize(QuantMix mix) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerWeights& w = layers_[l];
     const auto i = static_cast<int64_t>(l);
-    using ernie45::Weight;
-    for (auto [m, kind] : {std::pair{&w.q, Weight::kAttnQ}, {&w.k, Weight::kAttnK}, {&w.v, Weight::kAttnV},
-                           {&w.o, Weight::kAttnOutput}, {&w.gate, Weight::kFfnGate}, {&w.up, Weight::kFfnUp},
-                           {&w.down, Weight::kFfnDown}}) {
+    for (auto [m, kind] : layer_matrices(w)) {
       TERN_RETURN_IF_ERROR(add(m, ernie45::gguf_weight_name(kind, i)));
     }
   }
@@ -267,10 +280,7 @@ Status Ernie45Model::quantize_fp8() {
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerWeights& w = layers_[l];
     const auto i = static_cast<int64_t>(l);
-    using ernie45::Weight;
-    for (auto [m, kind] : {std::pair{&w.q, Weight::kAttnQ}, {&w.k, Weight::kAttnK}, {&w.v, Weight::kAttnV},
-                           {&w.o, Weight::kAttnOutput}, {&w.gate, Weight::kFfnGate}, {&w.up, Weight::kFfnUp},
-                           {&w.down, Weight::kFfnDown}}) {
+    for (auto [m, kind] : layer_matrices(w)) {
       TERN_ASSIGN_OR_RETURN(const cpu::Fp8Matrix q, cpu::quantize_fp8_matrix(*m, weight_name(kind, i)));
       auto owned = std::make_unique<uint64_t[]>((static_cast<size_t>(q.rows * q.cols) + 1) / 2);
       auto* out = reinterpret_cast<float*>(owned.get());
