@@ -59,18 +59,22 @@ soak: build
 	  --json-out $(BUILD_DIR)/soak.json
 
 # Fuzzing: the untrusted-input parsers built with clang + libFuzzer (ASan and
-# UBSan) in their own build dir, without CUDA or the other modules. Each fuzzer
-# runs on a scratch copy of tests/fuzz/corpus/<fuzzer> (new inputs never land in
-# the repo), one after the other; a crash, leak, timeout or broken invariant fails
-# the target and leaves the input in $(FUZZ_BUILD_DIR)/artifacts/.
+# UBSan) in their own build dir, without CUDA or the other modules, run by
+# tests/fuzz/run_fuzzers.sh: each fuzzer on a scratch copy of
+# tests/fuzz/corpus/<fuzzer> (new inputs never land in the repo), one after the
+# other; a crash, leak, timeout or broken invariant fails the target and leaves
+# the input in $(FUZZ_BUILD_DIR)/artifacts/.
 #   make fuzz:      FUZZ_RUNS executions per fuzzer (10 million), capped at
-#                   FUZZ_MAX_SECONDS each; the figures land in $(FUZZ_BUILD_DIR)/fuzz-summary.txt.
+#                   FUZZ_MAX_SECONDS each, shared among FUZZ_JOBS independent
+#                   processes per fuzzer (own seeds; 1 by default); the figures
+#                   land in $(FUZZ_BUILD_DIR)/fuzz-summary.txt.
 #   make test-fuzz: FUZZ_TEST_SECONDS per fuzzer (part of `make test`).
 # FUZZERS=fuzz_http picks some. docs/reliability.md records the long runs.
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_RUNS ?= 10000000
 FUZZ_MAX_SECONDS ?= 7200
 FUZZ_TEST_SECONDS ?= 10
+FUZZ_JOBS ?= 1
 FUZZ_CC ?= $(if $(shell command -v clang),clang,clang-14)
 FUZZ_CXX ?= $(if $(shell command -v clang++),clang++,clang++-14)
 FUZZERS ?= $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.cpp)))
@@ -81,38 +85,12 @@ fuzz-build: deps
 	  -DTERN_BUILD_FUZZERS=ON -DTERN_ENABLE_CUDA=OFF -DTERN_BUILD_TESTS=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target $(FUZZERS)
 
-# $(call run-fuzzers,RUNS,SECONDS): runs every fuzzer in turn until RUNS executions
-# (-1: no count) or SECONDS, whichever comes first, then fails if any fuzzer did.
-# One summary line per fuzzer goes to the terminal and to $(FUZZ_BUILD_DIR)/fuzz-summary.txt.
-# Scratch space is in RAM where possible: fuzz_tokenizer_config writes files per input.
-define run-fuzzers
-scratch=$$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && failed="" && \
-mkdir -p $(FUZZ_BUILD_DIR)/artifacts && summary=$(FUZZ_BUILD_DIR)/fuzz-summary.txt && : >"$$summary" && \
-for f in $(FUZZERS); do \
-  mkdir "$$scratch/$$f" && cp tests/fuzz/corpus/$$f/* "$$scratch/$$f/" || \
-    { echo "fuzz: $$f has no seeds in tests/fuzz/corpus/$$f"; failed="$$failed $$f"; continue; }; \
-  dict=""; [ ! -f tests/fuzz/$$f.dict ] || dict="-dict=tests/fuzz/$$f.dict"; \
-  start=$$(date +%s); \
-  if PATH="/usr/lib/llvm-14/bin:$$PATH" TMPDIR="$$scratch" $(FUZZ_BUILD_DIR)/bin/$$f $$dict \
-       -runs=$(1) -max_total_time=$(2) -timeout=25 -print_final_stats=1 \
-       -artifact_prefix=$(abspath $(FUZZ_BUILD_DIR))/artifacts/$$f- "$$scratch/$$f" >"$$scratch/$$f.log" 2>&1; then \
-    runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' "$$scratch/$$f.log"); \
-    secs=$$(( $$(date +%s) - start )); \
-    line="fuzz: $$f ok, $$runs runs in $$secs s ($$(( runs / (secs > 0 ? secs : 1) )) exec/s)"; \
-    line="$$line, corpus $$(ls "$$scratch/$$f" | wc -l), peak RSS $$(sed -n 's/^stat::peak_rss_mb: *//p' "$$scratch/$$f.log") MB"; \
-    echo "$$line"; echo "$$line" >>"$$summary"; \
-  else \
-    tail -n 40 "$$scratch/$$f.log"; failed="$$failed $$f"; echo "fuzz: $$f FAILED" >>"$$summary"; \
-  fi; \
-done; \
-[ -z "$$failed" ] || { echo "fuzz: FAILED:$$failed (inputs in $(FUZZ_BUILD_DIR)/artifacts/)"; exit 1; }
-endef
 
 fuzz: fuzz-build
-	@$(call run-fuzzers,$(FUZZ_RUNS),$(FUZZ_MAX_SECONDS))
+	@tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_RUNS) $(FUZZ_MAX_SECONDS) $(FUZZ_JOBS) $(FUZZERS)
 
 test-fuzz: fuzz-build
-	@$(call run-fuzzers,-1,$(FUZZ_TEST_SECONDS))
+	@tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) -1 $(FUZZ_TEST_SECONDS) 1 $(FUZZERS)
 
 # ThreadSanitizer: the engine (engine_tests: the engine thread, EngineClient and
 # its callers), the HTTP layer (server_tests) and the real servers under load
