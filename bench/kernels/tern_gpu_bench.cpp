@@ -15,12 +15,15 @@
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
 // fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
 // dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
-// offers them), fp8-nokernel (FP8, no persistent kernel). With
+// offers them), fp8-nokernel (FP8, no persistent kernel), int4 (the model
+// quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
+// int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
+// weights). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
 // Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256]
-//                       [--configs graphs,eager,pdl,cublas,gemv8]
+//                       [--configs graphs,eager,pdl,cublas,gemv8,int4]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -28,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -176,8 +180,19 @@ int main(int argc, char** argv) {
   const int64_t profile_step = profile_env != nullptr ? std::atoll(profile_env) : -1;
   const bool profile_prefill = std::getenv("TERN_PROFILE_PREFILL") != nullptr;
 
+  std::unique_ptr<tern::Ernie45Model> q4_0;  // the int4 configurations' model, made when first asked for
   std::vector<Row> table;
   for (const std::string& config : split(configs_arg)) {
+    const bool int4 = config.rfind("int4", 0) == 0;
+    if (int4 && q4_0 == nullptr) {
+      const auto t_quant = Clock::now();
+      auto m = tern::Ernie45Model::load(model_dir, 4);
+      if (!m.is_ok()) return fail(m.status());
+      q4_0 = std::move(m).value();
+      if (tern::Status s = q4_0->quantize(tern::QuantMix::kQ4_0); !s.is_ok()) return fail(s);
+      std::printf("[%s] load and Q4_0 quantization on the host %.2f s\n", config.c_str(), seconds_since(t_quant));
+    }
+    const tern::Ernie45Model& weights = int4 ? *q4_0 : *model.value();
     tern::cuda::DeviceModelOptions o;
     o.block_size = bs;
     o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
@@ -200,7 +215,7 @@ int main(int argc, char** argv) {
     cudaFree(nullptr);  // the context first, so it is not counted below
     cudaMemGetInfo(&free0, &total);
     const auto t_create = Clock::now();
-    auto gpu = tern::cuda::DeviceModel::create(c, tern::cuda_host_weights(*model.value()), o);
+    auto gpu = tern::cuda::DeviceModel::create(c, tern::cuda_host_weights(weights), o);
     if (!gpu.is_ok()) {
       std::printf("[%s] create failed: %s\n", config.c_str(), gpu.status().to_string().c_str());
       continue;
@@ -212,6 +227,14 @@ int main(int argc, char** argv) {
       std::printf("[%s] FP8 weights; large steps on %s\n", config.c_str(),
                   gpu.value()->fp8_tensor_core_gemms() ? "FP8 tensor-core GEMMs (cuBLASLt, per-token activation scales)"
                                                        : "bf16 GEMMs of dequantized weights");
+    }
+    if (gpu.value()->int4_matrices() > 0) {
+      std::printf(
+          "[%s] int4 weights (W4A16) in %lld layer matrices; large steps on bf16 GEMMs of dequantized weights\n",
+          config.c_str(), static_cast<long long>(gpu.value()->int4_matrices()));
+    }
+    if (!gpu.value()->int4_declined().empty()) {
+      std::printf("[%s] %s\n", config.c_str(), gpu.value()->int4_declined().c_str());
     }
     if (!gpu.value()->layers_kernel_off_reason().empty()) {
       std::printf("[%s] decode kernel off: %s\n", config.c_str(), gpu.value()->layers_kernel_off_reason().c_str());

@@ -3,6 +3,8 @@
 // whose picks and logits are the StepOutput.
 #include "runners/cuda_runner.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <deque>
 
@@ -183,6 +185,11 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
   cuda::DeviceModelOptions options;
   static_cast<RunnerOptions&>(options) = o;
   TERN_ASSIGN_OR_RETURN(auto device, cuda::DeviceModel::create(model.config(), cuda_host_weights(model), options));
+  if (device->int4_matrices() > 0) {
+    spdlog::info("GPU: {} layer matrices as int4 weights (W4A16)", device->int4_matrices());
+  }
+  if (!device->int4_declined().empty()) spdlog::info("GPU: {}", device->int4_declined());
+  if (!device->layers_kernel_off_reason().empty()) spdlog::info("GPU: {}", device->layers_kernel_off_reason());
   return std::unique_ptr<Runner>(new CudaRunner(std::move(device)));
 }
 

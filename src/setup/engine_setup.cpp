@@ -108,7 +108,9 @@ Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path,
   spdlog::info("{}: int4 checkpoint ({}): its {} matrices kept as {}", path, describe_int4_config(*int4),
                model.num_int4_matrices(), model.int4_storage());
   if (device == "cuda") {
-    spdlog::info("int4 checkpoints run as bf16 on the GPU until the int4 kernels exist");
+    spdlog::info(
+        "on the GPU its Q4_0 and Q8_0 matrices run as int4 weights (W4A16: 4-bit codes, a scale and zero "
+        "per 32, the same values), its bf16 ones as bf16");
   }
   return Status::ok();
 }
@@ -133,11 +135,17 @@ Status apply_quantization(Ernie45Model& model, const std::string& path, const st
                  "(the GPU kernels' reference); no memory or speed is saved");
     return model.quantize_fp8();
   }
-  if (device != "cpu") {
-    return unsupported("--quantization " + quantization + " quantizes the CPU model; the GPU takes fp8 or an "
-                       "int4 checkpoint (run with --device cpu, use --quantization fp8, or leave it out)");
+  if (device != "cpu" && quantization != "q4_0") {
+    return unsupported("--quantization " + quantization +
+                       " quantizes the CPU model; the GPU takes fp8, q4_0 or an "
+                       "int4 checkpoint (run with --device cpu, use --quantization fp8 or q4_0, or leave it out)");
   }
   TERN_ASSIGN_OR_RETURN(QuantMix mix, parse_quant_mix(quantization));
+  if (device == "cuda") {
+    spdlog::info(
+        "--quantization q4_0 on the GPU: the matrices quantized to Q4_0 on the host as on the CPU; the "
+        "layers' run as int4 weights (W4A16), the embedding and LM head as bf16");
+  }
   return model.quantize(mix);
 }
 

@@ -198,11 +198,14 @@ struct Seq {
 // is forked (its partial last block copied on write) and both branches go on.
 // With fp8 the GPU takes the bf16 weights with --quantization fp8's
 // options and the CPU reference computes with the same FP8 values
-// (Ernie45Model::quantize_fp8), within fp8->tolerance. dtype: the KV cache's
-// element type on both sides.
+// (Ernie45Model::quantize_fp8), within fp8->tolerance; with q4_0 both take
+// the model quantized to Q4_0 on the host (--quantization q4_0): the GPU's
+// layers as int4 weights, the CPU's reference kernels reading the same
+// blocks. dtype: the KV cache's element type on both sides.
 struct Fp8Run {
   bool tensor_cores = false;
   double tolerance = kLogitTolerance;
+  bool q4_0 = false;  // int4 weights instead of FP8
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto) {
@@ -210,7 +213,11 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
   std::unique_ptr<Ernie45Model> bf16_weights;
-  if (fp8 != nullptr) {
+  const bool int4 = fp8 != nullptr && fp8->q4_0;
+  if (int4) {
+    ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
+    for (const auto& l : cpu->layer_weights()) ASSERT_EQ(l.down.dtype, DType::kQ4_0);
+  } else if (fp8 != nullptr) {
     bf16_weights = load_cpu(dir);
     ASSERT_NE(bf16_weights, nullptr);
     ASSERT_TRUE(cpu->quantize_fp8().is_ok());
@@ -252,13 +259,17 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   cuda::DeviceModelOptions options;
   options.max_logit_rows = 8;
   options.kv_cache_dtype = dtype;
-  if (fp8 != nullptr) {
+  if (fp8 != nullptr && !int4) {
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
   }
-  auto gpu = make_gpu(fp8 != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
+  auto gpu = make_gpu(bf16_weights != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
-  if (fp8 != nullptr) {
+  if (int4) {
+    EXPECT_FALSE(gpu->fp8_weights());
+    EXPECT_EQ(gpu->int4_matrices(), 4 * c.num_layers) << "every layer matrix as int4";
+    EXPECT_EQ(gpu->int4_declined(), "");
+  } else if (fp8 != nullptr) {
     EXPECT_TRUE(gpu->fp8_weights());
     if (!fp8->tensor_cores) {
       EXPECT_FALSE(gpu->fp8_tensor_core_gemms());
@@ -340,9 +351,12 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     for (size_t b = 0; b < batch.size(); ++b) seqs[owners[b]].done += static_cast<int64_t>(batch[b].tokens.size());
   }
   EXPECT_TRUE(forked);
-  std::printf("[batched %s block %ld %s%s] %d steps, worst logits rel L2 %.2e\n", dir.c_str(),
-              static_cast<long>(bs), kv_cache_dtype_name(dtype),
-              fp8 == nullptr ? "" : fp8->tensor_cores && gpu->fp8_tensor_core_gemms() ? " fp8 W8A8" : " fp8 W8A16",
+  std::printf("[batched %s block %ld %s%s] %d steps, worst logits rel L2 %.2e\n", dir.c_str(), static_cast<long>(bs),
+              kv_cache_dtype_name(dtype),
+              fp8 == nullptr                                      ? ""
+              : int4                                              ? " int4 W4A16"
+              : fp8->tensor_cores && gpu->fp8_tensor_core_gemms() ? " fp8 W8A8"
+                                                                  : " fp8 W8A16",
               steps, worst);
 }
 
@@ -387,6 +401,23 @@ TEST(GpuModel, Fp8WeightsMatchCpuReferenceWithTheSameValues) {
   compare_with_cpu(dir.path(), 16, 6, &w8a16);
   compare_with_cpu(dir.path(), 7, 7, &w8a8);
   compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 8, &w8a8);
+}
+
+// --quantization q4_0: int4 weights through the GEMV (steps of up to 4
+// tokens) and the bf16 GEMM of dequantized weights (larger ones) against the
+// CPU reference over the same Q4_0 values, within the bf16 bound: the
+// weights are exact in the GEMV and rounded to bf16 for the GEMM, as bf16
+// weights are given; the embedding and LM head are rounded to bf16.
+TEST(GpuModel, Int4WeightsMatchCpuReferenceWithTheSameValues) {
+  test::TinySpec spec = head_dim_128_spec(512);
+  spec.theta = 500000.0;
+  test::TinyModelDir dir(spec, 10);
+  Fp8Run w4a16;
+  w4a16.q4_0 = true;
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 12, &w4a16);
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 13, &w4a16);
+  compare_with_cpu(dir.path(), 16, 14, &w4a16);
+  compare_with_cpu(dir.path(), 7, 15, &w4a16);
 }
 
 TEST(GpuModel, BadBatchesFailBeforeAnyWork) {
@@ -511,10 +542,15 @@ std::unique_ptr<Runner> tiny_cuda_runner(Ernie45Model& cpu, int64_t max_num_batc
   return r.is_ok() ? std::move(r).value() : nullptr;
 }
 
-TEST(GpuModel, EngineOnCudaRunnerMatchesCpuRunner) {
+// Greedy requests through the engine on both runners, over one model (with
+// q4_0: quantized on the host first, the GPU's layers as int4 weights).
+void engine_matches_cpu_runner(bool q4_0) {
   const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
+  if (q4_0) {
+    ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
+  }
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
   const ModelConfig& c = cpu->config();
@@ -560,9 +596,13 @@ TEST(GpuModel, EngineOnCudaRunnerMatchesCpuRunner) {
                         << gap << " below the fp32 best " << want[i][k];
     std::printf("[engine] request %zu differs at token %zu of %zu: fp32 gap %.3f\n", i, k, want[i].size(), gap);
   }
-  std::printf("[engine] %d of %zu greedy requests identical on the CUDA and CPU runners\n", identical,
-              prompts.size());
+  std::printf("[engine%s] %d of %zu greedy requests identical on the CUDA and CPU runners\n", q4_0 ? " q4_0" : "",
+              identical, prompts.size());
 }
+
+TEST(GpuModel, EngineOnCudaRunnerMatchesCpuRunner) { engine_matches_cpu_runner(false); }
+
+TEST(GpuModel, EngineOnInt4WeightsMatchesCpuRunner) { engine_matches_cpu_runner(true); }
 
 // Sampling on the device through the engine: seeded requests repeat their
 // tokens, in one batch and in a new engine. (Penalised greedy rows are

@@ -15,12 +15,17 @@
 // atomicMax, which replaces a separate argmax kernel.
 // FP8 weights (w_fp8, --quantization fp8) take the same kernel with 8-byte
 // loads of 8 codes, twice as many in flight, converted in registers; each
-// row's sums are multiplied by its scale before they are stored.
+// row's sums are multiplied by its scale before they are stored. int4
+// weights (w_int4, W4A16) load 8 codes as 4 bytes with their block's scale
+// and zero: each lane's 8 elements lie in one block of 32, so it sums
+// (q - z) * x over them and multiplies by the block's scale once.
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/fp8_utils.cuh"
+#include "backend/cuda/int4_utils.cuh"
 
 namespace tern::cuda {
 namespace {
@@ -29,19 +34,31 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kChunk = 32 * 8;  // elements of K one warp-wide load covers
 
-// Per weight type (bf16 words or e4m3 codes): the load of 8 weights and
-// how many are in flight per lane.
+// Per weight type (bf16 words, e4m3 codes or int4 codes): the load of the 8
+// weights from element e = n * K + k on, and how many are in flight per lane.
 template <typename W>
 struct WeightLoad;
 template <>
 struct WeightLoad<bf16> {
   using Vec = uint4;
   static constexpr int kLoads = 8;
+  static __device__ __forceinline__ Vec load(const GemvParams& p, int64_t e) {
+    return __ldg(reinterpret_cast<const uint4*>(p.w + e));
+  }
 };
 template <>
 struct WeightLoad<uint8_t> {
   using Vec = uint2;
   static constexpr int kLoads = 16;
+  static __device__ __forceinline__ Vec load(const GemvParams& p, int64_t e) {
+    return __ldg(reinterpret_cast<const uint2*>(p.w_fp8 + e));
+  }
+};
+template <>
+struct WeightLoad<Int4Weights> {
+  using Vec = Int4x8;
+  static constexpr int kLoads = 16;
+  static __device__ __forceinline__ Vec load(const GemvParams& p, int64_t e) { return load_int4x8(p.w_int4, e); }
 };
 
 __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float4 b, float acc) {
@@ -58,17 +75,29 @@ __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float
 __device__ __forceinline__ float dot8(const uint2 w, const float4 a, const float4 b, float acc) {
   return dot8_e4m3(w, a, b, acc);
 }
+__device__ __forceinline__ float dot8(const Int4x8 w, const float4 a, const float4 b, float acc) {
+  const float bias = int4_bias(w.dz);
+  float s = int4_minus_zero(w.codes, 0, bias) * a.x;
+  s = fmaf(int4_minus_zero(w.codes, 1, bias), a.y, s);
+  s = fmaf(int4_minus_zero(w.codes, 2, bias), a.z, s);
+  s = fmaf(int4_minus_zero(w.codes, 3, bias), a.w, s);
+  s = fmaf(int4_minus_zero(w.codes, 4, bias), b.x, s);
+  s = fmaf(int4_minus_zero(w.codes, 5, bias), b.y, s);
+  s = fmaf(int4_minus_zero(w.codes, 6, bias), b.z, s);
+  s = fmaf(int4_minus_zero(w.codes, 7, bias), b.w, s);
+  return fmaf(int4_scale(w.dz), s, acc);
+}
 
-// Loads step k0 of R consecutive rows starting at `w` (K elements each):
+// Loads step k0 of the R consecutive rows n .. n + R - 1 (K elements each):
 // lane covers k0 + u * kChunk + lane * 8 for u < U.
 template <int R, int U, typename W, typename Vec>
-__device__ __forceinline__ void load_step(const W* w, int K, int k0, int lane, Vec (&wv)[R][U]) {
+__device__ __forceinline__ void load_step(const GemvParams& p, int64_t n, int K, int k0, int lane, Vec (&wv)[R][U]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = k0 + u * kChunk + lane * 8;
-      wv[r][u] = k < K ? __ldg(reinterpret_cast<const Vec*>(w + static_cast<int64_t>(r) * K + k)) : Vec{};
+      wv[r][u] = k < K ? WeightLoad<W>::load(p, (n + r) * K + k) : Vec{};
     }
   }
 }
@@ -174,23 +203,13 @@ __device__ __forceinline__ void store_rows(const GemvParams& p, int t, int64_t n
   }
 }
 
-template <typename W>
-__device__ __forceinline__ const W* weights_of(const GemvParams& p) {
-  if constexpr (sizeof(W) == 1) {
-    return p.w_fp8;
-  } else {
-    return p.w;
-  }
-}
-
 template <int T, GemvInput In, GemvOutput Out, typename W>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
   constexpr int R = Out == GemvOutput::kQkvRope ? 2 : 1;  // rows per warp
   constexpr int U = WeightLoad<W>::kLoads / R;            // loads per row per step
   constexpr int kStep = kChunk * U;
-  constexpr bool kScaled = sizeof(W) == 1;
+  constexpr bool kScaled = std::is_same_v<W, uint8_t>;  // a scale per row (fp8); int4's are per block
   using Vec = typename WeightLoad<W>::Vec;
-  const W* w = weights_of<W>(p);
   allow_dependent_launch();
   extern __shared__ float4 smem_vec[];
   float* xs = reinterpret_cast<float*>(smem_vec);
@@ -205,13 +224,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
   if (argmax && threadIdx.x < T) block_best[threadIdx.x] = 0;
 
   Vec wv[R][U];
-  if (n < N) load_step<R, U>(w + n * K, K, 0, lane, wv);  // weights: no wait needed
+  if (n < N) load_step<R, U, W>(p, n, K, 0, lane, wv);  // weights: no wait needed
   grid_dependency_wait();
   build_input<T, In>(p, K, xs);
   __syncthreads();
 
   for (; n < N; n += stride) {
-    const W* wr = w + n * K;
     float acc[R][T];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -222,9 +240,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p) {
       compute_step<T, R, U>(wv, xs, K, k0, lane, acc);
       k0 += kStep;
       if (k0 >= K) break;
-      load_step<R, U>(wr, K, k0, lane, wv);
+      load_step<R, U, W>(p, n, K, k0, lane, wv);
     }
-    if (n + stride < N) load_step<R, U>(wr + stride * K, K, 0, lane, wv);
+    if (n + stride < N) load_step<R, U, W>(p, n + stride, K, 0, lane, wv);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const float scale = kScaled ? __ldg(p.w_scale + n + r) : 1.0f;
@@ -333,7 +351,7 @@ cudaError_t gemv_of(const GemvParams& p, int sm_count, cudaStream_t stream, bool
   if (p.input == In::kRmsNorm && p.output == Out::kBf16) {
     return dispatch_tokens<In::kRmsNorm, Out::kBf16, W>(p, sm_count, stream, pdl);
   }
-  if (p.input == In::kRmsNorm && p.output == Out::kF32 && sizeof(W) == 2) {  // the LM head: bf16 only
+  if (p.input == In::kRmsNorm && p.output == Out::kF32 && std::is_same_v<W, bf16>) {  // the LM head: bf16 only
     return dispatch_tokens<In::kRmsNorm, Out::kF32, bf16>(p, sm_count, stream, pdl);
   }
   if (p.input == In::kBf16 && p.output == Out::kAddF32) {
@@ -363,6 +381,12 @@ cudaError_t gemv(const GemvParams& p, int sm_count, cudaStream_t stream, bool pd
   if (p.w_fp8 != nullptr) {
     if (p.w_scale == nullptr) return cudaErrorInvalidValue;
     return gemv_of<uint8_t>(p, sm_count, stream, pdl);
+  }
+  if (p.w_int4.codes != nullptr) {
+    if (p.w_int4.scales == nullptr || p.w_int4.zeros == nullptr || p.in_features % 32 != 0) {
+      return cudaErrorInvalidValue;
+    }
+    return gemv_of<Int4Weights>(p, sm_count, stream, pdl);
   }
   return gemv_of<bf16>(p, sm_count, stream, pdl);
 }

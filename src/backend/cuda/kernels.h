@@ -176,6 +176,20 @@ cudaError_t silu_mul(const bf16* gu, int64_t num_tokens, int64_t inter, bf16* ou
 // sums: q rotated into y (bf16, row stride N), k rotated and v into the
 // token's slot of planes (the q|k|v row's k and v parts of y are not
 // written).
+// int4 weights (W4A16; backend/cpu/int4_planar.h makes them): W[n, k] =
+// (q - z) * d with q the nibble of element n * K + k in codes (the low one
+// of a byte for an even element), and d (fp16 bits) and z those of its
+// block of 32, (n * K + k) / 32, in scales and zeros. K a multiple of 32;
+// codes 16-byte aligned. The fused matrices are their parts' rows appended.
+struct Int4Weights {
+  const uint8_t* codes = nullptr;
+  const uint16_t* scales = nullptr;
+  const uint8_t* zeros = nullptr;
+};
+// out[n, k] = bf16(W[n, k]) for n < rows, k < cols: the large steps' int4
+// weights for the bf16 GEMM.
+cudaError_t dequantize_int4_rows(const Int4Weights& w, int64_t rows, int64_t cols, bf16* out, cudaStream_t stream);
+
 enum class GemvInput { kBf16, kRmsNorm, kSiluMul };
 enum class GemvOutput { kBf16, kF32, kAddF32, kQkvRope };
 struct GemvParams {
@@ -194,6 +208,8 @@ struct GemvParams {
   // W[n, k] = e4m3(w_fp8[n * K + k]) * w_scale[n], 16-byte aligned.
   const uint8_t* w_fp8 = nullptr;
   const float* w_scale = nullptr;
+  // Or int4 weights (every form but kRmsNorm -> kF32), K a multiple of 32.
+  Int4Weights w_int4;
   void* y = nullptr;
   // kQkvRope only: as RopeKvParams.
   HeadShape heads;

@@ -38,11 +38,26 @@ TEST(ApplyQuantization, Fp8OnTheCpuHoldsTheFp8ValuesAndOnCudaLeavesItToTheUpload
   EXPECT_EQ(gpu->layer_weights()[0].q.dtype, DType::kBF16) << "CUDA quantizes as it uploads";
 }
 
+// q4_0 on CUDA quantizes on the host as on the CPU; the upload then takes
+// the Q4_0 layer matrices as int4 weights.
+TEST(ApplyQuantization, Q4_0OnCudaQuantizesOnTheHost) {
+  auto m = load();
+  ASSERT_NE(m, nullptr);
+  RunnerOptions run;
+  ASSERT_TRUE(apply_quantization(*m, kTiny, "q4_0", "cuda", run).is_ok());
+  EXPECT_FALSE(run.fp8_weights);
+  for (const Ernie45Model::LayerWeights& l : m->layer_weights()) {
+    for (const cpu::WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      EXPECT_EQ(w->dtype, DType::kQ4_0);
+    }
+  }
+}
+
 TEST(ApplyQuantization, RefusedFormsNameTheFlag) {
   auto m = load();
   ASSERT_NE(m, nullptr);
   RunnerOptions run;
-  // A llama-quantize mix is a CPU requantization: refused for CUDA, not ignored.
+  // A llama-quantize mix other than q4_0 is a CPU requantization: refused for CUDA, not ignored.
   Status mix_on_gpu = apply_quantization(*m, kTiny, "q8_0", "cuda", run);
   ASSERT_FALSE(mix_on_gpu.is_ok());
   EXPECT_NE(mix_on_gpu.message().find("--quantization q8_0"), std::string::npos) << mix_on_gpu.message();

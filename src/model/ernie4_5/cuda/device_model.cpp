@@ -11,10 +11,12 @@
 #include <utility>
 
 #include "backend/cpu/fp8_quant.h"
+#include "backend/cpu/int4_planar.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "base/bf16.h"
 #include "base/fp8_e4m3.h"
+#include "formats/dtype.h"
 #include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
@@ -71,6 +73,58 @@ Status upload_fp8(DeviceModel::Impl& m, std::initializer_list<const cpu::WeightM
   return Status::ok();
 }
 
+template <typename T>
+Status upload_array(DeviceModel::Impl& m, const std::vector<T>& v, DeviceBuffer& out, const char* what) {
+  TERN_RETURN_IF_ERROR(out.allocate(v.size() * sizeof(T), what));
+  TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.as<void>(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  m.use.weight_bytes += static_cast<int64_t>(out.bytes());
+  return Status::ok();
+}
+
+// The parts' rows in the int4 form (cpu::to_int4_matrix), appended: a
+// block never crosses a row, so a fused matrix's codes, scales and zeros
+// are its parts' one after the other.
+Status upload_int4(DeviceModel::Impl& m, std::initializer_list<const cpu::WeightMatrix*> parts,
+                   DeviceModel::Impl::Matrix& out, const char* what) {
+  std::vector<uint8_t> codes, zeros;
+  std::vector<uint16_t> scales;
+  for (const cpu::WeightMatrix* w : parts) {
+    TERN_ASSIGN_OR_RETURN(const cpu::Int4Matrix q, cpu::to_int4_matrix(*w, what));
+    codes.insert(codes.end(), q.nibbles.begin(), q.nibbles.end());
+    scales.insert(scales.end(), q.scales.begin(), q.scales.end());
+    zeros.insert(zeros.end(), q.zeros.begin(), q.zeros.end());
+  }
+  TERN_RETURN_IF_ERROR(upload_array(m, codes, out.w, what));
+  TERN_RETURN_IF_ERROR(upload_array(m, scales, out.scale, what));
+  TERN_RETURN_IF_ERROR(upload_array(m, zeros, out.zero, what));
+  out.form = DeviceModel::Impl::Form::kInt4;
+  ++m.int4_matrices;
+  return Status::ok();
+}
+
+// A layer's matrix (its parts' rows appended) in the form the options and
+// the parts' dtypes give: FP8 with fp8_weights; int4 when every part's
+// blocks hold int4 values exactly (Q4_0, an int4 checkpoint's Q8_0); else
+// bf16 (recording why a block-quantized part was not taken as int4).
+Status upload_layer_matrix(DeviceModel::Impl& m, std::initializer_list<const cpu::WeightMatrix*> parts,
+                           DeviceModel::Impl::Matrix& out, const char* what, std::vector<bf16>& staging) {
+  if (m.fp8) {
+    out.form = DeviceModel::Impl::Form::kFp8;
+    return upload_fp8(m, parts, out.w, out.scale, what);
+  }
+  bool quantized = true, int4 = true;
+  for (const cpu::WeightMatrix* w : parts) {
+    quantized = quantized && cpu::is_quantized_weight_dtype(w->dtype);
+    int4 = int4 && cpu::int4_representable(*w);
+  }
+  if (int4) return upload_int4(m, parts, out, what);
+  if (quantized && m.int4_declined.empty()) {
+    m.int4_declined = std::string(what) + " is held in blocks (" + std::string(dtype_name(parts.begin()[0]->dtype)) +
+                      ") whose values 4-bit codes with a zero per 32 cannot hold exactly: uploaded as bf16";
+  }
+  return upload_matrices(m, parts, out.w, what, staging);
+}
+
 Status upload_floats(DeviceModel::Impl& m, const std::vector<float>& f, DeviceBuffer& out, const char* what) {
   TERN_RETURN_IF_ERROR(out.allocate(f.size() * sizeof(float), what));
   TERN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.as<void>(), f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -102,19 +156,11 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
     Layer& d = layers[static_cast<size_t>(l)];
     TERN_RETURN_IF_ERROR(upload_vector(*this, hw.input_norm, d.input_norm, "an input norm"));
     TERN_RETURN_IF_ERROR(upload_vector(*this, hw.post_attention_norm, d.post_norm, "a post-attention norm"));
-    if (fp8) {
-      TERN_RETURN_IF_ERROR(upload_fp8(*this, {&hw.q, &hw.k, &hw.v}, d.qkv, d.qkv_scale, "a fused q|k|v projection"));
-      TERN_RETURN_IF_ERROR(upload_fp8(*this, {&hw.o}, d.o, d.o_scale, "an output projection"));
-      TERN_RETURN_IF_ERROR(
-          upload_fp8(*this, {&hw.gate, &hw.up}, d.gate_up, d.gate_up_scale, "a fused gate|up projection"));
-      TERN_RETURN_IF_ERROR(upload_fp8(*this, {&hw.down}, d.down, d.down_scale, "a down projection"));
-      continue;
-    }
-    TERN_RETURN_IF_ERROR(upload_matrices(*this, {&hw.q, &hw.k, &hw.v}, d.qkv, "a fused q|k|v projection", staging));
-    TERN_RETURN_IF_ERROR(upload_matrices(*this, {&hw.o}, d.o, "an output projection", staging));
+    TERN_RETURN_IF_ERROR(upload_layer_matrix(*this, {&hw.q, &hw.k, &hw.v}, d.qkv, "a fused q|k|v projection", staging));
+    TERN_RETURN_IF_ERROR(upload_layer_matrix(*this, {&hw.o}, d.o, "an output projection", staging));
     TERN_RETURN_IF_ERROR(
-        upload_matrices(*this, {&hw.gate, &hw.up}, d.gate_up, "a fused gate|up projection", staging));
-    TERN_RETURN_IF_ERROR(upload_matrices(*this, {&hw.down}, d.down, "a down projection", staging));
+        upload_layer_matrix(*this, {&hw.gate, &hw.up}, d.gate_up, "a fused gate|up projection", staging));
+    TERN_RETURN_IF_ERROR(upload_layer_matrix(*this, {&hw.down}, d.down, "a down projection", staging));
   }
   return Status::ok();
 }
@@ -157,16 +203,16 @@ Status DeviceModel::Impl::plan_workspace() {
     TERN_RETURN_IF_ERROR(it.buf->allocate(it.bytes, it.what));
     use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
   }
-  if (fp8) {
-    // Fp8Scratch: the largest matrix as bf16; for the tensor cores also the widest input's codes and a
-    // scale per token.
+  if (fp8 || int4_matrices > 0) {
+    // Fp8Scratch (and int4's): the largest matrix as bf16; for the FP8 tensor cores also the widest input's
+    // codes and a scale per token.
     const size_t widest = std::max({H, Q, I});
     const size_t largest = std::max({QKV * H, H * Q, 2 * I * H, H * I});
     const size_t tc = fp8_tensor_cores ? 1 : 0;
     const Item scratch[] = {
         {&fp8_x_codes, tc * T * widest, "FP8 activation codes"},
         {&fp8_x_scales, tc * T * sizeof(float), "FP8 activation scales"},
-        {&fp8_w_bf16, largest * sizeof(bf16), "dequantized FP8 weights"},
+        {&dequantized_w, largest * sizeof(bf16), "dequantized weights"},
     };
     for (const Item& it : scratch) {
       if (it.bytes == 0) continue;
@@ -294,6 +340,13 @@ Status DeviceModel::Impl::plan_layers_kernel() {
                                "one-token steps run the per-layer kernels";
     return Status::ok();
   }
+  if (int4_matrices > 0) {
+    // Its blocks stage bf16 or FP8 weight slices in shared memory; int4's block scales and zeros are not planned.
+    layers_kernel_off_reason =
+        "the one-token persistent kernel reads bf16 or FP8 weights; with int4 weights "
+        "one-token steps run the per-layer GEMV kernels";
+    return Status::ok();
+  }
   const ModelConfig& c = config;
   DecodeLayersParams& p = layers_params;
   const int grid = sm_count;
@@ -327,19 +380,19 @@ Status DeviceModel::Impl::plan_layers_kernel() {
     table[l].input_norm = w.input_norm.as<float>();
     table[l].post_norm = w.post_norm.as<float>();
     if (fp8) {
-      table[l].qkv8 = w.qkv.as<uint8_t>();
-      table[l].o8 = w.o.as<uint8_t>();
-      table[l].gate_up8 = w.gate_up.as<uint8_t>();
-      table[l].down8 = w.down.as<uint8_t>();
-      table[l].qkv_scale = w.qkv_scale.as<float>();
-      table[l].o_scale = w.o_scale.as<float>();
-      table[l].gate_up_scale = w.gate_up_scale.as<float>();
-      table[l].down_scale = w.down_scale.as<float>();
+      table[l].qkv8 = w.qkv.w.as<uint8_t>();
+      table[l].o8 = w.o.w.as<uint8_t>();
+      table[l].gate_up8 = w.gate_up.w.as<uint8_t>();
+      table[l].down8 = w.down.w.as<uint8_t>();
+      table[l].qkv_scale = w.qkv.scale.as<float>();
+      table[l].o_scale = w.o.scale.as<float>();
+      table[l].gate_up_scale = w.gate_up.scale.as<float>();
+      table[l].down_scale = w.down.scale.as<float>();
     } else {
-      table[l].qkv = w.qkv.as<bf16>();
-      table[l].o = w.o.as<bf16>();
-      table[l].gate_up = w.gate_up.as<bf16>();
-      table[l].down = w.down.as<bf16>();
+      table[l].qkv = w.qkv.w.as<bf16>();
+      table[l].o = w.o.w.as<bf16>();
+      table[l].gate_up = w.gate_up.w.as<bf16>();
+      table[l].down = w.down.w.as<bf16>();
     }
   }
   const size_t table_bytes = table.size() * sizeof(DecodeLayerWeights);
@@ -573,6 +626,8 @@ const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_r
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
 bool DeviceModel::fp8_weights() const { return impl_->fp8; }
 bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
+int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
+const std::string& DeviceModel::int4_declined() const { return impl_->int4_declined; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
 DecodeKernelTimeline DeviceModel::decode_kernel_timeline() const {
   const Impl& m = *impl_;

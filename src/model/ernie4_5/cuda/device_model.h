@@ -44,7 +44,10 @@ struct DecodeKernelTimeline {
 // PyTorch [out, in] layout. Borrowed for the duration of create() only.
 // With options.fp8_weights the layers' matrices are quantized as they are
 // uploaded (cpu::quantize_fp8_matrix, float dtypes only); the embedding,
-// the LM head and the norms never are.
+// the LM head and the norms never are. Otherwise a layer matrix whose parts
+// are held in int4 blocks (Q4_0, an int4 checkpoint's Q8_0: exactly
+// representable, backend/cpu/int4_planar.h) is uploaded as int4 weights
+// (W4A16), any other as bf16.
 struct HostLayerWeights {
   cpu::WeightVector input_norm;
   cpu::WeightMatrix q, k, v, o;
@@ -184,6 +187,11 @@ class DeviceModel {
   // tensor-core GEMMs for them (at the model's shapes, for a 64-token step).
   bool fp8_weights() const;
   bool fp8_tensor_core_gemms() const;
+  // How many layer matrices (fused ones counted once) hold int4 weights, and
+  // why the first layer matrix held in Q4_0 / Q8_0 blocks that did not was
+  // uploaded as bf16 (empty if none was).
+  int64_t int4_matrices() const;
+  const std::string& int4_declined() const;
   const std::string& layers_kernel_off_reason() const;
   // With TERN_DECODE_TIMELINE set at creation: the last one-token step's
   // clocks in the decode kernel, else empty.

@@ -95,16 +95,29 @@ struct DeviceModel::Impl {
   DecodeLayersParams layers_params;  // all but the step's metadata (places' positions and slots, tables' pointers)
   DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 
-  // With fp8 the four matrices hold e4m3 codes and *_scale their rows'
-  // scales (backend/cpu/fp8_quant.h); otherwise bf16 and no scales.
+  // A layer's matrix: bf16 in w; with fp8 e4m3 codes in w and a float
+  // scale per row in scale (backend/cpu/fp8_quant.h); as int4 codes in w,
+  // an fp16 scale per block of 32 in scale and a zero per block in zero
+  // (Int4Weights; backend/cpu/int4_planar.h).
+  enum class Form { kBf16, kFp8, kInt4 };
+  struct Matrix {
+    Form form = Form::kBf16;
+    DeviceBuffer w, scale, zero;
+    Int4Weights int4() const { return {w.as<uint8_t>(), scale.as<uint16_t>(), zero.as<uint8_t>()}; }
+  };
   struct Layer {
-    DeviceBuffer input_norm, qkv, o, post_norm, gate_up, down;
-    DeviceBuffer qkv_scale, o_scale, gate_up_scale, down_scale;
+    DeviceBuffer input_norm, post_norm;
+    Matrix qkv, o, gate_up, down;
   };
   bool fp8 = false;               // options.fp8_weights
   bool fp8_tensor_cores = false;  // FP8 GEMMs on cuBLASLt where it has them (else dequantized to bf16)
   std::unique_ptr<Fp8Gemm> fp8_gemm;
-  DeviceBuffer fp8_x_codes, fp8_x_scales, fp8_w_bf16;  // Fp8Scratch
+  // Layer matrices uploaded as int4, and why the first one held in Q4_0 or
+  // Q8_0 blocks that was not (uploaded as bf16), if any.
+  int64_t int4_matrices = 0;
+  std::string int4_declined;
+  DeviceBuffer fp8_x_codes, fp8_x_scales;  // Fp8Scratch
+  DeviceBuffer dequantized_w;              // the largest FP8 or int4 matrix as bf16, for large steps' GEMM
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
   const bf16* lm_head = nullptr;  // embed or lm_head_own
   std::vector<Layer> layers;
@@ -198,11 +211,11 @@ struct DeviceModel::Impl {
   Status capture_buckets();
 
   // device_step.cpp
-  // y (+)= x . W^T for a layer's matrix (bf16 or FP8 codes with scales).
-  Status linear_of(const bf16* x, int64_t num_tokens, int64_t in_features, const DeviceBuffer& w,
-                   const DeviceBuffer& scale, int64_t out_features, void* y, GemmOut out);
+  // y (+)= x . W^T for a layer's matrix in any form.
+  Status linear_of(const bf16* x, int64_t num_tokens, int64_t in_features, const Matrix& w, int64_t out_features,
+                   void* y, GemmOut out);
   // The GEMV's weight pointers for a layer's matrix.
-  void gemv_weights(GemvParams& g, const DeviceBuffer& w, const DeviceBuffer& scale) const;
+  void gemv_weights(GemvParams& g, const Matrix& w) const;
   Status ensure_meta(size_t count);
   Status launch(std::span<const SequenceChunk> batch, std::span<const uint8_t> modes,
                 std::span<const SampleRow> samples, std::span<const LogitOp> ops, std::span<const int32_t> feedback);

@@ -25,21 +25,36 @@
 
 namespace tern::cuda {
 
-Status DeviceModel::Impl::linear_of(const bf16* in, int64_t T, int64_t K, const DeviceBuffer& w,
-                                    const DeviceBuffer& scale, int64_t N, void* y, GemmOut out) {
-  if (!fp8) return linear(cublas, in, T, K, w.as<bf16>(), N, y, out);
-  const Fp8Scratch scratch{fp8_x_codes.as<uint8_t>(), fp8_x_scales.as<float>(), fp8_w_bf16.as<bf16>(),
+Status DeviceModel::Impl::linear_of(const bf16* in, int64_t T, int64_t K, const Matrix& w, int64_t N, void* y,
+                                    GemmOut out) {
+  switch (w.form) {
+    case Form::kBf16:
+      return linear(cublas, in, T, K, w.w.as<bf16>(), N, y, out);
+    case Form::kInt4:
+      // W4A16 past the GEMV's sizes: the layer's weights written out as bf16, then the bf16 GEMM.
+      TERN_CUDA_RETURN_IF_ERROR(dequantize_int4_rows(w.int4(), N, K, dequantized_w.as<bf16>(), stream));
+      return linear(cublas, in, T, K, dequantized_w.as<bf16>(), N, y, out);
+    case Form::kFp8:
+      break;
+  }
+  const Fp8Scratch scratch{fp8_x_codes.as<uint8_t>(), fp8_x_scales.as<float>(), dequantized_w.as<bf16>(),
                            cublas_workspace.as<void>()};
-  return fp8_gemm->linear(cublas, in, T, K, Fp8Weights{w.as<uint8_t>(), scale.as<float>()}, N, y, out, scratch,
+  return fp8_gemm->linear(cublas, in, T, K, Fp8Weights{w.w.as<uint8_t>(), w.scale.as<float>()}, N, y, out, scratch,
                           stream, fp8_tensor_cores);
 }
 
-void DeviceModel::Impl::gemv_weights(GemvParams& g, const DeviceBuffer& w, const DeviceBuffer& scale) const {
-  if (fp8) {
-    g.w_fp8 = w.as<uint8_t>();
-    g.w_scale = scale.as<float>();
-  } else {
-    g.w = w.as<bf16>();
+void DeviceModel::Impl::gemv_weights(GemvParams& g, const Matrix& w) const {
+  switch (w.form) {
+    case Form::kBf16:
+      g.w = w.w.as<bf16>();
+      break;
+    case Form::kFp8:
+      g.w_fp8 = w.w.as<uint8_t>();
+      g.w_scale = w.scale.as<float>();
+      break;
+    case Form::kInt4:
+      g.w_int4 = w.int4();
+      break;
   }
 }
 
@@ -116,8 +131,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const HeadShape heads = head_shape();
   const TokenPlaces places{v.positions, v.slots, inv_freq.as<float>()};
   const KvTables tables{v.token_seq, v.table_offsets, v.tables, static_cast<int>(options.block_size)};
-  auto gemv_of = [&](GemvInput in, GemvOutput out, int64_t K, int64_t N, const DeviceBuffer& w,
-                     const DeviceBuffer& scale, void* y) {
+  auto gemv_of = [&](GemvInput in, GemvOutput out, int64_t K, int64_t N, const Matrix& w, void* y) {
     GemvParams g;
     g.input = in;
     g.output = out;
@@ -126,7 +140,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     g.num_tokens = T;
     g.in_features = K;
     g.out_features = N;
-    gemv_weights(g, w, scale);
+    gemv_weights(g, w);
     g.y = y;
     return g;
   };
@@ -146,7 +160,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     const Layer& w = layers[static_cast<size_t>(l)];
     const KvPlanes planes = this->planes(l);  // written by the RoPE + KV write, read by the attention
     if (small && !kv_fp8()) {
-      GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kQkvRope, H, QKV, w.qkv, w.qkv_scale, qkv.as<void>());
+      GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kQkvRope, H, QKV, w.qkv, qkv.as<void>());
       g.norm_weight = w.input_norm.as<float>();
       g.heads = heads;
       g.places = places;
@@ -155,7 +169,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     } else if (small) {
       // The GEMV's fused RoPE + KV write stores bf16; over an fp8 pool the
       // GEMV writes the q|k|v rows and rope_store_kv rounds K/V to e4m3.
-      GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kBf16, H, QKV, w.qkv, w.qkv_scale, qkv.as<void>());
+      GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kBf16, H, QKV, w.qkv, qkv.as<void>());
       g.norm_weight = w.input_norm.as<float>();
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
       const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
@@ -164,7 +178,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     } else {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
-      TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.qkv, w.qkv_scale, QKV, qkv.as<void>(), GemmOut::kBf16));
+      TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.qkv, QKV, qkv.as<void>(), GemmOut::kBf16));
       const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
                             .places = places, .planes = planes};
       if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
@@ -204,25 +218,22 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     }
 
     if (small) {
-      GemvParams g = gemv_of(GemvInput::kBf16, GemvOutput::kAddF32, c.q_dim(), H, w.o, w.o_scale, x.as<void>());
+      GemvParams g = gemv_of(GemvInput::kBf16, GemvOutput::kAddF32, c.q_dim(), H, w.o, x.as<void>());
       g.x_bf16 = attn.as<bf16>();
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
-      g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kBf16, H, 2 * I, w.gate_up, w.gate_up_scale, gate_up.as<void>());
+      g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kBf16, H, 2 * I, w.gate_up, gate_up.as<void>());
       g.norm_weight = w.post_norm.as<float>();
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
-      g = gemv_of(GemvInput::kSiluMul, GemvOutput::kAddF32, I, H, w.down, w.down_scale, x.as<void>());
+      g = gemv_of(GemvInput::kSiluMul, GemvOutput::kAddF32, I, H, w.down, x.as<void>());
       g.x_bf16 = gate_up.as<bf16>();
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
     } else {
-      TERN_RETURN_IF_ERROR(
-          linear_of(attn.as<bf16>(), T, c.q_dim(), w.o, w.o_scale, H, x.as<void>(), GemmOut::kAddF32));
+      TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), T, c.q_dim(), w.o, H, x.as<void>(), GemmOut::kAddF32));
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.post_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
-      TERN_RETURN_IF_ERROR(
-          linear_of(h.as<bf16>(), T, H, w.gate_up, w.gate_up_scale, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
+      TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
       TERN_CUDA_RETURN_IF_ERROR(silu_mul(gate_up.as<bf16>(), T, I, act.as<bf16>(), stream));
-      TERN_RETURN_IF_ERROR(
-          linear_of(act.as<bf16>(), T, I, w.down, w.down_scale, H, x.as<void>(), GemmOut::kAddF32));
+      TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), T, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
     }
   }
   return Status::ok();

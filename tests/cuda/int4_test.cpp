@@ -1,0 +1,292 @@
+// int4 weights on the GPU (W4A16, Int4Weights) against the CPU reference
+// over the same values: the host's int4 form (backend/cpu/int4_planar.h) of
+// random Q4_0 and int4-checkpoint Q8_0 matrices, which holds their values
+// exactly. The dequantizer bit for bit (bf16 of the exact value); the int4
+// GEMV in every form the model uses at 1-4 and 8 tokens, odd row counts,
+// K below one warp-wide load, past one unrolled step, and not a multiple
+// of either.
+//
+// Tolerances, as the FP8 GEMV's (fp8_test.cpp): the weights are exact and
+// the activations bf16 on both sides, so the sums differ only in order
+// (and in int4's scale applied once per 8 products): fp32 outputs within
+// 2e-3 relative L2, bf16 outputs as gpu_test_util.h. A wrong nibble, scale
+// or zero gives errors of O(1).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/int4_planar.h"
+#include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_reference.h"
+#include "backend/cpu/reference_kernels.h"
+#include "backend/cuda/kernels.h"
+#include "base/bf16.h"
+#include "base/thread_pool.h"
+#include "gpu_test_util.h"
+
+namespace tern {
+namespace {
+
+using cuda::bf16;
+using test::Bf16Data;
+using test::DeviceArray;
+
+constexpr bf16 kNanBf16 = 0x7fc0;
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+// A random int4 matrix [n, k] on the device, and its values on the host.
+struct Int4Case {
+  cpu::Int4Matrix q;
+  std::vector<float> values;  // [n, k]
+  std::unique_ptr<DeviceArray<uint8_t>> codes, zeros;
+  std::unique_ptr<DeviceArray<uint16_t>> scales;
+  cuda::Int4Weights device() const { return {codes->get(), scales->get(), zeros->get()}; }
+};
+
+// Q4_0 of random rows (asymmetric = false), or an asymmetric checkpoint's
+// Q8_0 blocks: a zero in [0, 15] and codes q4 - zero per block.
+Int4Case random_int4(std::mt19937& rng, int64_t n, int64_t k, bool asymmetric) {
+  const int64_t blocks = k / cpu::kQK8_0;
+  std::vector<uint8_t> raw;
+  DType dtype = DType::kQ4_0;
+  if (asymmetric) {
+    dtype = DType::kQ8_0;
+    std::vector<cpu::BlockQ8_0> q8(static_cast<size_t>(n * blocks));
+    std::uniform_int_distribution<int> nibble(0, 15);
+    const float a = 0.25f / std::sqrt(static_cast<float>(k));
+    std::uniform_real_distribution<float> scale(0.2f * a, a);
+    for (cpu::BlockQ8_0& b : q8) {
+      const int zero = nibble(rng);
+      b.d = f32_to_f16(scale(rng));
+      for (int8_t& c : b.qs) c = static_cast<int8_t>(nibble(rng) - zero);
+    }
+    raw.resize(q8.size() * sizeof(cpu::BlockQ8_0));
+    std::memcpy(raw.data(), q8.data(), raw.size());
+  } else {
+    const float a = 1.7f / std::sqrt(static_cast<float>(k));
+    const std::vector<float> w = test::random_f32(rng, static_cast<size_t>(n * k), -a, a);
+    const int64_t stride = cpu::row_bytes(DType::kQ4_0, k);
+    raw.resize(static_cast<size_t>(n * stride));
+    for (int64_t r = 0; r < n; ++r) {
+      // Rows of different magnitudes.
+      std::vector<float> row(w.begin() + r * k, w.begin() + (r + 1) * k);
+      for (float& x : row) x *= 1.0f + static_cast<float>(r % 5);
+      cpu::quantize_row(DType::kQ4_0, row.data(), k, raw.data() + r * stride);
+    }
+  }
+  const cpu::WeightMatrix w{dtype, raw.data(), n, k};
+  auto q = cpu::to_int4_matrix(w, "w");
+  EXPECT_TRUE(q.is_ok()) << q.status().to_string();
+  Int4Case c;
+  c.q = std::move(q).value();
+  c.values.resize(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r) cpu::weight_row_to_f32(w, r, c.values.data() + r * k);
+  c.codes = std::make_unique<DeviceArray<uint8_t>>(c.q.nibbles);
+  c.scales = std::make_unique<DeviceArray<uint16_t>>(c.q.scales);
+  c.zeros = std::make_unique<DeviceArray<uint8_t>>(c.q.zeros);
+  return c;
+}
+
+cpu::WeightMatrix f32_matrix(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return cpu::WeightMatrix{DType::kF32, v.data(), rows, cols};
+}
+
+TEST(CudaInt4, DequantizerMatchesHostBitForBit) {
+  std::mt19937 rng(41);
+  for (bool asymmetric : {false, true}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {37, 96}, {255, 1024}, {64, 3072}}) {
+      Int4Case c = random_int4(rng, n, k, asymmetric);
+      DeviceArray<bf16> d_out(std::vector<bf16>(static_cast<size_t>(n * k), kNanBf16));
+      TERN_ASSERT_CUDA(cuda::dequantize_int4_rows(c.device(), n, k, d_out.get(), nullptr));
+      const std::vector<bf16> got = d_out.download();
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], f32_to_bf16(c.values[i])) << (asymmetric ? "Q8_0 " : "Q4_0 ") << n << "x" << k << " at " << i;
+      }
+    }
+  }
+}
+
+// One int4 GEMV form at T tokens against cpu::linear over the matrix's
+// values and the same bf16 inputs (made on the host as the kernel makes them).
+void check_int4_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, bool asymmetric,
+                     int sm_count, std::mt19937& rng) {
+  ThreadPool pool(2);
+  const std::string what = "int4 gemv in " + std::to_string(static_cast<int>(in)) + " out " +
+                           std::to_string(static_cast<int>(out)) + " T " + std::to_string(T) + " K " +
+                           std::to_string(K) + " N " + std::to_string(N) + (asymmetric ? " Q8_0" : " Q4_0") + " sms " +
+                           std::to_string(sm_count);
+  Int4Case w = random_int4(rng, N, K, asymmetric);
+  cuda::GemvParams p;
+  p.input = in;
+  p.output = out;
+  p.num_tokens = T;
+  p.in_features = K;
+  p.out_features = N;
+  p.w_int4 = w.device();
+  p.eps = 1e-5f;
+  std::vector<float> input;
+  Bf16Data xb;
+  std::vector<float> xf, nw;
+  std::unique_ptr<DeviceArray<bf16>> d_xb;
+  std::unique_ptr<DeviceArray<float>> d_xf, d_nw;
+  if (in == cuda::GemvInput::kBf16) {
+    xb = test::random_bf16(rng, static_cast<size_t>(T * K));
+    input = xb.values;
+    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
+    p.x_bf16 = d_xb->get();
+  } else if (in == cuda::GemvInput::kSiluMul) {
+    xb = test::random_bf16(rng, static_cast<size_t>(T * 2 * K), -6, 6);
+    input.resize(static_cast<size_t>(T * K));
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = xb.values.data() + t * 2 * K;
+      cpu::silu_mul(row, row + K, K, input.data() + t * K);
+    }
+    input = round_bf16(input);
+    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
+    p.x_bf16 = d_xb->get();
+  } else {
+    xf = test::random_f32(rng, static_cast<size_t>(T * K), -3, 3);
+    nw = test::random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
+    input.resize(xf.size());
+    cpu::rmsnorm(xf.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, input.data());
+    input = round_bf16(input);
+    d_xf = std::make_unique<DeviceArray<float>>(xf);
+    d_nw = std::make_unique<DeviceArray<float>>(nw);
+    p.x_f32 = d_xf->get();
+    p.norm_weight = d_nw->get();
+  }
+  std::vector<float> ref(static_cast<size_t>(T * N));
+  cpu::linear(pool, input.data(), T, f32_matrix(w.values, N, K), ref.data());
+  if (out == cuda::GemvOutput::kBf16) {
+    DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
+    p.y = d_y.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    const std::vector<float> got = test::to_f32(d_y.download());
+    if (in == cuda::GemvInput::kBf16) {
+      test::expect_bf16_close(got, ref, what);
+    } else {
+      EXPECT_LT(test::relative_l2(got, ref), 1e-2) << what;
+    }
+  } else {
+    const std::vector<float> y0 = test::random_f32(rng, ref.size(), -1, 1);
+    DeviceArray<float> d_y(y0);
+    p.y = d_y.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    std::vector<float> got = d_y.download();
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
+    EXPECT_LT(test::relative_l2(got, ref), 2e-3) << what << " (added into y)";
+  }
+}
+
+TEST(CudaInt4, GemvMatchesReference) {
+  std::mt19937 rng(43);
+  using In = cuda::GemvInput;
+  using Out = cuda::GemvOutput;
+  const std::pair<In, Out> forms[] = {
+      {In::kRmsNorm, Out::kBf16}, {In::kBf16, Out::kAddF32}, {In::kSiluMul, Out::kAddF32}, {In::kBf16, Out::kBf16}};
+  for (const auto& [in, out] : forms) {
+    for (int64_t T : {1, 2, 3, 4, 8}) {
+      // K under one warp-wide load (256), past one unrolled step (16 loads x
+      // 256 = 4096) and not a multiple of either; odd N.
+      for (auto [K, N] : {std::pair<int64_t, int64_t>{96, 37}, {1024, 2560}, {3072, 1024}, {4128, 129}, {1056, 301}}) {
+        for (int sms : {4, 132}) check_int4_gemv(in, out, T, K, N, (K / 32 + N + T) % 2 == 1, sms, rng);
+      }
+    }
+  }
+  // K must be whole blocks of 32, and the LM head's form stays bf16: refused,
+  // not misread.
+  Int4Case w = random_int4(rng, 8, 64, false);
+  cuda::GemvParams p;
+  p.input = In::kRmsNorm;
+  p.output = Out::kF32;
+  p.num_tokens = 1;
+  p.in_features = 64;
+  p.out_features = 8;
+  p.w_int4 = w.device();
+  EXPECT_EQ(cuda::gemv(p, 4, nullptr), cudaErrorInvalidValue);
+  p.output = Out::kBf16;
+  p.in_features = 40;
+  p.out_features = 4;
+  EXPECT_EQ(cuda::gemv(p, 4, nullptr), cudaErrorInvalidValue);
+}
+
+// The q|k|v form with int4 weights (the fused matrix's three parts'
+// rows appended, as the upload makes it): RoPE and the KV write on the sums.
+TEST(CudaInt4, GemvQkvRopeMatchesLinearThenRope) {
+  std::mt19937 rng(44);
+  ThreadPool pool(2);
+  const int heads = 16, kv_heads = 2, head_dim = 128;
+  const int64_t K = 1024, q_dim = heads * head_dim, kv_dim = kv_heads * head_dim, N = q_dim + 2 * kv_dim;
+  for (int64_t T : {1, 2, 3, 4}) {
+    Int4Case w = random_int4(rng, N, K, T % 2 == 0);
+    std::vector<float> x = test::random_f32(rng, static_cast<size_t>(T * K), -3, 3);
+    std::vector<float> nw = test::random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
+    std::vector<int32_t> positions(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      positions[static_cast<size_t>(t)] = static_cast<int32_t>(100 * t + 7);
+      slots[static_cast<size_t>(t)] = static_cast<int32_t>(T - 1 - t);
+    }
+    const std::vector<float> inv_freq = cpu::rope_inv_freq(head_dim, 500000.0);
+    DeviceArray<float> d_x(x), d_nw(nw), d_freq(inv_freq);
+    DeviceArray<int32_t> d_pos(positions), d_slots(slots);
+    DeviceArray<bf16> d_y(std::vector<bf16>(static_cast<size_t>(T * N), kNanBf16));
+    DeviceArray<bf16> d_k(std::vector<bf16>(static_cast<size_t>(T * kv_dim), kNanBf16));
+    DeviceArray<bf16> d_v(std::vector<bf16>(static_cast<size_t>(T * kv_dim), kNanBf16));
+    cuda::GemvParams p;
+    p.input = cuda::GemvInput::kRmsNorm;
+    p.output = cuda::GemvOutput::kQkvRope;
+    p.x_f32 = d_x.get();
+    p.norm_weight = d_nw.get();
+    p.eps = 1e-5f;
+    p.num_tokens = T;
+    p.in_features = K;
+    p.out_features = N;
+    p.w_int4 = w.device();
+    p.y = d_y.get();
+    p.heads = {heads, kv_heads, head_dim};
+    p.places = {d_pos.get(), d_slots.get(), d_freq.get()};
+    p.planes = {d_k.get(), d_v.get()};
+    TERN_ASSERT_CUDA(cuda::gemv(p, 132, nullptr));
+
+    std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
+    cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, h.data());
+    h = round_bf16(h);
+    cpu::linear(pool, h.data(), T, f32_matrix(w.values, N, K), out.data());
+    std::vector<float> q_ref, k_ref, v_ref;
+    for (int64_t t = 0; t < T; ++t) {
+      auto row = out.begin() + t * N;
+      q_ref.insert(q_ref.end(), row, row + q_dim);
+      k_ref.insert(k_ref.end(), row + q_dim, row + q_dim + kv_dim);
+      v_ref.insert(v_ref.end(), row + q_dim + kv_dim, row + N);
+    }
+    std::vector<int64_t> pos64(positions.begin(), positions.end());
+    cpu::rope_interleaved(q_ref.data(), T, heads, head_dim, pos64, inv_freq);
+    cpu::rope_interleaved(k_ref.data(), T, kv_heads, head_dim, pos64, inv_freq);
+    const std::vector<bf16> y = d_y.download(), k_got = d_k.download(), v_got = d_v.download();
+    std::vector<float> q_got, k_slot, v_slot;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < q_dim; ++j) q_got.push_back(bf16_to_f32(y[static_cast<size_t>(t * N + j)]));
+      const int64_t slot = slots[static_cast<size_t>(t)];
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        k_slot.push_back(bf16_to_f32(k_got[static_cast<size_t>(slot * kv_dim + j)]));
+        v_slot.push_back(bf16_to_f32(v_got[static_cast<size_t>(slot * kv_dim + j)]));
+      }
+    }
+    const std::string what = "int4 gemv qkv+rope T " + std::to_string(T);
+    EXPECT_LT(test::relative_l2(q_got, q_ref), 1e-2) << what << " q";
+    EXPECT_LT(test::relative_l2(k_slot, k_ref), 1e-2) << what << " k";
+    EXPECT_LT(test::relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+  }
+}
+
+}  // namespace
+}  // namespace tern
