@@ -5,10 +5,10 @@
 // in the region below, entered only after checking the CPU). Scores: a block
 // of K rows stays in L1 while every query vector of the tile (tokens x heads
 // of the group) passes over it; softmax: a vectorized exp (degree-7
-// polynomial after reduction by ln 2, within a few ulp of expf); P V: one
-// slice of four heads' outputs in registers while a block of V rows passes,
-// for each token of the tile in turn, each token stopping at its own causal
-// length. An fp8 cache's rows of a unit's kv head are dequantized into
+// polynomial after reduction by ln 2, within a few ulp of expf); P V: three
+// 8-float slices of four heads' outputs in registers while a block of V rows
+// passes, for each token of the tile in turn, each token stopping at its own
+// causal length. An fp8 cache's rows of a unit's kv head are dequantized into
 // per-thread scratch first, then the same code runs over them.
 #include "backend/cpu/attention_fast.h"
 
@@ -66,44 +66,44 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// Lane i of the result is the sum of a[i]'s lanes.
-inline __m256 hsum8(const __m256 (&a)[8]) {
-  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+// Lane i of the result is the sum of a[i]'s lanes, pairwise:
+// ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)).
+inline __m128 hsum4(const __m256* a) {
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
 // Scores of R K rows (kr[0 .. R), key positions from j0) against H query
-// vectors (qs, scores into ps[h][j]), R * H = 8: each K slice is loaded once
-// for the H vectors and each q slice once for the R rows, so a multiply-add
-// costs 0.75 loads (R = 4) instead of two; the eight dot products are summed
-// across lanes together.
+// vectors (qs, scores into ps[h][j]), R * H = 8 or 12 accumulators: each q
+// slice is loaded once for the R rows, and twelve independent multiply-add
+// chains (R = 4, H = 3) keep both FMA pipes busy past their latency; the dot
+// products are summed across lanes four at a time.
 template <int R, int H>
-inline void qk_tile(const float* const (&qs)[H], float* const (&ps)[H], const float* const* kr, int64_t head_dim,
-                    int64_t j0, float scale) {
-  static_assert(R * H == 8);
-  __m256 acc[8];
+[[gnu::always_inline]] inline void qk_tile(const float* const (&qs)[H], float* const (&ps)[H], const float* const* kr,
+                                           int64_t head_dim, int64_t j0, float scale) {
+  static_assert(R * H % 4 == 0 && R * H <= 12);
+  __m256 acc[R * H];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t d = 0; d < head_dim; d += 8) {
     __m256 kv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) kv[r] = _mm256_loadu_ps(kr[r] + d);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int h = 0; h < H; ++h) {
       const __m256 qv = _mm256_loadu_ps(qs[h] + d);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[h * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[h * R + r]);
     }
   }
-  alignas(32) float sums[8];
-  _mm256_store_ps(sums, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+  alignas(16) float sums[R * H];
+  for (int i = 0; i < R * H; i += 4) _mm_store_ps(sums + i, _mm_mul_ps(hsum4(acc + i), _mm_set1_ps(scale)));
   for (int h = 0; h < H; ++h) {
     for (int r = 0; r < R; ++r) ps[h][j0 + r] = sums[h * R + r];
   }
 }
 
 // One score the plain way, for the K rows the tiles leave over: the same
-// multiply-add chain per lane as qk_tile and the lanes summed in hsum8's
+// multiply-add chain per lane as qk_tile and the lanes summed in hsum4's
 // order, so a score has the same bits whichever routine computes it (and so
 // whichever other queries share the tile).
 inline float qk_one(const float* qv, const float* kj, int64_t head_dim, float scale) {
@@ -119,11 +119,14 @@ inline float qk_one(const float* qv, const float* kj, int64_t head_dim, float sc
 
 // out[g, d .. d + 8 * S) += sum_{j < rows} probs[g * stride + j] vr[j] for
 // G heads, starting from zero when `first`: per V row, S slice loads and G
-// broadcasts feed G * S multiply-adds. Each accumulator takes the rows in
-// order, however the caller splits them into blocks.
+// broadcasts feed G * S multiply-adds (G = 4, S = 3: twelve independent
+// chains in the sixteen registers). Each accumulator takes the rows in order,
+// however the caller splits them into blocks or slices. The tiles and their
+// dispatchers are always inlined: compiled on its own, pv_tile<4, 3> kept its
+// accumulators on the stack (g++ 12).
 template <int G, int S>
-inline void pv_tile(const float* probs, int64_t stride, const float* const* vr, int64_t rows, int64_t head_dim,
-                    int64_t d, bool first, float* out) {
+[[gnu::always_inline]] inline void pv_tile(const float* probs, int64_t stride, const float* const* vr, int64_t rows,
+                                           int64_t head_dim, int64_t d, bool first, float* out) {
   __m256 acc[G][S];
   for (int g = 0; g < G; ++g) {
     for (int s = 0; s < S; ++s) {
@@ -133,17 +136,31 @@ inline void pv_tile(const float* probs, int64_t stride, const float* const* vr, 
   for (int64_t j = 0; j < rows; ++j) {
     const float* vj = vr[j] + d;
     __m256 vv[S];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int s = 0; s < S; ++s) vv[s] = _mm256_loadu_ps(vj + 8 * s);
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const __m256 p = _mm256_broadcast_ss(probs + g * stride + j);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int s = 0; s < S; ++s) acc[g][s] = _mm256_fmadd_ps(p, vv[s], acc[g][s]);
     }
   }
   for (int g = 0; g < G; ++g) {
     for (int s = 0; s < S; ++s) _mm256_storeu_ps(out + g * head_dim + d + 8 * s, acc[g][s]);
+  }
+}
+
+// pv_tile over the widest run of slices that fits: `slices` is 1 to 3.
+template <int G>
+[[gnu::always_inline]] inline void pv_slices(int64_t slices, const float* probs, int64_t stride, const float* const* vr,
+                                             int64_t rows, int64_t head_dim, int64_t d, bool first, float* out) {
+  switch (slices) {
+    case 3:
+      return pv_tile<G, 3>(probs, stride, vr, rows, head_dim, d, first, out);
+    case 2:
+      return pv_tile<G, 2>(probs, stride, vr, rows, head_dim, d, first, out);
+    default:
+      return pv_tile<G, 1>(probs, stride, vr, rows, head_dim, d, first, out);
   }
 }
 
@@ -181,6 +198,42 @@ void softmax_row(float* p, int64_t len) {
 constexpr int64_t kKeyBlock = 16;
 constexpr int64_t kValueBlock = 64;
 
+// The query vectors of a tile, vector u being token u / group's head
+// u % group, and their score rows.
+struct TileVectors {
+  const float* q;
+  int64_t stride, group, head_dim;
+  const int64_t* lens;
+  float* probs;
+  int64_t max_len;
+
+  const float* query(int64_t u) const { return q + u / group * stride + u % group * head_dim; }
+  float* scores(int64_t u) const { return probs + u * max_len; }
+  int64_t len(int64_t u) const { return lens[u / group]; }
+};
+
+// Scores of vectors u .. u + H - 1 against a block's K rows from j0
+// (krows[0] is row j0), up to the longest of their lengths: tiles of R rows,
+// then one row at a time.
+template <int R, int H>
+[[gnu::always_inline]] inline void qk_block(const TileVectors& t, int64_t u, const float* const* krows, int64_t j0,
+                                            float scale) {
+  const float* qs[H];
+  float* ps[H];
+  int64_t len = 0;
+  for (int h = 0; h < H; ++h) {
+    qs[h] = t.query(u + h);
+    ps[h] = t.scores(u + h);
+    len = std::max(len, t.len(u + h));
+  }
+  const int64_t j1 = std::min(j0 + kKeyBlock, len);
+  int64_t j = j0;
+  for (; j + R <= j1; j += R) qk_tile<R, H>(qs, ps, krows + (j - j0), t.head_dim, j, scale);
+  for (; j < j1; ++j) {
+    for (int h = 0; h < H; ++h) ps[h][j] = qk_one(qs[h], krows[j - j0], t.head_dim, scale);
+  }
+}
+
 // One unit: tokens 0..n-1 of a query tile (q and out rows `stride` floats
 // apart, `group` query heads of head_dim floats each from there), token i
 // attending to K/V rows 0..lens[i]-1 at kv_offset. head_dim is a multiple of
@@ -193,57 +246,38 @@ void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* 
                       const KvRowTable& v, int64_t kv_offset, int64_t group, int64_t head_dim, float scale,
                       float* probs, float* out) {
   const int64_t max_len = *std::max_element(lens, lens + n);
-  // Query vector u (token u / group, head u % group) and its scores.
+  const TileVectors t{q, stride, group, head_dim, lens, probs, max_len};
   const int64_t vecs = n * group;
-  const auto q_vec = [&](int64_t u) { return q + u / group * stride + u % group * head_dim; };
-  const auto vec_len = [&](int64_t u) { return lens[u / group]; };
   // Row addresses once per block (KvRowTable::row divides by the block size).
   const float* rows[std::max(kKeyBlock, kValueBlock)];
   for (int64_t j0 = 0; j0 < max_len; j0 += kKeyBlock) {
     for (int64_t j = j0; j < std::min(j0 + kKeyBlock, max_len); ++j) rows[j - j0] = k.row(j) + kv_offset;
-    int64_t u = 0;
-    for (; u + 2 <= vecs; u += 2) {
-      const int64_t j1 = std::min(j0 + kKeyBlock, std::max(vec_len(u), vec_len(u + 1)));
-      const float* qs[2] = {q_vec(u), q_vec(u + 1)};
-      float* const ps[2] = {probs + u * max_len, probs + (u + 1) * max_len};
-      int64_t j = j0;
-      for (; j + 4 <= j1; j += 4) qk_tile<4, 2>(qs, ps, rows + (j - j0), head_dim, j, scale);
-      for (; j < j1; ++j) {
-        for (int h = 0; h < 2; ++h) ps[h][j] = qk_one(qs[h], rows[j - j0], head_dim, scale);
-      }
-    }
-    if (u < vecs) {
-      const int64_t j1 = std::min(j0 + kKeyBlock, vec_len(u));
-      const float* qs[1] = {q_vec(u)};
-      float* const ps[1] = {probs + u * max_len};
-      int64_t j = j0;
-      for (; j + 8 <= j1; j += 8) qk_tile<8, 1>(qs, ps, rows + (j - j0), head_dim, j, scale);
-      for (; j < j1; ++j) ps[0][j] = qk_one(qs[0], rows[j - j0], head_dim, scale);
+    for (int64_t u = 0; u < vecs;) {
+      const int64_t h = std::min<int64_t>(3, vecs - u);
+      h == 3   ? qk_block<4, 3>(t, u, rows, j0, scale)
+      : h == 2 ? qk_block<4, 2>(t, u, rows, j0, scale)
+               : qk_block<8, 1>(t, u, rows, j0, scale);
+      u += h;
     }
   }
-  for (int64_t u = 0; u < vecs; ++u) softmax_row(probs + u * max_len, vec_len(u));
+  for (int64_t u = 0; u < vecs; ++u) softmax_row(t.scores(u), t.len(u));
   for (int64_t j0 = 0; j0 < max_len; j0 += kValueBlock) {
     for (int64_t j = j0; j < std::min(j0 + kValueBlock, max_len); ++j) rows[j - j0] = v.row(j) + kv_offset;
-    for (int64_t d = 0; d < head_dim; d += 16) {
-      const bool two = d + 16 <= head_dim;
+    for (int64_t d = 0; d < head_dim;) {
+      const int64_t slices = std::min<int64_t>(3, (head_dim - d) / 8);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t block_rows = std::min(j0 + kValueBlock, lens[i]) - j0;
         if (block_rows <= 0) continue;
         for (int64_t g0 = 0; g0 < group;) {
-          const float* pg = probs + (i * group + g0) * max_len + j0;
+          const float* pg = t.scores(i * group + g0) + j0;
           float* og = out + i * stride + g0 * head_dim;
-          const bool first = j0 == 0;
-          if (group - g0 >= 4) {
-            two ? pv_tile<4, 2>(pg, max_len, rows, block_rows, head_dim, d, first, og)
-                : pv_tile<4, 1>(pg, max_len, rows, block_rows, head_dim, d, first, og);
-            g0 += 4;
-          } else {
-            two ? pv_tile<1, 2>(pg, max_len, rows, block_rows, head_dim, d, first, og)
-                : pv_tile<1, 1>(pg, max_len, rows, block_rows, head_dim, d, first, og);
-            g0 += 1;
-          }
+          const int64_t heads = group - g0 >= 4 ? 4 : 1;
+          heads == 4 ? pv_slices<4>(slices, pg, max_len, rows, block_rows, head_dim, d, j0 == 0, og)
+                     : pv_slices<1>(slices, pg, max_len, rows, block_rows, head_dim, d, j0 == 0, og);
+          g0 += heads;
         }
       }
+      d += 8 * slices;
     }
   }
 }
