@@ -16,8 +16,6 @@
 #include <cmath>
 #include <vector>
 
-#include "base/fp8_e4m3.h"
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -282,6 +280,31 @@ void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* 
   }
 }
 
+// Rows 0..len-1 of one kv head (kv_offset, head_dim) of an fp8 table, as
+// e4m3 * scale in fp32, into `dst` (len * head_dim floats, contiguous);
+// head_dim is a multiple of 8. Eight codes at a time, each value built from
+// its bits as fp8_e4m3_to_f32 builds its table (normals rebiased, subnormals
+// m * 2^-9, S.1111.111 NaN), so the values are the table's, bit for bit.
+void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
+  const __m256i mag_bits = _mm256_set1_epi32(0x7f);  // all set: NaN
+  const __m256i min_normal = _mm256_set1_epi32(0x08), rebias = _mm256_set1_epi32(120 << 23);
+  const __m256 nan = _mm256_set1_ps(NAN), subnormal_unit = _mm256_set1_ps(1.0f / 512), scale = _mm256_set1_ps(t.scale);
+  for (int64_t j = 0; j < len; ++j) {
+    const uint8_t* src = t.row_fp8(j) + kv_offset;
+    float* out = dst + j * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + d)));
+      const __m256i mag = _mm256_and_si256(b, mag_bits);
+      const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), rebias));
+      const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), subnormal_unit);  // mag < 8 here
+      __m256 x = _mm256_blendv_ps(normal, subnormal, _mm256_castsi256_ps(_mm256_cmpgt_epi32(min_normal, mag)));
+      x = _mm256_blendv_ps(x, nan, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, mag_bits)));
+      x = _mm256_or_ps(x, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_andnot_si256(mag_bits, b), 24)));
+      _mm256_storeu_ps(out + d, _mm256_mul_ps(x, scale));
+    }
+  }
+}
+
 #pragma GCC pop_options
 
 bool cpu_has_avx2_fma() {
@@ -298,16 +321,6 @@ std::vector<float>& thread_probs() {
 std::vector<float>& thread_kv_rows() {
   thread_local std::vector<float> rows;
   return rows;
-}
-
-// Rows 0..len-1 of one kv head (kv_offset, head_dim) of an fp8 table, as
-// e4m3 * scale in fp32, into `dst` (len * head_dim floats, contiguous).
-void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
-  for (int64_t j = 0; j < len; ++j) {
-    const uint8_t* src = t.row_fp8(j) + kv_offset;
-    float* out = dst + j * head_dim;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] = fp8_e4m3_to_f32(src[d]) * t.scale;
-  }
 }
 
 // Most bytes of dequantized K and V one unit may take per thread; longer
