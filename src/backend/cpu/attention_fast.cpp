@@ -1,19 +1,20 @@
-// attention_batch_fast: the reference's split of (token, kv head) units over
-// the pool by K/V rows read, with one unit's `group` query heads attended by
-// AVX2+FMA code (compiled for that ISA in the region below, entered only
-// after checking the CPU). Scores: each K row is loaded once for all heads of
-// the group; softmax: a vectorized exp (degree-7 polynomial after reduction by
-// ln 2, within a few ulp of expf); P V: one 8-float slice of every head's
-// output in registers while the V rows pass. An fp8 cache's rows of a unit's
-// kv head are dequantized into per-thread scratch first, then the same code
-// runs over them.
+// attention_batch_fast: the reference's split of units over the pool by K/V
+// rows read, a unit being one kv head and a tile of up to kQueryTile
+// consecutive tokens of one sequence (a prefill reads each K/V block once per
+// tile, not once per token), attended by AVX2+FMA code (compiled for that ISA
+// in the region below, entered only after checking the CPU). Scores: a block
+// of K rows stays in L1 while every query vector of the tile (tokens x heads
+// of the group) passes over it; softmax: a vectorized exp (degree-7
+// polynomial after reduction by ln 2, within a few ulp of expf); P V: three
+// 8-float slices of four heads' outputs in registers while a block of V rows
+// passes, for each token of the tile in turn, each token stopping at its own
+// causal length. An fp8 cache's rows of a unit's kv head are dequantized into
+// per-thread scratch first, then the same code runs over them.
 #include "backend/cpu/attention_fast.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include "base/fp8_e4m3.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -63,61 +64,82 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// Lane i of the result is the sum of a[i]'s lanes.
-inline __m256 hsum8(const __m256 (&a)[8]) {
-  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+// Lane i of the result is the sum of a[i]'s lanes, pairwise:
+// ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)).
+inline __m128 hsum4(const __m256* a) {
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
-// Scores of R K rows (from j0) against H query heads (from g0), R * H = 8:
-// each K slice is loaded once for the H heads and each q slice once for the
-// R rows, so a multiply-add costs 0.75 loads (R = 4) instead of two; the
-// eight dot products are summed across lanes together.
+// Scores of R K rows (kr[0 .. R), key positions from j0) against H query
+// vectors (qs, scores into ps[h][j]), R * H = 8 or 12 accumulators: each q
+// slice is loaded once for the R rows, and twelve independent multiply-add
+// chains (R = 4, H = 3) keep both FMA pipes busy past their latency; the dot
+// products are summed across lanes four at a time.
 template <int R, int H>
-inline void qk_tile(const float* q, const KvRowTable& k, int64_t kv_offset, int64_t head_dim, int64_t len,
-                    int64_t j0, int64_t g0, float scale, float* probs) {
-  static_assert(R * H == 8);
-  const float* kr[R];
-  for (int r = 0; r < R; ++r) kr[r] = k.row(j0 + r) + kv_offset;
-  __m256 acc[8];
+[[gnu::always_inline]] inline void qk_tile(const float* const (&qs)[H], float* const (&ps)[H], const float* const* kr,
+                                           int64_t head_dim, int64_t j0, float scale) {
+  static_assert(R * H % 4 == 0 && R * H <= 12);
+  __m256 acc[R * H];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t d = 0; d < head_dim; d += 8) {
     __m256 kv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) kv[r] = _mm256_loadu_ps(kr[r] + d);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int h = 0; h < H; ++h) {
-      const __m256 qv = _mm256_loadu_ps(q + (g0 + h) * head_dim + d);
+      const __m256 qv = _mm256_loadu_ps(qs[h] + d);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[h * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[h * R + r]);
     }
   }
-  alignas(32) float sums[8];
-  _mm256_store_ps(sums, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+  alignas(16) float sums[R * H];
+  for (int i = 0; i < R * H; i += 4) _mm_store_ps(sums + i, _mm_mul_ps(hsum4(acc + i), _mm_set1_ps(scale)));
   for (int h = 0; h < H; ++h) {
-    for (int r = 0; r < R; ++r) probs[(g0 + h) * len + j0 + r] = sums[h * R + r];
+    for (int r = 0; r < R; ++r) ps[h][j0 + r] = sums[h * R + r];
   }
 }
 
-// out[g, d .. d + 8 * S) = sum_j probs[g, j] v_j for G heads: per V row, S
-// slice loads and G broadcasts feed G * S multiply-adds.
+// One score the plain way, for the K rows the tiles leave over: the same
+// multiply-add chain per lane as qk_tile and the lanes summed in hsum4's
+// order, so a score has the same bits whichever routine computes it (and so
+// whichever other queries share the tile).
+inline float qk_one(const float* qv, const float* kj, int64_t head_dim, float scale) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t d = 0; d < head_dim; d += 8) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), _mm256_loadu_ps(kj + d), acc);
+  }
+  const __m256 pairs = _mm256_hadd_ps(acc, acc);
+  const __m256 quads = _mm256_hadd_ps(pairs, pairs);
+  const __m128 sum = _mm_add_ss(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1));
+  return _mm_cvtss_f32(_mm_mul_ss(sum, _mm_set_ss(scale)));
+}
+
+// out[g, d .. d + 8 * S) += sum_{j < rows} probs[g * stride + j] vr[j] for
+// G heads, starting from zero when `first`: per V row, S slice loads and G
+// broadcasts feed G * S multiply-adds (G = 4, S = 3: twelve independent
+// chains in the sixteen registers). Each accumulator takes the rows in order,
+// however the caller splits them into blocks or slices. The tiles and their
+// dispatchers are always inlined: compiled on its own, pv_tile<4, 3> kept its
+// accumulators on the stack (g++ 12).
 template <int G, int S>
-inline void pv_tile(const float* probs, int64_t len, const KvRowTable& v, int64_t kv_offset, int64_t head_dim,
-                    int64_t d, float* out) {
+[[gnu::always_inline]] inline void pv_tile(const float* probs, int64_t stride, const float* const* vr, int64_t rows,
+                                           int64_t head_dim, int64_t d, bool first, float* out) {
   __m256 acc[G][S];
   for (int g = 0; g < G; ++g) {
-    for (int s = 0; s < S; ++s) acc[g][s] = _mm256_setzero_ps();
+    for (int s = 0; s < S; ++s) {
+      acc[g][s] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + g * head_dim + d + 8 * s);
+    }
   }
-  for (int64_t j = 0; j < len; ++j) {
-    const float* vj = v.row(j) + kv_offset + d;
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* vj = vr[j] + d;
     __m256 vv[S];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int s = 0; s < S; ++s) vv[s] = _mm256_loadu_ps(vj + 8 * s);
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      const __m256 p = _mm256_broadcast_ss(probs + g * len + j);
-#pragma GCC unroll 2
+      const __m256 p = _mm256_broadcast_ss(probs + g * stride + j);
+#pragma GCC unroll 4
       for (int s = 0; s < S; ++s) acc[g][s] = _mm256_fmadd_ps(p, vv[s], acc[g][s]);
     }
   }
@@ -126,76 +148,160 @@ inline void pv_tile(const float* probs, int64_t len, const KvRowTable& v, int64_
   }
 }
 
-// One score the plain way: the K rows and heads the tiles leave over.
-inline float qk_one(const float* qg, const float* kj, int64_t head_dim) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 16 <= head_dim; d += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(kj + d), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d + 8), _mm256_loadu_ps(kj + d + 8), a1);
+// pv_tile over the widest run of slices that fits: `slices` is 1 to 3.
+template <int G>
+[[gnu::always_inline]] inline void pv_slices(int64_t slices, const float* probs, int64_t stride, const float* const* vr,
+                                             int64_t rows, int64_t head_dim, int64_t d, bool first, float* out) {
+  switch (slices) {
+    case 3:
+      return pv_tile<G, 3>(probs, stride, vr, rows, head_dim, d, first, out);
+    case 2:
+      return pv_tile<G, 2>(probs, stride, vr, rows, head_dim, d, first, out);
+    default:
+      return pv_tile<G, 1>(probs, stride, vr, rows, head_dim, d, first, out);
   }
-  if (d < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(kj + d), a0);
-  return hsum(_mm256_add_ps(a0, a1));
 }
 
-// One unit: `group` query heads (q, out: group * head_dim floats) against
-// K/V rows 0..len-1 at kv_offset. head_dim is a multiple of 8. A score's
-// summation order depends only on len, head_dim and group, never on the
-// other work in the call.
-void attend_group_avx2(const float* q, int64_t len, const KvRowTable& k, const KvRowTable& v, int64_t kv_offset,
-                       int64_t group, int64_t head_dim, float scale, float* probs, float* out) {
-  const int64_t tiled_rows = len / 8 * 8;  // rows in tiles of 4 (pairs of heads) or 8 (one head)
-  int64_t g = 0;
-  for (; g + 2 <= group; g += 2) {
-    for (int64_t j = 0; j < tiled_rows; j += 4) qk_tile<4, 2>(q, k, kv_offset, head_dim, len, j, g, scale, probs);
+// probs[0 .. len) <- softmax(probs[0 .. len)) in place.
+void softmax_row(float* p, int64_t len) {
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
+  float max_score = hmax(mv);
+  for (; j < len; ++j) max_score = std::max(max_score, p[j]);
+  const __m256 m = _mm256_set1_ps(max_score);
+  __m256 sv = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= len; j += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
+    _mm256_storeu_ps(p + j, e);
+    sv = _mm256_add_ps(sv, e);
   }
-  if (g < group) {
-    for (int64_t j = 0; j < tiled_rows; j += 8) qk_tile<8, 1>(q, k, kv_offset, head_dim, len, j, g, scale, probs);
+  if (j < len) {
+    // The tail through the same exp, padded with -inf (e^-inf = 0 here).
+    alignas(32) float tail[8];
+    for (int i = 0; i < 8; ++i) tail[i] = j + i < len ? p[j + i] - max_score : -INFINITY;
+    const __m256 e = exp_nonpositive(_mm256_load_ps(tail));
+    _mm256_store_ps(tail, e);
+    sv = _mm256_add_ps(sv, e);
+    for (int i = 0; j + i < len; ++i) p[j + i] = tail[i];
   }
-  for (int64_t j = tiled_rows; j < len; ++j) {
-    const float* kj = k.row(j) + kv_offset;
-    for (int64_t h = 0; h < group; ++h) probs[h * len + j] = qk_one(q + h * head_dim, kj, head_dim) * scale;
+  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sv));
+  for (j = 0; j + 8 <= len; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), inv));
+  for (; j < len; ++j) p[j] *= _mm256_cvtss_f32(inv);
+}
+
+// K rows per block of the score pass and V rows per block of the P V pass:
+// a block is read from memory once and stays in L1 while every query vector
+// of the tile passes over it. kKeyBlock is a multiple of 8 (qk_tile<8, 1>).
+constexpr int64_t kKeyBlock = 16;
+constexpr int64_t kValueBlock = 64;
+
+// The query vectors of a tile, vector u being token u / group's head
+// u % group, and their score rows.
+struct TileVectors {
+  const float* q;
+  int64_t stride, group, head_dim;
+  const int64_t* lens;
+  float* probs;
+  int64_t max_len;
+
+  const float* query(int64_t u) const { return q + u / group * stride + u % group * head_dim; }
+  float* scores(int64_t u) const { return probs + u * max_len; }
+  int64_t len(int64_t u) const { return lens[u / group]; }
+};
+
+// Scores of vectors u .. u + H - 1 against a block's K rows from j0
+// (krows[0] is row j0), up to the longest of their lengths: tiles of R rows,
+// then one row at a time.
+template <int R, int H>
+[[gnu::always_inline]] inline void qk_block(const TileVectors& t, int64_t u, const float* const* krows, int64_t j0,
+                                            float scale) {
+  const float* qs[H];
+  float* ps[H];
+  int64_t len = 0;
+  for (int h = 0; h < H; ++h) {
+    qs[h] = t.query(u + h);
+    ps[h] = t.scores(u + h);
+    len = std::max(len, t.len(u + h));
   }
-  for (int64_t g = 0; g < group; ++g) {
-    float* p = probs + g * len;
-    __m256 mv = _mm256_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 8 <= len; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
-    float max_score = hmax(mv);
-    for (; j < len; ++j) max_score = std::max(max_score, p[j]);
-    const __m256 m = _mm256_set1_ps(max_score);
-    __m256 sv = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= len; j += 8) {
-      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
-      _mm256_storeu_ps(p + j, e);
-      sv = _mm256_add_ps(sv, e);
+  const int64_t j1 = std::min(j0 + kKeyBlock, len);
+  int64_t j = j0;
+  for (; j + R <= j1; j += R) qk_tile<R, H>(qs, ps, krows + (j - j0), t.head_dim, j, scale);
+  for (; j < j1; ++j) {
+    for (int h = 0; h < H; ++h) ps[h][j] = qk_one(qs[h], krows[j - j0], t.head_dim, scale);
+  }
+}
+
+// One unit: tokens 0..n-1 of a query tile (q and out rows `stride` floats
+// apart, `group` query heads of head_dim floats each from there), token i
+// attending to K/V rows 0..lens[i]-1 at kv_offset. head_dim is a multiple of
+// 8. probs holds n * group * max(lens) floats. Each output is computed in an
+// order that depends only on its own length, head_dim and group: every
+// score is one fixed multiply-add chain, each softmax runs over its own row
+// and each P V accumulator takes its rows in order, so a token has the same
+// bits in a tile as alone.
+void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* lens, const KvRowTable& k,
+                      const KvRowTable& v, int64_t kv_offset, int64_t group, int64_t head_dim, float scale,
+                      float* probs, float* out) {
+  const int64_t max_len = *std::max_element(lens, lens + n);
+  const TileVectors t{q, stride, group, head_dim, lens, probs, max_len};
+  const int64_t vecs = n * group;
+  // Row addresses once per block (KvRowTable::row divides by the block size).
+  const float* rows[std::max(kKeyBlock, kValueBlock)];
+  for (int64_t j0 = 0; j0 < max_len; j0 += kKeyBlock) {
+    for (int64_t j = j0; j < std::min(j0 + kKeyBlock, max_len); ++j) rows[j - j0] = k.row(j) + kv_offset;
+    for (int64_t u = 0; u < vecs;) {
+      const int64_t h = std::min<int64_t>(3, vecs - u);
+      h == 3   ? qk_block<4, 3>(t, u, rows, j0, scale)
+      : h == 2 ? qk_block<4, 2>(t, u, rows, j0, scale)
+               : qk_block<8, 1>(t, u, rows, j0, scale);
+      u += h;
     }
-    if (j < len) {
-      // The tail through the same exp, padded with -inf (e^-inf = 0 here).
-      alignas(32) float tail[8];
-      for (int i = 0; i < 8; ++i) tail[i] = j + i < len ? p[j + i] - max_score : -INFINITY;
-      const __m256 e = exp_nonpositive(_mm256_load_ps(tail));
-      _mm256_store_ps(tail, e);
-      sv = _mm256_add_ps(sv, e);
-      for (int i = 0; j + i < len; ++i) p[j + i] = tail[i];
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum(sv));
-    for (j = 0; j + 8 <= len; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), inv));
-    for (; j < len; ++j) p[j] *= _mm256_cvtss_f32(inv);
   }
-  for (int64_t g0 = 0; g0 < group;) {
-    const int64_t heads = group - g0 >= 4 ? 4 : 1;
-    const float* pg = probs + g0 * len;
-    float* og = out + g0 * head_dim;
-    int64_t d = 0;
-    if (heads == 4) {
-      for (; d + 16 <= head_dim; d += 16) pv_tile<4, 2>(pg, len, v, kv_offset, head_dim, d, og);
-      if (d < head_dim) pv_tile<4, 1>(pg, len, v, kv_offset, head_dim, d, og);
-    } else {
-      for (; d + 16 <= head_dim; d += 16) pv_tile<1, 2>(pg, len, v, kv_offset, head_dim, d, og);
-      if (d < head_dim) pv_tile<1, 1>(pg, len, v, kv_offset, head_dim, d, og);
+  for (int64_t u = 0; u < vecs; ++u) softmax_row(t.scores(u), t.len(u));
+  for (int64_t j0 = 0; j0 < max_len; j0 += kValueBlock) {
+    for (int64_t j = j0; j < std::min(j0 + kValueBlock, max_len); ++j) rows[j - j0] = v.row(j) + kv_offset;
+    for (int64_t d = 0; d < head_dim;) {
+      const int64_t slices = std::min<int64_t>(3, (head_dim - d) / 8);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t block_rows = std::min(j0 + kValueBlock, lens[i]) - j0;
+        if (block_rows <= 0) continue;
+        for (int64_t g0 = 0; g0 < group;) {
+          const float* pg = t.scores(i * group + g0) + j0;
+          float* og = out + i * stride + g0 * head_dim;
+          const int64_t heads = group - g0 >= 4 ? 4 : 1;
+          heads == 4 ? pv_slices<4>(slices, pg, max_len, rows, block_rows, head_dim, d, j0 == 0, og)
+                     : pv_slices<1>(slices, pg, max_len, rows, block_rows, head_dim, d, j0 == 0, og);
+          g0 += heads;
+        }
+      }
+      d += 8 * slices;
     }
-    g0 += heads;
+  }
+}
+
+// Rows 0..len-1 of one kv head (kv_offset, head_dim) of an fp8 table, as
+// e4m3 * scale in fp32, into `dst` (len * head_dim floats, contiguous);
+// head_dim is a multiple of 8. Eight codes at a time, each value built from
+// its bits as fp8_e4m3_to_f32 builds its table (normals rebiased, subnormals
+// m * 2^-9, S.1111.111 NaN), so the values are the table's, bit for bit.
+void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
+  const __m256i mag_bits = _mm256_set1_epi32(0x7f);  // all set: NaN
+  const __m256i min_normal = _mm256_set1_epi32(0x08), rebias = _mm256_set1_epi32(120 << 23);
+  const __m256 nan = _mm256_set1_ps(NAN), subnormal_unit = _mm256_set1_ps(1.0f / 512), scale = _mm256_set1_ps(t.scale);
+  for (int64_t j = 0; j < len; ++j) {
+    const uint8_t* src = t.row_fp8(j) + kv_offset;
+    float* out = dst + j * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + d)));
+      const __m256i mag = _mm256_and_si256(b, mag_bits);
+      const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), rebias));
+      const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), subnormal_unit);  // mag < 8 here
+      __m256 x = _mm256_blendv_ps(normal, subnormal, _mm256_castsi256_ps(_mm256_cmpgt_epi32(min_normal, mag)));
+      x = _mm256_blendv_ps(x, nan, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, mag_bits)));
+      x = _mm256_or_ps(x, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_andnot_si256(mag_bits, b), 24)));
+      _mm256_storeu_ps(out + d, _mm256_mul_ps(x, scale));
+    }
   }
 }
 
@@ -217,19 +323,14 @@ std::vector<float>& thread_kv_rows() {
   return rows;
 }
 
-// Rows 0..len-1 of one kv head (kv_offset, head_dim) of an fp8 table, as
-// e4m3 * scale in fp32, into `dst` (len * head_dim floats, contiguous).
-void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
-  for (int64_t j = 0; j < len; ++j) {
-    const uint8_t* src = t.row_fp8(j) + kv_offset;
-    float* out = dst + j * head_dim;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] = fp8_e4m3_to_f32(src[d]) * t.scale;
-  }
-}
-
 // Most bytes of dequantized K and V one unit may take per thread; longer
 // contexts read an fp8 cache through the reference.
 constexpr int64_t kMaxFp8ScratchBytes = int64_t{64} << 20;
+
+// Tokens of one sequence attended together per pass over their K/V rows (a
+// prefill's rows are read once per tile instead of once per token). The
+// tiles of a sequence start at its first token, whatever else is in the call.
+constexpr int64_t kQueryTile = 4;
 
 }  // namespace
 
@@ -250,8 +351,8 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
   const int64_t group = shape.num_heads / shape.num_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
-  // As the reference: a unit is one token and one kv head, costed by the
-  // K/V rows it reads; each thread takes a contiguous run of about equal cost.
+  // A unit is one query tile and one kv head, costed by the K/V rows its
+  // tokens attend to; each thread takes a contiguous run of about equal cost.
   int64_t total_cost = 0, max_len = 0;
   for (const AttentionSequence& seq : seqs) {
     for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
@@ -269,34 +370,43 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
   const int64_t parts = pool.num_threads();
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float>& probs = thread_probs();
-    if (probs.size() < static_cast<size_t>(group * max_len)) probs.resize(static_cast<size_t>(group * max_len));
+    if (probs.size() < static_cast<size_t>(kQueryTile * group * max_len)) {
+      probs.resize(static_cast<size_t>(kQueryTile * group * max_len));
+    }
     std::vector<float>& kv_rows = thread_kv_rows();
     if (fp8 && kv_rows.size() < static_cast<size_t>(2 * max_len * head_dim)) {
       kv_rows.resize(static_cast<size_t>(2 * max_len * head_dim));
     }
     int64_t cost_before = 0;
     for (const AttentionSequence& seq : seqs) {
-      for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
-        const int64_t len = positions[static_cast<size_t>(r)] + 1;
+      const int64_t seq_end = seq.first_token + seq.num_tokens;
+      for (int64_t r = seq.first_token; r < seq_end; r += kQueryTile) {
+        const int64_t n = std::min(kQueryTile, seq_end - r);
+        int64_t lens[kQueryTile], cost = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          lens[i] = positions[static_cast<size_t>(r + i)] + 1;
+          cost += lens[i];
+        }
+        const int64_t tile_len = *std::max_element(lens, lens + n);
         for (int64_t kvh = 0; kvh < shape.num_kv_heads; ++kvh) {
           const int64_t part = cost_before * parts / total_cost;
-          cost_before += len;
+          cost_before += cost;
           if (part < part_begin || part >= part_end) continue;
           const int64_t offset = kvh * group * head_dim;
           if (seq.k.is_fp8()) {
             float* k_rows = kv_rows.data();
-            float* v_rows = k_rows + len * head_dim;
-            dequantize_head(seq.k, len, kvh * head_dim, head_dim, k_rows);
-            dequantize_head(seq.v, len, kvh * head_dim, head_dim, v_rows);
+            float* v_rows = k_rows + tile_len * head_dim;
+            dequantize_head(seq.k, tile_len, kvh * head_dim, head_dim, k_rows);
+            dequantize_head(seq.v, tile_len, kvh * head_dim, head_dim, v_rows);
             const float* k_block[1] = {k_rows};
             const float* v_block[1] = {v_rows};
-            const KvRowTable k{k_block, len, head_dim, {}, 1.0f}, v{v_block, len, head_dim, {}, 1.0f};
-            attend_group_avx2(q + r * q_dim + offset, len, k, v, 0, group, head_dim, scale, probs.data(),
-                              out + r * q_dim + offset);
+            const KvRowTable k{k_block, tile_len, head_dim, {}, 1.0f}, v{v_block, tile_len, head_dim, {}, 1.0f};
+            attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, k, v, 0, group, head_dim, scale, probs.data(),
+                             out + r * q_dim + offset);
             continue;
           }
-          attend_group_avx2(q + r * q_dim + offset, len, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
-                            probs.data(), out + r * q_dim + offset);
+          attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
+                           probs.data(), out + r * q_dim + offset);
         }
       }
     }

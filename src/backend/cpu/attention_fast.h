@@ -1,10 +1,14 @@
 // attention_batch for the optimized kernel set: the reference's contract and
-// work split (reference_kernels.h), with AVX2+FMA dot products, a vectorized
-// exp, and per-thread scratch reused across calls (no allocation per step).
-// Results differ from the reference by fp32 summation order and the exp
-// approximation (a few ulp); attention_fast_test.cpp states the tolerance.
-// Each output is computed by one thread in a fixed order, so results do not
-// depend on the thread count or on which other sequences share the call.
+// split of work by K/V rows read (reference_kernels.h), with AVX2+FMA dot
+// products, a vectorized exp, and per-thread scratch reused across calls (no
+// allocation per step). Results differ from the reference by fp32 summation
+// order and the exp approximation (a few ulp); attention_fast_test.cpp states
+// the tolerance. Each output is computed by one thread in an order that depends
+// only on its own causal length and the shape: tokens of a prefill are attended
+// in tiles that share each pass over K/V, but a token has the same bits in a
+// tile as alone, so results do not depend on the thread count, on how a
+// sequence's tokens are split into calls or on which other sequences share the
+// call.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +21,8 @@ namespace tern::cpu {
 
 // As attention_batch. Falls back to it where the CPU lacks AVX2/FMA or
 // head_dim is not a multiple of 8. An fp8 cache (KvRowTable::fp8_blocks) is
-// dequantized per unit (one token, one kv head) into per-thread scratch, so
-// its outputs have the bits of this kernel over an fp32 cache holding the
+// dequantized per unit (a tile of tokens, one kv head) into per-thread scratch,
+// so its outputs have the bits of this kernel over an fp32 cache holding the
 // dequantized values; past 64 MiB of scratch (very long contexts) the
 // reference reads it instead.
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,

@@ -64,8 +64,8 @@ TEST(AttentionFp8, EqualsFp32AttentionOverDequantizedValues) {
     AttentionShape shape;
     int64_t block_size;
   };
-  for (const Case& c : {Case{{16, 2, 64}, 16}, Case{{4, 4, 24}, 5}, Case{{8, 1, 16}, 7}, Case{{6, 2, 40}, 3},
-                        Case{{3, 1, 20}, 1}}) {
+  for (const Case& c :
+       {Case{{16, 2, 64}, 16}, Case{{4, 4, 24}, 5}, Case{{8, 1, 16}, 7}, Case{{6, 2, 40}, 3}, Case{{3, 1, 20}, 1}}) {
     const AttentionShape& shape = c.shape;
     const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
     // A decode at an odd length, a prefill chunk mid-prompt, a whole short prompt.
@@ -108,6 +108,59 @@ TEST(AttentionFp8, EqualsFp32AttentionOverDequantizedValues) {
     for (float x : fp8) reach = std::max(reach, std::fabs(static_cast<double>(x)));
     EXPECT_LE(worst, 2e-5 * std::max(1.0, reach)) << what;
   }
+}
+
+// Every finite e4m3 code, both signs, subnormals and zeros included, in the
+// K and V rows of a prefill: the optimized kernel dequantizes eight codes at
+// a time from their bits, and must get the table's values.
+TEST(AttentionFp8, EveryFiniteCodeDequantizesAsTheTable) {
+  const AttentionShape shape{16, 2, 128};
+  const int64_t kv_dim = shape.num_kv_heads * shape.head_dim, q_dim = shape.num_heads * shape.head_dim;
+  const int64_t len = 19, block_size = 8;
+  std::vector<uint8_t> codes;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) != 0x7f) codes.push_back(static_cast<uint8_t>(c));
+  }
+  std::mt19937 rng(5);
+  std::shuffle(codes.begin(), codes.end(), rng);
+  std::vector<std::vector<uint8_t>> fp8[2];
+  std::vector<std::vector<float>> f32[2];
+  std::vector<const uint8_t*> fp8_ptrs[2];
+  std::vector<const float*> f32_ptrs[2];
+  const float scales[2] = {1.0f / 256, 0.5f};  // K: scores within a few units; V: as stored
+  size_t next = 0;
+  for (int t = 0; t < 2; ++t) {
+    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) {
+      fp8[t].emplace_back(static_cast<size_t>(block_size * kv_dim));
+      f32[t].emplace_back(fp8[t].back().size());
+      for (size_t i = 0; i < fp8[t].back().size(); ++i) {
+        fp8[t].back()[i] = codes[next++ % codes.size()];
+        f32[t].back()[i] = fp8_e4m3_to_f32(fp8[t].back()[i]) * scales[t];
+      }
+    }
+    for (size_t b = 0; b < fp8[t].size(); ++b) {
+      fp8_ptrs[t].push_back(fp8[t][b].data());
+      f32_ptrs[t].push_back(f32[t][b].data());
+    }
+  }
+  std::vector<int64_t> positions;
+  for (int64_t p = 0; p < len; ++p) positions.push_back(p);
+  const auto n = static_cast<int64_t>(positions.size());
+  const AttentionSequence fp8_seq{0, n, KvRowTable{{}, block_size, kv_dim, fp8_ptrs[0], scales[0]},
+                                  KvRowTable{{}, block_size, kv_dim, fp8_ptrs[1], scales[1]}};
+  const AttentionSequence f32_seq{0, n, KvRowTable{f32_ptrs[0], block_size, kv_dim, {}, 1.0f},
+                                  KvRowTable{f32_ptrs[1], block_size, kv_dim, {}, 1.0f}};
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(n * q_dim));
+  for (float& x : q) x = d(rng);
+  ThreadPool pool(2);
+  std::vector<float> from_fp8(q.size(), NAN), from_f32(q.size(), NAN);
+  attention_batch_fast(pool, q.data(), positions, std::span<const AttentionSequence>(&fp8_seq, 1), shape,
+                       from_fp8.data());
+  attention_batch_fast(pool, q.data(), positions, std::span<const AttentionSequence>(&f32_seq, 1), shape,
+                       from_f32.data());
+  for (float x : from_fp8) ASSERT_FALSE(std::isnan(x));
+  EXPECT_EQ(0, std::memcmp(from_fp8.data(), from_f32.data(), from_f32.size() * 4));
 }
 
 }  // namespace
