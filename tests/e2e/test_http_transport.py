@@ -414,6 +414,30 @@ def test_slowloris_is_cut_off(start):
     assert srv.alive()
 
 
+def test_idle_keep_alive_is_timed_as_idle_and_closed_at_shutdown(start):
+    # Between requests a keep-alive connection is idle, not reading one: the
+    # read timeout does not apply (no 408, no close) and SIGTERM closes it at
+    # once. Each request's head and body go out as separate segments, as
+    # HTTP clients send them, which can leave a readiness event behind for
+    # the wait that follows; that wait must not take it for a request.
+    srv = start("--read-timeout-ms", 300, "--idle-timeout-ms", 10000, "--shutdown-timeout-ms", 10000)
+    with srv.connect() as s:
+        r = Reader(s)
+        for i in range(3):
+            req = raw_request("POST", "/echo", body=b'{"i": %d}' % i)
+            head, body = req.split(b"\r\n\r\n", 1)
+            s.sendall(head + b"\r\n\r\n")
+            time.sleep(0.01)
+            s.sendall(body)
+            assert r.response()[0] == 200
+            time.sleep(0.6)  # twice the read timeout, idle
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert r.closed(1.0), "an idle keep-alive connection should close at once"
+    assert srv.proc.wait(timeout=5) == 0
+    assert time.monotonic() - t0 < 2.0
+
+
 def test_too_many_connections_503(start):
     srv = start("--max-connections", 3)
     held = [srv.connect() for _ in range(3)]
@@ -592,6 +616,31 @@ def test_sigterm_while_streaming_exits_0_within_timeout(start):
     for s in streams:
         assert Reader(s).closed(1.0)
         s.close()
+
+
+def test_sigterm_closes_a_head_still_arriving_and_finishes_a_body(start):
+    # A request whose head has not all arrived is not in flight yet: shutdown
+    # closes its connection at once rather than waiting up to the read
+    # timeout. One whose head arrived is; it finishes once its body does.
+    srv = start("--shutdown-timeout-ms", 10000, "--read-timeout-ms", 10000)
+    head_only = srv.connect()
+    head_only.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    with_body = srv.connect()
+    req = raw_request("POST", "/echo", body=b"0123456789")
+    with_body.sendall(req[:-5])
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert Reader(head_only).closed(1.0), "a request head still arriving should not hold the drain"
+    time.sleep(0.2)
+    with_body.sendall(req[-5:])
+    status, headers, body, _ = Reader(with_body).response()
+    assert (status, body) == (200, b"0123456789")
+    assert headers.get("connection") == "close"
+    assert srv.proc.wait(timeout=5) == 0
+    assert time.monotonic() - t0 < 3.0
+    head_only.close()
+    with_body.close()
 
 
 def test_sigint_with_nothing_in_flight_exits_at_once(start):

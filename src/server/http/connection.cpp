@@ -26,10 +26,12 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <type_traits>
 
 #include "server/http/beast_request.h"
@@ -131,10 +133,17 @@ class Connection final : public EventTarget, public std::enable_shared_from_this
 
   void start() { asio::co_spawn(strand_, run(this->shared_from_this()), asio::detached); }
 
+  // A connection still reading a request's head has no request yet: it is
+  // closed like an idle one (as uvicorn does), so a client that began one
+  // (or a request line trickling in) does not hold the drain for up to
+  // --http-read-timeout. One whose head arrived is reading its body: that
+  // request is in flight and finishes.
   void begin_shutdown() override {
     asio::post(strand_, [self = this->shared_from_this()] {
       self->shutting_down_ = true;
-      if (self->phase_ == Phase::kIdle) self->close_socket();
+      if (self->phase_ == Phase::kIdle || (self->phase_ == Phase::kReading && !self->head_read_)) {
+        self->close_socket();
+      }
     });
   }
   void force_close() override {
@@ -142,6 +151,19 @@ class Connection final : public EventTarget, public std::enable_shared_from_this
       self->shutting_down_ = true;
       self->mark_gone();
       self->close_socket();
+    });
+  }
+
+  void log_busy() override {
+    asio::post(strand_, [self = this->shared_from_this()] {
+      static constexpr const char* kPhases[] = {"idle", "reading a request", "handling", "closing"};
+      spdlog::warn("http: connection {} still open: {}{} ({} bytes buffered, {} requests served){}{}{}{}", self->remote_,
+                   self->phase_ == Phase::kReading && self->head_read_ ? "reading a request's body"
+                                                                       : kPhases[static_cast<int>(self->phase_)],
+                   self->phase_ == Phase::kHandling ? " " + self->target_ : std::string(), self->buffer_.size(),
+                   self->requests_,
+                   self->monitor_pending_ ? ", read pending" : "", self->gone_ ? ", client gone" : "",
+                   self->closed_ ? ", socket closed" : "", self->shutting_down_ ? ", told to close" : "");
     });
   }
 
@@ -203,6 +225,9 @@ class Connection final : public EventTarget, public std::enable_shared_from_this
   Phase phase_ = Phase::kIdle;
   uint64_t id_ = 0;
   std::string remote_;
+  std::string target_;           // the request being handled: method and path
+  int64_t requests_ = 0;         // requests handled
+  bool head_read_ = false;       // the reading phase has the request's head
   bool read_timed_out_ = false;  // the request did not arrive whole within read_timeout
   bool gone_ = false;           // the peer left (or we closed on it)
   bool closed_ = false;         // the socket is closed
@@ -392,6 +417,16 @@ Task<bool> Connection<Stream>::handshake() {
 // Idle: waits until the next request's first bytes can be read (false: the
 // client left or the connection is closing). Plain TCP waits on the socket;
 // TLS must read, as a record may already sit decrypted in OpenSSL's buffers.
+//
+// A wait on the socket can end with nothing to read: Asio completes it on
+// any readiness event the reactor handles after the wait began, and an
+// event harvested while the previous request's last bytes sat in the socket
+// is still handled after a read took them (the reactor queues it behind
+// other work, so the window is wide on a busy machine). Taken as a request,
+// such a wake-up would put an idle keep-alive connection in the reading
+// phase: timed by --http-read-timeout (then a 408 nobody asked for) and not
+// closed at shutdown, which waited for it until --shutdown-timeout. So the
+// wait ends only when a byte, the end of the stream or an error is there.
 template <class Stream>
 Task<bool> Connection<Stream>::wait_for_request() {
   error_code ec;
@@ -399,7 +434,13 @@ Task<bool> Connection<Stream>::wait_for_request() {
     size_t n = co_await stream_.async_read_some(buffer_.prepare(kMonitorReadSize), redirect(ec));
     if (!ec) buffer_.commit(n);
   } else {
-    co_await socket_.async_wait(tcp::socket::wait_read, redirect(ec));
+    while (true) {
+      co_await socket_.async_wait(tcp::socket::wait_read, redirect(ec));
+      if (ec || closed_ || shutting_down_) break;
+      char byte;
+      if (::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) break;  // a byte, or the end
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) break;  // an error the read will report
+    }
   }
   co_return !ec && !closed_ && !shutting_down_;
 }
@@ -461,6 +502,7 @@ Task<void> Connection<Stream>::serve() {
     }
     first = false;
     phase_ = Phase::kReading;
+    head_read_ = false;
     set_deadline(Clock::now() + opt.read_timeout);
 
     BeastRequestParser parser;
@@ -470,6 +512,7 @@ Task<void> Connection<Stream>::serve() {
       co_await handle_read_error(ec);
       co_return;
     }
+    head_read_ = true;
     if (auto refusal = check_framing(parser)) {
       co_await send_error_and_close(refusal->status, std::move(refusal->message));
       co_return;
@@ -495,6 +538,8 @@ Task<void> Connection<Stream>::serve() {
     HttpRequest request = release_request(parser, remote_, keep_alive);
 
     phase_ = Phase::kHandling;
+    target_ = request.method + " " + request.path;
+    ++requests_;
     bool reusable = false;
     {
       struct InFlight {

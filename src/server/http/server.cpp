@@ -177,8 +177,9 @@ void HttpServer::Impl::drain_deadline() {
   // The owner ends what still runs (the engine aborts it), so handlers answer
   // with an error and end their streams properly; sockets close only if they
   // have not returned within the grace.
-  spdlog::warn("http: {} connection(s) still busy at the shutdown deadline; ending their requests",
-               ctx->live().size());
+  auto busy = ctx->live();
+  spdlog::warn("http: {} connection(s) still busy at the shutdown deadline; ending their requests", busy.size());
+  for (auto& c : busy) c->log_busy();
   ctx->options.on_drain_deadline();
   shutdown_timer.expires_after(kForceGrace);
   shutdown_timer.async_wait([this](const error_code& e) {

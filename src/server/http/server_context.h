@@ -36,6 +36,9 @@ class ConnectionControl {
   virtual void begin_shutdown() = 0;
   // Close now; a running handler sees client_gone().
   virtual void force_close() = 0;
+  // Logs (a warning) what the connection is doing: at the shutdown deadline,
+  // what still holds the drain.
+  virtual void log_busy() = 0;
 };
 
 class ServerContext {
