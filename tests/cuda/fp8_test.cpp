@@ -35,6 +35,7 @@
 #include "backend/cuda/kernels.h"
 #include "base/bf16.h"
 #include "base/thread_pool.h"
+#include "gemv_check.h"
 #include "gpu_test_util.h"
 
 namespace tern {
@@ -44,12 +45,9 @@ using cuda::bf16;
 using test::Bf16Data;
 using test::DeviceArray;
 
-constexpr bf16 kNanBf16 = 0x7fc0;
-
-std::vector<float> round_bf16(std::vector<float> v) {
-  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
-  return v;
-}
+using test::f32_matrix;
+using test::kNanBf16;
+using test::round_bf16;
 
 // A random bf16 matrix [n, k], its FP8 form and that form's fp32 values.
 struct Fp8Case {
@@ -80,10 +78,6 @@ Fp8Case random_fp8(std::mt19937& rng, int64_t n, int64_t k) {
                             c.dequantized.data() + r * k);
   }
   return c;
-}
-
-cpu::WeightMatrix f32_matrix(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  return cpu::WeightMatrix{DType::kF32, v.data(), rows, cols};
 }
 
 TEST(CudaFp8, ActivationQuantizerMatchesHostBitForBit) {
@@ -134,7 +128,6 @@ TEST(CudaFp8, WeightDequantizerMatchesHost) {
 // matrix and the same bf16 inputs (made on the host as the kernel makes them).
 void check_fp8_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, int sm_count,
                     std::mt19937& rng) {
-  ThreadPool pool(2);
   const std::string what = "fp8 gemv in " + std::to_string(static_cast<int>(in)) + " out " +
                            std::to_string(static_cast<int>(out)) + " T " + std::to_string(T) + " K " +
                            std::to_string(K) + " N " + std::to_string(N) + " sms " + std::to_string(sm_count);
@@ -149,59 +142,7 @@ void check_fp8_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t
   p.out_features = N;
   p.w_fp8 = d_w.get();
   p.w_scale = d_scale.get();
-  p.eps = 1e-5f;
-  std::vector<float> input;
-  Bf16Data xb;
-  std::vector<float> xf, nw;
-  std::unique_ptr<DeviceArray<bf16>> d_xb;
-  std::unique_ptr<DeviceArray<float>> d_xf, d_nw;
-  if (in == cuda::GemvInput::kBf16) {
-    xb = test::random_bf16(rng, static_cast<size_t>(T * K));
-    input = xb.values;
-    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
-    p.x_bf16 = d_xb->get();
-  } else if (in == cuda::GemvInput::kSiluMul) {
-    xb = test::random_bf16(rng, static_cast<size_t>(T * 2 * K), -6, 6);
-    input.resize(static_cast<size_t>(T * K));
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = xb.values.data() + t * 2 * K;
-      cpu::silu_mul(row, row + K, K, input.data() + t * K);
-    }
-    input = round_bf16(input);
-    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
-    p.x_bf16 = d_xb->get();
-  } else {
-    xf = test::random_f32(rng, static_cast<size_t>(T * K), -3, 3);
-    nw = test::random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
-    input.resize(xf.size());
-    cpu::rmsnorm(xf.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, input.data());
-    input = round_bf16(input);
-    d_xf = std::make_unique<DeviceArray<float>>(xf);
-    d_nw = std::make_unique<DeviceArray<float>>(nw);
-    p.x_f32 = d_xf->get();
-    p.norm_weight = d_nw->get();
-  }
-  std::vector<float> ref(static_cast<size_t>(T * N));
-  cpu::linear(pool, input.data(), T, f32_matrix(w.dequantized, N, K), ref.data());
-  if (out == cuda::GemvOutput::kBf16) {
-    DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
-    p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
-    const std::vector<float> got = test::to_f32(d_y.download());
-    if (in == cuda::GemvInput::kBf16) {
-      test::expect_bf16_close(got, ref, what);
-    } else {
-      EXPECT_LT(test::relative_l2(got, ref), 1e-2) << what;
-    }
-  } else {
-    const std::vector<float> y0 = test::random_f32(rng, ref.size(), -1, 1);
-    DeviceArray<float> d_y(y0);
-    p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
-    std::vector<float> got = d_y.download();
-    for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
-    EXPECT_LT(test::relative_l2(got, ref), 2e-3) << what << " (added into y)";
-  }
+  test::check_quantized_gemv(p, w.dequantized, sm_count, what, rng);
 }
 
 TEST(CudaFp8, GemvMatchesDequantizedReference) {

@@ -27,6 +27,7 @@
 #include "backend/cuda/kernels.h"
 #include "base/bf16.h"
 #include "base/thread_pool.h"
+#include "gemv_check.h"
 #include "gpu_test_util.h"
 
 namespace tern {
@@ -36,12 +37,9 @@ using cuda::bf16;
 using test::Bf16Data;
 using test::DeviceArray;
 
-constexpr bf16 kNanBf16 = 0x7fc0;
-
-std::vector<float> round_bf16(std::vector<float> v) {
-  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
-  return v;
-}
+using test::f32_matrix;
+using test::kNanBf16;
+using test::round_bf16;
 
 // A random int4 matrix [n, k] on the device, and its values on the host.
 struct Int4Case {
@@ -96,10 +94,6 @@ Int4Case random_int4(std::mt19937& rng, int64_t n, int64_t k, bool asymmetric) {
   return c;
 }
 
-cpu::WeightMatrix f32_matrix(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  return cpu::WeightMatrix{DType::kF32, v.data(), rows, cols};
-}
-
 TEST(CudaInt4, DequantizerMatchesHostBitForBit) {
   std::mt19937 rng(41);
   for (bool asymmetric : {false, true}) {
@@ -119,7 +113,6 @@ TEST(CudaInt4, DequantizerMatchesHostBitForBit) {
 // values and the same bf16 inputs (made on the host as the kernel makes them).
 void check_int4_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, bool asymmetric,
                      int sm_count, std::mt19937& rng) {
-  ThreadPool pool(2);
   const std::string what = "int4 gemv in " + std::to_string(static_cast<int>(in)) + " out " +
                            std::to_string(static_cast<int>(out)) + " T " + std::to_string(T) + " K " +
                            std::to_string(K) + " N " + std::to_string(N) + (asymmetric ? " Q8_0" : " Q4_0") + " sms " +
@@ -132,59 +125,7 @@ void check_int4_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_
   p.in_features = K;
   p.out_features = N;
   p.w_int4 = w.device();
-  p.eps = 1e-5f;
-  std::vector<float> input;
-  Bf16Data xb;
-  std::vector<float> xf, nw;
-  std::unique_ptr<DeviceArray<bf16>> d_xb;
-  std::unique_ptr<DeviceArray<float>> d_xf, d_nw;
-  if (in == cuda::GemvInput::kBf16) {
-    xb = test::random_bf16(rng, static_cast<size_t>(T * K));
-    input = xb.values;
-    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
-    p.x_bf16 = d_xb->get();
-  } else if (in == cuda::GemvInput::kSiluMul) {
-    xb = test::random_bf16(rng, static_cast<size_t>(T * 2 * K), -6, 6);
-    input.resize(static_cast<size_t>(T * K));
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = xb.values.data() + t * 2 * K;
-      cpu::silu_mul(row, row + K, K, input.data() + t * K);
-    }
-    input = round_bf16(input);
-    d_xb = std::make_unique<DeviceArray<bf16>>(xb.words);
-    p.x_bf16 = d_xb->get();
-  } else {
-    xf = test::random_f32(rng, static_cast<size_t>(T * K), -3, 3);
-    nw = test::random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
-    input.resize(xf.size());
-    cpu::rmsnorm(xf.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, input.data());
-    input = round_bf16(input);
-    d_xf = std::make_unique<DeviceArray<float>>(xf);
-    d_nw = std::make_unique<DeviceArray<float>>(nw);
-    p.x_f32 = d_xf->get();
-    p.norm_weight = d_nw->get();
-  }
-  std::vector<float> ref(static_cast<size_t>(T * N));
-  cpu::linear(pool, input.data(), T, f32_matrix(w.values, N, K), ref.data());
-  if (out == cuda::GemvOutput::kBf16) {
-    DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
-    p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
-    const std::vector<float> got = test::to_f32(d_y.download());
-    if (in == cuda::GemvInput::kBf16) {
-      test::expect_bf16_close(got, ref, what);
-    } else {
-      EXPECT_LT(test::relative_l2(got, ref), 1e-2) << what;
-    }
-  } else {
-    const std::vector<float> y0 = test::random_f32(rng, ref.size(), -1, 1);
-    DeviceArray<float> d_y(y0);
-    p.y = d_y.get();
-    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
-    std::vector<float> got = d_y.download();
-    for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
-    EXPECT_LT(test::relative_l2(got, ref), 2e-3) << what << " (added into y)";
-  }
+  test::check_quantized_gemv(p, w.values, sm_count, what, rng);
 }
 
 TEST(CudaInt4, GemvMatchesReference) {

@@ -1,0 +1,97 @@
+// The GEMV of quantized weights (FP8, int4) against the CPU reference over
+// the same weight values: inputs built in the form the kernel takes (bf16
+// rows, SiLU * up of bf16 pairs, RMSNorm of fp32 residual rows), the CPU's
+// linear over the bf16 rows the kernel should build, then the outputs
+// compared as the tests' headers state: bf16 outputs as gpu_test_util.h
+// (1e-2 relative L2 where the kernel built its own inputs), fp32 sums added
+// into y within 2e-3.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/reference_kernels.h"
+#include "backend/cuda/kernels.h"
+#include "base/bf16.h"
+#include "base/thread_pool.h"
+#include "gpu_test_util.h"
+
+namespace tern::test {
+
+constexpr cuda::bf16 kNanBf16 = 0x7fc0;
+
+inline std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+inline cpu::WeightMatrix f32_matrix(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return cpu::WeightMatrix{DType::kF32, v.data(), rows, cols};
+}
+
+// p: the weights, input and output forms and the shape set; `weights` the
+// [out_features, in_features] values the weights stand for.
+inline void check_quantized_gemv(cuda::GemvParams p, const std::vector<float>& weights, int sm_count,
+                                 const std::string& what, std::mt19937& rng) {
+  ThreadPool pool(2);
+  const int64_t T = p.num_tokens, K = p.in_features, N = p.out_features;
+  p.eps = 1e-5f;
+  std::vector<float> input;
+  Bf16Data xb;
+  std::vector<float> xf, nw;
+  std::unique_ptr<DeviceArray<cuda::bf16>> d_xb;
+  std::unique_ptr<DeviceArray<float>> d_xf, d_nw;
+  if (p.input == cuda::GemvInput::kBf16) {
+    xb = random_bf16(rng, static_cast<size_t>(T * K));
+    input = xb.values;
+    d_xb = std::make_unique<DeviceArray<cuda::bf16>>(xb.words);
+    p.x_bf16 = d_xb->get();
+  } else if (p.input == cuda::GemvInput::kSiluMul) {
+    xb = random_bf16(rng, static_cast<size_t>(T * 2 * K), -6, 6);
+    input.resize(static_cast<size_t>(T * K));
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = xb.values.data() + t * 2 * K;
+      cpu::silu_mul(row, row + K, K, input.data() + t * K);
+    }
+    input = round_bf16(input);
+    d_xb = std::make_unique<DeviceArray<cuda::bf16>>(xb.words);
+    p.x_bf16 = d_xb->get();
+  } else {
+    xf = random_f32(rng, static_cast<size_t>(T * K), -3, 3);
+    nw = random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
+    input.resize(xf.size());
+    cpu::rmsnorm(xf.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, input.data());
+    input = round_bf16(input);
+    d_xf = std::make_unique<DeviceArray<float>>(xf);
+    d_nw = std::make_unique<DeviceArray<float>>(nw);
+    p.x_f32 = d_xf->get();
+    p.norm_weight = d_nw->get();
+  }
+  std::vector<float> ref(static_cast<size_t>(T * N));
+  cpu::linear(pool, input.data(), T, f32_matrix(weights, N, K), ref.data());
+  if (p.output == cuda::GemvOutput::kBf16) {
+    DeviceArray<cuda::bf16> d_y(std::vector<cuda::bf16>(ref.size(), kNanBf16));
+    p.y = d_y.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    const std::vector<float> got = to_f32(d_y.download());
+    if (p.input == cuda::GemvInput::kBf16) {
+      expect_bf16_close(got, ref, what);
+    } else {
+      EXPECT_LT(relative_l2(got, ref), 1e-2) << what;
+    }
+  } else {
+    const std::vector<float> y0 = random_f32(rng, ref.size(), -1, 1);
+    DeviceArray<float> d_y(y0);
+    p.y = d_y.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    std::vector<float> got = d_y.download();
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
+    EXPECT_LT(relative_l2(got, ref), 2e-3) << what << " (added into y)";
+  }
+}
+
+}  // namespace tern::test
