@@ -154,7 +154,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   LoadedEngine le;
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
   if (kernels == nullptr) {
-    return invalid_argument("--cpu-kernels takes optimized or reference, not '" + o.cpu_kernels + "'");
+    return invalid_argument("--cpu-kernels takes optimized, fast or reference, not '" + o.cpu_kernels + "'");
   }
   TERN_ASSIGN_OR_RETURN(ModelSource source, resolve_model_source(o.model));
   le.model_path = source.path;

@@ -68,6 +68,19 @@ class HfGolden : public ::testing::TestWithParam<std::tuple<std::string, std::st
     }
   }
 
+  // The fast set rounds activations to bf16 before products with bf16
+  // weights (on CPUs with AVX512_BF16),
+  // as HF's own bf16 forward does: its logits are held to the bound the bf16
+  // GPU path is held to (tests/cuda/model_test.cpp), and its greedy tokens
+  // only on the trained demo model, whose margins are wide enough; the random
+  // tiny models' are not.
+  bool rounds_activations() const {
+    const bool bf16_weights = source_ == Source::kFolder || source_ == Source::kGgufBF16;
+    return kernels_ == &cpu::fast_kernel_set() && bf16_weights && cpu_has_bf16_dot();
+  }
+  static bool cpu_has_bf16_dot() { return __builtin_cpu_supports("avx512bf16"); }
+  static constexpr double kBf16ActivationTolerance = 5e-2;
+
   std::unique_ptr<Ernie45Model> load_model() {
     auto m = Ernie45Model::load(model_path_, 2, *kernels_);
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
@@ -106,12 +119,19 @@ TEST_P(HfGolden, LastLogitsMatchTransformersFp32) {
     double worst = 0;
     for (size_t i = 0; i < want.size(); ++i)
       worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / std::max(1.0, std::fabs(double(want[i]))));
-    EXPECT_LT(relative_error(got, want), 1e-4) << p["name"];
-    EXPECT_LT(worst, 1e-3) << p["name"];
+    if (rounds_activations()) {
+      EXPECT_LT(relative_error(got, want), kBf16ActivationTolerance) << p["name"];
+    } else {
+      EXPECT_LT(relative_error(got, want), 1e-4) << p["name"];
+      EXPECT_LT(worst, 1e-3) << p["name"];
+    }
   }
 }
 
 TEST_P(HfGolden, GreedyTokensMatchTransformers) {
+  if (rounds_activations() && std::get<0>(GetParam()) != "ernie-demo") {
+    GTEST_SKIP() << "bf16 activations: the random tiny model's margins are below their rounding";
+  }
   auto model = load_model();
   ASSERT_NE(model, nullptr);
   const int64_t vocab = model->config().vocab_size;
@@ -141,13 +161,13 @@ std::string golden_case_name(const ::testing::TestParamInfo<HfGolden::ParamType>
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, HfGolden,
                          ::testing::Combine(::testing::Values("ernie-tiny", "ernie-tiny-untied"),
-                                            ::testing::Values("reference", "optimized"),
+                                            ::testing::Values("reference", "optimized", "fast"),
                                             ::testing::Values(Source::kFolder, Source::kGgufF32, Source::kGgufBF16,
                                                               Source::kGgufF16)),
                          golden_case_name);
 
 INSTANTIATE_TEST_SUITE_P(DemoModel, HfGolden,
-                         ::testing::Combine(::testing::Values("ernie-demo"), ::testing::Values("reference", "optimized"),
+                         ::testing::Combine(::testing::Values("ernie-demo"), ::testing::Values("reference", "optimized", "fast"),
                                             ::testing::Values(Source::kFolder, Source::kGgufBF16)),
                          golden_case_name);
 

@@ -125,9 +125,13 @@ def main():
             if quant not in same:
                 continue
             pp, tg, t = rate(e["pp"]), rate(e["tg"]), same[quant]
-            print(f"| {quant} | {e['size'] / 1e9:.2f} | {fmt(pp)} | {fmt(tg)} | {fmt(t['pp'])} | {fmt(t['tg'])} "
-                  f"| {ratio(t['pp'], pp)} | {ratio(t['tg'], tg)} | {tg_share(tg, e['size'])} "
-                  f"| {tg_share(t['tg'], e['size'])} |")
+            rows = [(quant, t), (f"{quant}, tern `--cpu-kernels fast`", tern_runs(out, f"tern-{quant}-fast-pass*.json"))]
+            for label, t in rows:
+                if not (t["pp"] or t["tg"]):
+                    continue
+                print(f"| {label} | {e['size'] / 1e9:.2f} | {fmt(pp)} | {fmt(tg)} | {fmt(t['pp'])} | {fmt(t['tg'])} "
+                      f"| {ratio(t['pp'], pp)} | {ratio(t['tg'], tg)} | {tg_share(tg, e['size'])} "
+                      f"| {tg_share(t['tg'], e['size'])} |")
         print()
         print("tg read: tokens/s x the file's weight bytes (a one-token step reads every weight once), "
               "as a share of the measured read bandwidth at the same thread count.")

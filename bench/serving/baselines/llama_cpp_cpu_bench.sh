@@ -13,7 +13,8 @@
 # Env: LLAMA_DIR (build_llama_cpp.sh's), TERN_BIN (build/bin/tern), BW_BIN
 # (build/bin/tern_cpu_linear_bench), MODEL (models/ernie-4.5-0.3b-random), GGUF_DIR
 # (models/gguf), THREADS (2), PP (512), TG (128), REPS (3), PASSES (2), QUANTS
-# ("Q8_0 Q4_0 Q4_K_M"), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
+# ("Q8_0 Q4_0 Q4_K_M"), FAST_FILES (BF16: the files tern also runs with --cpu-kernels fast,
+# activations rounded to bf16 as llama.cpp rounds them for BF16 weights), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
 # PYTHON (.venv/bin/python, for the report and client), SERVE (0; 1 adds llama-server -np 8
 # against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET).
 set -euo pipefail
@@ -31,6 +32,7 @@ TG=${TG:-128}
 REPS=${REPS:-3}
 PASSES=${PASSES:-2}
 QUANTS=${QUANTS:-Q8_0 Q4_0 Q4_K_M}
+FAST_FILES=${FAST_FILES:-BF16}
 PY=${PYTHON:-.venv/bin/python}
 START=$(date +%s)
 exec > >(tee -a "$OUT/run.log") 2>&1
@@ -99,6 +101,11 @@ for pass in $(seq 1 "$PASSES"); do
     note "tern bench pp-tg on $q (pass $pass)"
     "$TERN_BIN" bench pp-tg --model "$f" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" \
       --json-out "$OUT/tern-$q-pass$pass.json"
+    if [[ " $FAST_FILES " == *" $q "* ]]; then
+      note "tern bench pp-tg --cpu-kernels fast on $q (pass $pass)"
+      "$TERN_BIN" bench pp-tg --model "$f" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" \
+        --cpu-kernels fast --json-out "$OUT/tern-$q-fast-pass$pass.json"
+    fi
     note "llama-bench $q (pass $pass)"
     "$bin/llama-bench" -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" -o json \
       > "$OUT/llama-$q-pass$pass.json" 2> "$OUT/llama-$q-pass$pass.log" || { tail -n 5 "$OUT/llama-$q-pass$pass.log"; exit 1; }

@@ -30,6 +30,15 @@ void linear_many_exact(ThreadPool& pool, const float* x, int64_t num_tokens, std
   linear_fast_many(pool, x, num_tokens, ws, ys);
 }
 
+void linear_bf16x(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y) {
+  linear_fast(pool, x, num_tokens, w, y, LinearOptions{.activations = Activations::kBf16});
+}
+
+void linear_many_bf16x(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
+                       std::span<float* const> ys) {
+  linear_fast_many(pool, x, num_tokens, ws, ys, LinearOptions{.activations = Activations::kBf16});
+}
+
 // Only quantized matrices have a packed form, and only the AVX2 kernels read it.
 std::unique_ptr<PackedWeight> pack_for_cpu(const WeightMatrix& w) {
   if (!is_quantized_weight_dtype(w.dtype) || best_cpu_isa() < CpuIsa::kAvx2) return nullptr;
@@ -51,9 +60,21 @@ const KernelSet& optimized_kernel_set() {
   return set;
 }
 
+const KernelSet& fast_kernel_set() {
+  static const KernelSet set = [] {
+    KernelSet s = optimized_kernel_set();
+    s.name = "fast";
+    s.linear = linear_bf16x;
+    s.linear_many = linear_many_bf16x;
+    return s;
+  }();
+  return set;
+}
+
 const KernelSet* kernel_set_named(std::string_view name) {
   if (name == "reference") return &reference_kernel_set();
   if (name == "optimized") return &optimized_kernel_set();
+  if (name == "fast") return &fast_kernel_set();
   return nullptr;
 }
 

@@ -154,7 +154,44 @@ void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
 void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
                       std::span<float* const> ys, const LinearOptions& options) {
   if (linear_quantized_many(pool, x, num_tokens, ws, ys, options.max_isa)) return;
-  for (size_t i = 0; i < ws.size(); ++i) linear_fast(pool, x, num_tokens, *ws[i], ys[i], options);
+  const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
+  const IsaKernels* kernels = kernels_for(isa);
+  // Unquantized matrices of one dtype and width: x is laid out once and one
+  // pool call covers all their rows, taken as one stacked matrix. Every
+  // output's arithmetic depends only on its own row and token, so the bits
+  // are those of separate calls.
+  constexpr size_t kMaxMany = 4;
+  bool together = kernels != nullptr && num_tokens > 0 && ws.size() > 1 && ws.size() <= kMaxMany &&
+                  ws.size() == ys.size();
+  for (size_t i = 0; together && i < ws.size(); ++i) {
+    together = !is_quantized_weight_dtype(ws[i]->dtype) && ws[i]->dtype == ws[0]->dtype && ws[i]->cols == ws[0]->cols;
+  }
+  if (!together) {
+    for (size_t i = 0; i < ws.size(); ++i) linear_fast(pool, x, num_tokens, *ws[i], ys[i], options);
+    return;
+  }
+  const bool has_bf16_dot = isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16();
+  LinearTask tasks[kMaxMany];
+  int64_t first_row[kMaxMany + 1] = {0};
+  RowsFn rows_fn = nullptr;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const WeightMatrix& w = *ws[i];
+    tasks[i] = LinearTask{.num_tokens = num_tokens, .w = w.data, .rows = w.rows, .cols = w.cols, .y = ys[i]};
+    if (i == 0) {
+      rows_fn = prepare(*kernels, x, num_tokens, w, options.activations, has_bf16_dot, tasks[0]);
+    } else {
+      tasks[i].x = tasks[0].x;
+      tasks[i].x_stride = tasks[0].x_stride;
+    }
+    first_row[i + 1] = first_row[i] + w.rows;
+  }
+  const auto count = static_cast<int64_t>(ws.size());
+  split_rows(pool, first_row[count], ws[0]->cols, num_tokens, kRowUnit, [&](int64_t first, int64_t end) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t lo = std::max(first, first_row[i]), hi = std::min(end, first_row[i + 1]);
+      if (lo < hi) rows_fn(tasks[i], lo - first_row[i], hi - first_row[i]);
+    }
+  });
 }
 
 }  // namespace tern::cpu

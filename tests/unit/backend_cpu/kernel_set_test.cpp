@@ -13,7 +13,7 @@ namespace tern::cpu {
 namespace {
 
 TEST(KernelSet, NamedSetsHaveEveryOp) {
-  for (const char* name : {"reference", "optimized"}) {
+  for (const char* name : {"reference", "optimized", "fast"}) {
     const KernelSet* set = kernel_set_named(name);
     ASSERT_NE(set, nullptr) << name;
     EXPECT_STREQ(set->name, name);
@@ -24,7 +24,7 @@ TEST(KernelSet, NamedSetsHaveEveryOp) {
     EXPECT_NE(set->silu_mul, nullptr);
     EXPECT_NE(set->attention_batch, nullptr);
   }
-  EXPECT_EQ(kernel_set_named("fast"), nullptr);
+  EXPECT_EQ(kernel_set_named("fastest"), nullptr);
   EXPECT_EQ(kernel_set_named(""), nullptr);
 }
 

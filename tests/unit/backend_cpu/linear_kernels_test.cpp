@@ -201,6 +201,45 @@ TEST_P(LinearKernelsTest, ResultsAreIndependentOfThreadsAndBatching) {
   }
 }
 
+// linear_fast_many stacks unquantized matrices of one dtype and width into
+// one pool call: each output still gets the bits of its own linear_fast call,
+// also where a thread's rows straddle two matrices.
+TEST_P(LinearKernelsTest, ManyMatricesGiveTheBitsOfSeparateCalls) {
+  const CpuIsa isa = GetParam();
+  if (!cpu_runs(isa)) GTEST_SKIP() << "this CPU has no " << isa_name(isa);
+  std::mt19937 rng(17);
+  const int64_t cols = 96;
+  const int64_t rows[] = {70, 13, 13};
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (Activations activations : {Activations::kExact, Activations::kBf16}) {
+      for (int64_t tokens : {1, 5}) {
+        std::vector<TestWeights> ws;
+        for (int64_t r : rows) ws.push_back(make_weights(rng, dtype, r, cols));
+        std::vector<float> x = random_floats(rng, static_cast<size_t>(tokens * cols));
+        const LinearOptions options{.max_isa = isa, .activations = activations};
+        std::vector<WeightMatrix> views;
+        std::vector<std::vector<float>> got;
+        for (const TestWeights& w : ws) {
+          views.push_back(w.view());
+          got.emplace_back(static_cast<size_t>(tokens * w.rows), std::nanf(""));
+        }
+        const WeightMatrix* wp[] = {&views[0], &views[1], &views[2]};
+        float* yp[] = {got[0].data(), got[1].data(), got[2].data()};
+        for (int threads : {1, 2, 3}) {
+          ThreadPool pool(threads);
+          linear_fast_many(pool, x.data(), tokens, wp, yp, options);
+          for (size_t i = 0; i < ws.size(); ++i) {
+            std::vector<float> want = run_fast(1, x, tokens, ws[i], options);
+            EXPECT_EQ(0, std::memcmp(want.data(), got[i].data(), want.size() * sizeof(float)))
+                << "matrix " << i << " dtype " << static_cast<int>(dtype) << " T=" << tokens << " threads "
+                << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LinearKernels, PortablePathIsTheReference) {
   std::mt19937 rng(5);
   TestWeights w = make_weights(rng, DType::kBF16, 37, 70);
