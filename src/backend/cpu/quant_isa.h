@@ -99,6 +99,9 @@ const QuantKernels& portable_quant_kernels();
 #if defined(__x86_64__) && defined(__GNUC__)
 const QuantKernels& avx2_quant_kernels();
 const PackedKernels& avx2_packed_kernels();
+// The same kernels on AVX512-VNNI (vpdpbusd, 256-bit); same bits as avx2_packed_kernels.
+// Check AVX-512 F/VL/BW and AVX512_VNNI first.
+const PackedKernels& vnni_packed_kernels();
 #endif
 
 }  // namespace tern::cpu::quant_isa

@@ -198,12 +198,19 @@ quant_isa::PackedRowsFn packed_rows_fn(const quant_isa::PackedKernels& k, DType 
   }
 }
 
-// The AVX2 GEMM over packed matrices of one family and width, all on x: x
+// The packed kernels for `isa` (at least kAvx2): vpdpbusd where the CPU has
+// AVX512-VNNI and kAvx512 is allowed, else vpmaddubsw; the same bits.
+const quant_isa::PackedKernels& packed_kernels_for(CpuIsa isa) {
+  static const bool vnni = best_cpu_isa() >= CpuIsa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  return vnni && isa >= CpuIsa::kAvx512 ? quant_isa::vnni_packed_kernels() : quant_isa::avx2_packed_kernels();
+}
+
+// The GEMM over packed matrices of one family and width, all on x: x
 // quantized once with its block sums, then the row groups of every matrix,
 // end to end, split over the pool in one call.
 void linear_packed(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const PackedWeight* const> ws,
-                   std::span<float* const> ys) {
-  const quant_isa::PackedKernels& k = quant_isa::avx2_packed_kernels();
+                   std::span<float* const> ys, CpuIsa isa) {
+  const quant_isa::PackedKernels& k = packed_kernels_for(isa);
   const PackedWeight& w0 = *ws[0];
   const bool k_quant = k_family(w0.dtype);
   const int64_t x_block_bytes = k_quant ? sizeof(quant_isa::BlockQ8KS) : sizeof(quant_isa::BlockQ8S);
@@ -260,7 +267,7 @@ bool linear_quantized_many(ThreadPool& pool, const float* x, int64_t num_tokens,
   if (num_tokens <= 0 || ws.size() != ys.size() || !packable_together(ws, isa)) return false;
   const PackedWeight* packed[4];
   for (size_t i = 0; i < ws.size(); ++i) packed[i] = ws[i]->packed;
-  linear_packed(pool, x, num_tokens, std::span<const PackedWeight* const>(packed, ws.size()), ys);
+  linear_packed(pool, x, num_tokens, std::span<const PackedWeight* const>(packed, ws.size()), ys, isa);
   return true;
 #else
   (void)pool, (void)x, (void)num_tokens, (void)ws, (void)ys, (void)isa;
@@ -275,7 +282,7 @@ void linear_quantized(ThreadPool& pool, const float* x, int64_t num_tokens, cons
   const WeightMatrix* one = &w;
   if (packable_together(std::span<const WeightMatrix* const>(&one, 1), isa)) {
     linear_packed(pool, x, num_tokens, std::span<const PackedWeight* const>(&w.packed, 1),
-                  std::span<float* const>(&y, 1));
+                  std::span<float* const>(&y, 1), isa);
     return;
   }
 #endif

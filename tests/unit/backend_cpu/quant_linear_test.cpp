@@ -103,8 +103,7 @@ class QuantLinear : public ::testing::TestWithParam<DType> {};
 TEST_P(QuantLinear, FastMatchesReferenceOnDequantizedWeights) {
   const DType dtype = GetParam();
   const int64_t block = dtype_block_size(dtype);
-  const bool have_avx2 = best_cpu_isa() >= CpuIsa::kAvx2;
-  if (!have_avx2) std::printf("no AVX2 on this CPU: portable kernels only\n");
+  if (best_cpu_isa() < CpuIsa::kAvx2) std::printf("no AVX2 on this CPU: portable kernels only\n");
   std::mt19937 rng(static_cast<unsigned>(block) * 31 + static_cast<unsigned>(dtype));
   ThreadPool pool1(1), pool2(2);
   for (const Shape& s : kShapes) {
@@ -128,12 +127,16 @@ TEST_P(QuantLinear, FastMatchesReferenceOnDequantizedWeights) {
     WeightMatrix packed_view = w.view();
     packed_view.packed = packed.get();
 
+    // Paths: portable, AVX2, AVX2 on the packed copy, and the packed copy
+    // with AVX-512 allowed (vpdpbusd where the CPU has AVX512-VNNI).
     std::vector<std::vector<float>> results;
-    for (int path_index = 0; path_index < 3; ++path_index) {
-      const CpuIsa isa = path_index == 0 ? CpuIsa::kPortable : CpuIsa::kAvx2;
-      if (isa == CpuIsa::kAvx2 && !have_avx2) continue;
-      const WeightMatrix view = path_index == 2 ? packed_view : w.view();
-      const std::string path = where + (path_index == 0 ? " portable" : path_index == 1 ? " avx2" : " avx2 packed");
+    std::vector<float> packed_avx2;
+    for (int path_index = 0; path_index < 4; ++path_index) {
+      const CpuIsa isa = path_index == 0 ? CpuIsa::kPortable : path_index == 3 ? CpuIsa::kAvx512 : CpuIsa::kAvx2;
+      if (isa != CpuIsa::kPortable && best_cpu_isa() < isa) continue;
+      const WeightMatrix view = path_index >= 2 ? packed_view : w.view();
+      const char* names[] = {" portable", " avx2", " avx2 packed", " avx512 packed"};
+      const std::string path = where + names[path_index];
       std::vector<float> y1(out), y2(out, -7.0f);
       linear_fast(pool1, x.data(), s.tokens, view, y1.data(), {.max_isa = isa});
       linear_fast(pool2, x.data(), s.tokens, view, y2.data(), {.max_isa = isa});
@@ -150,6 +153,11 @@ TEST_P(QuantLinear, FastMatchesReferenceOnDequantizedWeights) {
       std::vector<float> alone(static_cast<size_t>(s.rows));
       linear_fast(pool2, x.data() + (s.tokens - 1) * cols, 1, view, alone.data(), {.max_isa = isa});
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y1.begin() + (s.tokens - 1) * s.rows)) << path;
+      // The VNNI kernels' integer sums are the vpmaddubsw ones exactly.
+      if (path_index == 2) packed_avx2 = y1;
+      if (path_index == 3) {
+        EXPECT_EQ(y1, packed_avx2) << path << " vs avx2 packed";
+      }
       results.push_back(std::move(y1));
     }
     for (size_t i = 1; i < results.size(); ++i) {
