@@ -627,6 +627,15 @@ void Ernie45Model::project(const float* x, int64_t n, std::initializer_list<cons
   for (const cpu::WeightMatrix* w : ws) kernels_->linear(pool_, x, n, *w, *y++);
 }
 
+// Floats of row-wise work a second thread must get before waking it pays.
+constexpr int64_t kMinRowWorkPerThread = int64_t{1} << 15;
+
+template <typename Fn>
+void Ernie45Model::by_tokens(int64_t n, int64_t width, const Fn& fn) {
+  const int64_t grain = std::max<int64_t>(1, kMinRowWorkPerThread / std::max<int64_t>(1, width));
+  pool_.parallel_for(n, grain, [&](int64_t begin, int64_t end) { fn(begin, end - begin); });
+}
+
 // One decoder layer over all tokens of the step: the linear layers see every
 // token at once; attention runs per sequence over its own K/V.
 void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
@@ -641,13 +650,18 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
   ForwardProfile& prof = profile_;
   Lap lap;
 
+  const int64_t H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
+  const std::span<const int64_t> positions(positions_);
+
   // Attention block.
-  kernels_->rmsnorm(x, n, w.input_norm, eps, h);
+  by_tokens(n, H, [&](int64_t t, int64_t m) { kernels_->rmsnorm(x + t * H, m, w.input_norm, eps, h + t * H); });
   lap(prof.other_s);
   project(h, n, {&w.q, &w.k, &w.v}, {q_.data(), k_.data(), v_.data()});
   lap(prof.linear_s);
-  kernels_->rope_interleaved(q_.data(), n, c.num_heads, c.head_dim, positions_, inv_freq_);
-  kernels_->rope_interleaved(k_.data(), n, c.num_kv_heads, c.head_dim, positions_, inv_freq_);
+  by_tokens(n, Q + KV, [&](int64_t t, int64_t m) {
+    kernels_->rope_interleaved(q_.data() + t * Q, m, c.num_heads, c.head_dim, positions.subspan(t, m), inv_freq_);
+    kernels_->rope_interleaved(k_.data() + t * KV, m, c.num_kv_heads, c.head_dim, positions.subspan(t, m), inv_freq_);
+  });
   lap(prof.other_s);
   kv.store(layer, k_.data(), v_.data());
   kv.bind(layer, seqs_);
@@ -656,18 +670,22 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
   lap(prof.attention_s);
   kernels_->linear(pool_, attn_.data(), n, w.o, out);
   lap(prof.linear_s);
-  add_in_place(x, out, n * c.hidden_size);
 
   // MLP block.
-  kernels_->rmsnorm(x, n, w.post_attention_norm, eps, h);
+  by_tokens(n, H, [&](int64_t t, int64_t m) {
+    add_in_place(x + t * H, out + t * H, m * H);
+    kernels_->rmsnorm(x + t * H, m, w.post_attention_norm, eps, h + t * H);
+  });
   lap(prof.other_s);
   project(h, n, {&w.gate, &w.up}, {gate_.data(), up_.data()});
   lap(prof.linear_s);
-  kernels_->silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
+  float* gate = gate_.data();
+  const float* up = up_.data();
+  by_tokens(n, I, [&](int64_t t, int64_t m) { kernels_->silu_mul(gate + t * I, up + t * I, m * I, gate + t * I); });
   lap(prof.other_s);
-  kernels_->linear(pool_, gate_.data(), n, w.down, out);
+  kernels_->linear(pool_, gate, n, w.down, out);
   lap(prof.linear_s);
-  add_in_place(x, out, n * c.hidden_size);
+  by_tokens(n, H, [&](int64_t t, int64_t m) { add_in_place(x + t * H, out + t * H, m * H); });
   lap(prof.other_s);
 }
 

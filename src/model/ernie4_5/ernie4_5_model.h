@@ -171,6 +171,12 @@ class Ernie45Model {
   // every layer, then the head for the logit rows.
   void run_step(KvAccess& kv, std::span<float> logits);
   void run_layer(int64_t layer, KvAccess& kv);
+  // fn(first_token, count) over the step's n tokens: split over the pool by
+  // token rows of `width` floats when they are enough to pay for a hand-off
+  // (prefill), on this thread otherwise (decode). For the row-wise ops
+  // (norms, RoPE, SiLU, residual adds), whose bits do not depend on the split.
+  template <typename Fn>
+  void by_tokens(int64_t n, int64_t width, const Fn& fn);
   // ys[i] = x . ws[i]^T for n tokens, through the set's linear_many when it has one.
   void project(const float* x, int64_t n, std::initializer_list<const cpu::WeightMatrix*> ws,
                std::initializer_list<float*> ys);
