@@ -302,14 +302,14 @@ void tile(const PackedTask& t, const uint8_t* w, int64_t g, int64_t t0) {
   }
 }
 
-// Tokens in chunks whose activations stay in L2; within a chunk each row
-// group (in L1 after its first tile) meets every tile of 4 tokens.
+// Tokens from t_begin on in chunks whose activations stay in L2; within a
+// chunk each row group (in L1 after its first tile) meets every tile of 4 tokens.
 template <class K>
-void packed_rows(const PackedTask& t, int64_t g_begin, int64_t g_end) {
+void packed_rows_from(const PackedTask& t, int64_t t_begin, int64_t g_begin, int64_t g_end) {
   const PackedWeight& pw = *t.w;
   int64_t chunk = kXChunkBytes / (t.x_row_bytes > 0 ? t.x_row_bytes : 1);
   chunk = chunk < 4 ? 4 : chunk - chunk % 4;
-  for (int64_t c0 = 0; c0 < t.num_tokens; c0 += chunk) {
+  for (int64_t c0 = t_begin; c0 < t.num_tokens; c0 += chunk) {
     const int64_t c1 = c0 + chunk < t.num_tokens ? c0 + chunk : t.num_tokens;
     for (int64_t g = g_begin; g < g_end; ++g) {
       const uint8_t* w = pw.data.data() + g * pw.blocks * pw.block_bytes;
@@ -330,6 +330,11 @@ void packed_rows(const PackedTask& t, int64_t g_begin, int64_t g_end) {
       }
     }
   }
+}
+
+template <class K>
+void packed_rows(const PackedTask& t, int64_t g_begin, int64_t g_end) {
+  packed_rows_from<K>(t, 0, g_begin, g_end);
 }
 
 }  // namespace
