@@ -3,6 +3,7 @@
 
 #include "backend/cpu/attention_fast.h"
 #include "backend/cpu/linear_kernels.h"
+#include "backend/cpu/quant_pack.h"
 
 namespace tern::cpu {
 
@@ -45,6 +46,21 @@ std::unique_ptr<PackedWeight> pack_for_cpu(const WeightMatrix& w) {
   return pack_weight(w);
 }
 
+// The fast set also repacks bf16 layer matrices into 16-row panels where
+// the CPU has AVX512_BF16 (the outer-product kernel, linear_avx512.cpp).
+// Not the vocabulary-sized head: its copy would add as much memory as every
+// layer together for a product only ever taken for a few tokens, where the
+// dot-product kernel already reads it at memory speed.
+constexpr int64_t kMaxPanelElements = int64_t{1} << 24;
+
+std::unique_ptr<PackedWeight> pack_for_fast(const WeightMatrix& w) {
+  if (w.dtype == DType::kBF16) {
+    if (!cpu_has_avx512_bf16() || w.rows * w.cols > kMaxPanelElements) return nullptr;
+    return pack_bf16_panels(w);
+  }
+  return pack_for_cpu(w);
+}
+
 }  // namespace
 
 const KernelSet& optimized_kernel_set() {
@@ -66,6 +82,7 @@ const KernelSet& fast_kernel_set() {
     s.name = "fast";
     s.linear = linear_bf16x;
     s.linear_many = linear_many_bf16x;
+    s.pack = pack_for_fast;
     return s;
   }();
   return set;

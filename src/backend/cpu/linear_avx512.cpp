@@ -121,6 +121,101 @@ struct F32 : Avx512Common {
   }
 };
 
+// bf16 weights in 16-row panels (pack_bf16_panels): for each pair of
+// columns (k, k+1), the 16 rows' (w[r][k], w[r][k+1]) pairs in one 64-byte
+// line. One 4-byte broadcast of a token's (x[k], x[k+1]) meets a panel line
+// in one vdpbf16ps, so each lane is one output row and nothing is summed
+// across lanes: the outer-product form, MR tokens x NR panels per tile,
+// with x and the panels read once per tile step. Each output keeps two
+// partial sums (even and odd column pairs), each over K / 4 pairs, added at
+// the end: the fp32 error stays within the dot-product form's bound.
+constexpr int kPanelRows = 16;
+constexpr int kPanelLine = 64;  // bytes per column pair of a panel
+
+template <int MR, int NR>
+[[gnu::always_inline]] inline void panel_tile(const LinearTask& task, int64_t t0, int64_t p0) {
+  const int64_t pairs = (task.cols + 1) / 2;
+  const auto* x = static_cast<const uint16_t*>(task.x) + t0 * task.x_stride;
+  const auto* w = static_cast<const uint8_t*>(task.w) + p0 * pairs * kPanelLine;
+  __m512 acc[2][MR][NR];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < NR; ++n) acc[h][m][n] = _mm512_setzero_ps();
+    }
+  }
+  auto step = [&](int h, int64_t kp) {
+    __m512 wv[NR];
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) wv[n] = _mm512_castsi512_ps(_mm512_loadu_si512(w + (n * pairs + kp) * kPanelLine));
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, x + m * task.x_stride + 2 * kp, 4);
+      const __m512 xv = _mm512_castsi512_ps(_mm512_set1_epi32(pair));
+#pragma GCC unroll 4
+      for (int n = 0; n < NR; ++n) acc[h][m][n] = _mm512_dpbf16_ps(acc[h][m][n], (__m512bh)xv, (__m512bh)wv[n]);
+    }
+  };
+  int64_t kp = 0;
+  for (; kp + 2 <= pairs; kp += 2) {
+    step(0, kp);
+    step(1, kp + 1);
+  }
+  if (kp < pairs) step(0, kp);
+  const int64_t rows = task.rows;
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    float* y = task.y + (t0 + m) * rows;
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) {
+      const __m512 sum = _mm512_add_ps(acc[0][m][n], acc[1][m][n]);
+      const int64_t r0 = (p0 + n) * kPanelRows;
+      const int64_t left = rows - r0;
+      const __mmask16 mask = left >= kPanelRows ? static_cast<__mmask16>(0xffff)
+                                                : static_cast<__mmask16>((1u << left) - 1u);
+      _mm512_mask_storeu_ps(y + r0, mask, sum);
+    }
+  }
+}
+
+// Tiles of MR tokens over panels [p_begin, p_end), NR panels at a time,
+// the last ones narrower.
+template <int MR, int NR>
+void panel_tiles(const LinearTask& task, int64_t t0, int64_t p_begin, int64_t p_end) {
+  int64_t p = p_begin;
+  for (; p + NR <= p_end; p += NR) panel_tile<MR, NR>(task, t0, p);
+  if constexpr (NR > 1) {
+    if (p < p_end) panel_tiles<MR, NR - 1>(task, t0, p, p_end);
+  }
+}
+
+template <int MR>
+void panel_token_tail(const LinearTask& task, int64_t t0, int mr, int64_t p_begin, int64_t p_end) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) {
+      panel_tiles<MR, 3>(task, t0, p_begin, p_end);
+      return;
+    }
+    panel_token_tail<MR - 1>(task, t0, mr, p_begin, p_end);
+  }
+}
+
+// Panels of 3 (48 rows) stay in L2 while every group of 4 tokens passes.
+void bf16_panel_rows(const LinearTask& task, int64_t r_begin, int64_t r_end) {
+  constexpr int kMR = 4, kNR = 3;
+  const int64_t p_begin = r_begin / kPanelRows, p_end = (r_end + kPanelRows - 1) / kPanelRows;
+  const int64_t full = task.num_tokens / kMR * kMR;
+  const int rest = static_cast<int>(task.num_tokens - full);
+  for (int64_t p = p_begin; p < p_end; p += kNR) {
+    const int64_t p1 = p + kNR < p_end ? p + kNR : p_end;
+    for (int64_t t0 = 0; t0 < full; t0 += kMR) panel_tiles<kMR, kNR>(task, t0, p, p1);
+    if (rest > 0) panel_token_tail<kMR - 1>(task, full, rest, p, p1);
+  }
+}
+
 }  // namespace
 
 const IsaKernels& avx512_kernels() {
@@ -130,6 +225,7 @@ const IsaKernels& avx512_kernels() {
       .f16 = &linear_rows<F16>,
       .f32 = &linear_rows<F32>,
       .pair_chunk = Bf16Split::kStep,
+      .bf16_panels = &bf16_panel_rows,
   };
   return kernels;
 }

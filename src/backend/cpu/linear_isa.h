@@ -35,7 +35,12 @@ struct IsaKernels {
   RowsFn bf16_dot = nullptr;    // x in kBf16; null where the ISA has none. Check AVX512_BF16 first.
   RowsFn f16 = nullptr;         // x in kF32
   RowsFn f32 = nullptr;         // x in kF32
+
   int pair_chunk = 0;           // elements per split chunk for bf16_exact
+  // bf16 weights in 16-row panels (pack_bf16_panels, quant_pack.h; task.w is
+  // the panel data), x rounded to bf16 with an even x_stride, zero-padded;
+  // null where the ISA has none. Check AVX512_BF16 first.
+  RowsFn bf16_panels = nullptr;
 };
 
 #if defined(__x86_64__) && defined(__GNUC__)

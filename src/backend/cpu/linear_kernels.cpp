@@ -10,6 +10,7 @@
 
 #include "backend/cpu/linear_isa.h"
 #include "backend/cpu/quant_linear.h"
+#include "backend/cpu/quant_pack.h"
 #include "backend/cpu/row_split.h"
 #include "base/bf16.h"
 
@@ -32,14 +33,9 @@ bool cpu_has_avx512() {
                           __builtin_cpu_supports("avx512dq");
   return has;
 }
-bool cpu_has_avx512_bf16() {
-  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
-  return has;
-}
 #else
 bool cpu_has_avx2() { return false; }
 bool cpu_has_avx512() { return false; }
-bool cpu_has_avx512_bf16() { return false; }
 #endif
 
 // Rows per unit of the parallel split: a multiple of every tile width.
@@ -79,6 +75,19 @@ const float* split_pairs(const float* x, int64_t num_tokens, int64_t cols, int c
   return out.data();
 }
 
+// x rounded to bf16, rows `stride` (cols rounded up to even) apart, the
+// padding element zero: the panel kernel reads x in (k, k + 1) pairs.
+const uint16_t* round_to_bf16_pairs(const float* x, int64_t num_tokens, int64_t cols, int64_t stride) {
+  std::vector<uint16_t>& out = thread_scratch().bf16;
+  const auto n = static_cast<size_t>(num_tokens * stride);
+  if (out.size() < n) out.resize(n);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t k = 0; k < cols; ++k) out[static_cast<size_t>(t * stride + k)] = f32_to_bf16(x[t * cols + k]);
+    if (stride > cols) out[static_cast<size_t>(t * stride + cols)] = 0;
+  }
+  return out.data();
+}
+
 const uint16_t* round_to_bf16(const float* x, int64_t num_tokens, int64_t cols) {
   std::vector<uint16_t>& out = thread_scratch().bf16;
   const auto n = static_cast<size_t>(num_tokens * cols);
@@ -109,6 +118,13 @@ RowsFn prepare(const IsaKernels& kernels, const float* x, int64_t num_tokens, co
   task.x_stride = w.cols;
   switch (w.dtype) {
     case DType::kBF16:
+      if (activations == Activations::kBf16 && has_bf16_dot && kernels.bf16_panels != nullptr &&
+          w.packed != nullptr && w.packed->dtype == DType::kBF16) {
+        task.x_stride = w.cols + w.cols % 2;
+        task.x = round_to_bf16_pairs(x, num_tokens, w.cols, task.x_stride);
+        task.w = w.packed->data.data();
+        return kernels.bf16_panels;
+      }
       if (activations == Activations::kBf16 && has_bf16_dot && kernels.bf16_dot != nullptr) {
         task.x = round_to_bf16(x, num_tokens, w.cols);
         return kernels.bf16_dot;
@@ -123,6 +139,15 @@ RowsFn prepare(const IsaKernels& kernels, const float* x, int64_t num_tokens, co
 }
 
 }  // namespace
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
 
 CpuIsa best_cpu_isa() {
   if (cpu_has_avx512()) return CpuIsa::kAvx512;
@@ -164,7 +189,8 @@ void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std:
   bool together = kernels != nullptr && num_tokens > 0 && ws.size() > 1 && ws.size() <= kMaxMany &&
                   ws.size() == ys.size();
   for (size_t i = 0; together && i < ws.size(); ++i) {
-    together = !is_quantized_weight_dtype(ws[i]->dtype) && ws[i]->dtype == ws[0]->dtype && ws[i]->cols == ws[0]->cols;
+    together = !is_quantized_weight_dtype(ws[i]->dtype) && ws[i]->dtype == ws[0]->dtype &&
+               ws[i]->cols == ws[0]->cols && ws[i]->packed == nullptr;
   }
   if (!together) {
     for (size_t i = 0; i < ws.size(); ++i) linear_fast(pool, x, num_tokens, *ws[i], ys[i], options);

@@ -23,6 +23,9 @@ enum class CpuIsa { kPortable, kAvx2, kAvx512 };
 // The strongest CpuIsa this CPU runs.
 CpuIsa best_cpu_isa();
 
+// True where the CPU runs kAvx512 and AVX512_BF16 (vdpbf16ps).
+bool cpu_has_avx512_bf16();
+
 // What x is rounded to before the products, for bf16 weights.
 enum class Activations {
   // fp32 x times the exact weight: the only error is fp32 summation.

@@ -253,7 +253,10 @@ void linear_packed(ThreadPool& pool, const float* x, int64_t num_tokens, std::sp
 bool packable_together(std::span<const WeightMatrix* const> ws, CpuIsa isa) {
   if (ws.empty() || ws.size() > 4 || std::min(isa, best_cpu_isa()) < CpuIsa::kAvx2) return false;
   for (const WeightMatrix* w : ws) {
-    if (w->packed == nullptr || w->cols != ws[0]->cols || k_family(w->dtype) != k_family(ws[0]->dtype)) return false;
+    if (!is_quantized_weight_dtype(w->dtype) || w->packed == nullptr || w->packed->dtype != w->dtype ||
+        w->cols != ws[0]->cols || k_family(w->dtype) != k_family(ws[0]->dtype)) {
+      return false;
+    }
   }
   return true;
 }

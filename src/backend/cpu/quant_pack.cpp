@@ -148,4 +148,24 @@ std::unique_ptr<PackedWeight> pack_weight(const WeightMatrix& w) {
   return p;
 }
 
+std::unique_ptr<PackedWeight> pack_bf16_panels(const WeightMatrix& w) {
+  if (w.dtype != DType::kBF16 || w.rows <= 0 || w.cols <= 0) return nullptr;
+  auto p = std::make_unique<PackedWeight>();
+  p->dtype = DType::kBF16;
+  p->rows = w.rows;
+  p->cols = w.cols;
+  p->blocks = (w.cols + 1) / 2;
+  p->groups = (w.rows + kBf16PanelRows - 1) / kBf16PanelRows;
+  p->block_bytes = 2 * kBf16PanelRows * static_cast<int64_t>(sizeof(uint16_t));
+  p->data.assign(static_cast<size_t>(p->groups * p->blocks * p->block_bytes), 0);
+  const auto* src = static_cast<const uint16_t*>(w.data);
+  auto* dst = reinterpret_cast<uint16_t*>(p->data.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint16_t* row = src + r * w.cols;
+    uint16_t* panel = dst + (r / kBf16PanelRows) * p->blocks * 2 * kBf16PanelRows + (r % kBf16PanelRows) * 2;
+    for (int64_t k = 0; k < w.cols; ++k) panel[(k / 2) * 2 * kBf16PanelRows + k % 2] = row[k];
+  }
+  return p;
+}
+
 }  // namespace tern::cpu

@@ -57,4 +57,14 @@ int64_t packed_block_bytes(DType dtype);
 // when w's dtype has no packed form.
 std::unique_ptr<PackedWeight> pack_weight(const WeightMatrix& w);
 
+// Rows per panel of pack_bf16_panels.
+constexpr int kBf16PanelRows = 16;
+
+// A bf16 matrix in panels of 16 rows for the AVX512_BF16 outer-product
+// kernel (linear_avx512.cpp): dtype kBF16, groups = ceil(rows / 16) panels,
+// blocks = ceil(cols / 2) column pairs, block_bytes = 64: for each pair
+// (k, k + 1) the 16 rows' (w[r][k], w[r][k + 1]) bf16 pairs, rows past
+// `rows` and the column past an odd `cols` zero. nullptr unless w is bf16.
+std::unique_ptr<PackedWeight> pack_bf16_panels(const WeightMatrix& w);
+
 }  // namespace tern::cpu

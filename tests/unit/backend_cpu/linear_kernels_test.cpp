@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
 #include "support/random_values.h"
@@ -171,6 +172,47 @@ TEST_P(LinearKernelsTest, Bf16ActivationsMatchReferenceWithinRoundingOfX) {
       // path is compared against the reference on the rounded x.
       const bool rounds_x = isa == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
       if (rounds_x) expect_close(got, want_rounded, sums, exact_tolerance(s.cols), what + " (rounded x)");
+    }
+  }
+}
+
+// bf16 weights repacked in 16-row panels (what the fast kernel set does on
+// AVX512_BF16 CPUs) take the outer-product kernel: within the exact bound of
+// the reference on the bf16-rounded x, and the same bits for any thread
+// count and any batching of the tokens.
+TEST(LinearKernels, Bf16PanelsMatchReferenceWithinRoundingOfX) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(41);
+  const LinearOptions options{.max_isa = CpuIsa::kAvx512, .activations = Activations::kBf16};
+  for (const Shape& s : kShapes) {
+    TestWeights w = make_weights(rng, DType::kBF16, s.rows, s.cols);
+    const std::unique_ptr<PackedWeight> panels = pack_bf16_panels(w.view());
+    ASSERT_NE(panels, nullptr);
+    WeightMatrix view = w.view();
+    view.packed = panels.get();
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(s.tokens * s.cols));
+    std::vector<float> x_rounded(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x_rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    const std::vector<float> want = run_reference(x, s.tokens, w);
+    const std::vector<float> want_rounded = run_reference(x_rounded, s.tokens, w);
+    const std::vector<double> sums = abs_sums(x, w, s.tokens);
+    const std::string what = "panels T=" + std::to_string(s.tokens) + " K=" + std::to_string(s.cols) +
+                             " N=" + std::to_string(s.rows);
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      got.emplace_back(static_cast<size_t>(s.tokens * s.rows), std::nanf(""));
+      linear_fast(pool, x.data(), s.tokens, view, got.back().data(), options);
+      expect_close(got.back(), want_rounded, sums, exact_tolerance(s.cols), what + " (rounded x)");
+      expect_close(got.back(), want, sums, std::ldexp(1.0, -9) + exact_tolerance(s.cols), what);
+    }
+    EXPECT_EQ(got[0], got[1]) << what << ": 1 vs 2 threads";
+    EXPECT_EQ(got[0], got[2]) << what << ": 1 vs 3 threads";
+    ThreadPool pool(2);
+    for (int64_t t = 0; t < std::min<int64_t>(s.tokens, 6); ++t) {
+      std::vector<float> alone(static_cast<size_t>(s.rows));
+      linear_fast(pool, x.data() + t * s.cols, 1, view, alone.data(), options);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got[0].begin() + t * s.rows)) << what << " token " << t;
     }
   }
 }
