@@ -16,7 +16,8 @@
 # ("Q8_0 Q4_0 Q4_K_M"), FAST_FILES (BF16: the files tern also runs with --cpu-kernels fast,
 # activations rounded to bf16 as llama.cpp rounds them for BF16 weights), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
 # PYTHON (.venv/bin/python, for the report and client), SERVE (0; 1 adds llama-server -np 8
-# against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET).
+# against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET;
+# SERVE_KERNELS: the --cpu-kernels sets tern serves with, default "optimized fast").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -128,11 +129,15 @@ if [ "${SERVE:-0}" = 1 ]; then
   scen=${SERVE_SCENARIOS:-conc-1:4,conc-4:8,conc-8:16}
   budget=${SERVE_BUDGET:-300}
   export TERN_COMMIT=$(cat "$OUT/commit.txt")
-  note "tern serve: $scen"
-  "$PY" bench/serving/serve_bench.py --label tern-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
-    --launch "$TERN_BIN serve --model $MODEL --device cpu --threads $THREADS --host 127.0.0.1 --port 0" \
-    --scenarios "$scen" --time-budget "$budget" || note "serve_bench tern: rc $?"
-  stop_leftovers
+  for kernels in ${SERVE_KERNELS:-optimized fast}; do
+    label=tern-cpu-serve
+    [ "$kernels" = optimized ] || label="tern-cpu-serve-$kernels"
+    note "tern serve --cpu-kernels $kernels: $scen"
+    "$PY" bench/serving/serve_bench.py --label "$label" --out-dir "$OUT" --model-dir "$MODEL" \
+      --launch "$TERN_BIN serve --model $MODEL --device cpu --threads $THREADS --cpu-kernels $kernels --host 127.0.0.1 --port 0" \
+      --scenarios "$scen" --time-budget "$budget" || note "serve_bench tern: rc $?"
+    stop_leftovers
+  done
   note "llama-server: $scen"
   "$PY" bench/serving/serve_bench.py --label llama.cpp-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
     --launch "$bin/llama-server -m $bf16 -np 8 -t $THREADS -c 8192 --host 127.0.0.1 --port 0 --no-webui" \
