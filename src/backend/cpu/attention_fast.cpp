@@ -5,11 +5,12 @@
 // in the region below, entered only after checking the CPU). Scores: a block
 // of K rows stays in L1 while every query vector of the tile (tokens x heads
 // of the group) passes over it; softmax: a vectorized exp (degree-7
-// polynomial after reduction by ln 2, within a few ulp of expf); P V: three
-// 8-float slices of four heads' outputs in registers while a block of V rows
-// passes, for each token of the tile in turn, each token stopping at its own
-// causal length. An fp8 cache's rows of a unit's kv head are dequantized into
-// per-thread scratch first, then the same code runs over them.
+// polynomial after reduction by ln 2, within a few ulp of expf); P V: for
+// each token of the tile in turn, each stopping at its own causal length,
+// three 8-float slices of four heads' outputs in registers while a block of
+// V rows passes (four 16-float slices where the CPU has AVX-512, in a region
+// of its own: the same bits). An fp8 cache's rows of a unit's kv head are
+// dequantized into per-thread scratch first, then the same code runs over them.
 #include "backend/cpu/attention_fast.h"
 
 #include <algorithm>
@@ -162,6 +163,23 @@ template <int G>
   }
 }
 
+// P V of one V block for `heads` (4 or 1) query heads of one token, over all
+// head_dim floats: out[g, :] (+)= sum_j probs[g * stride + j] vr[j] (from
+// zero when `first`). Every output float takes the rows in order, so the
+// bits do not depend on the slice width: the AVX2 and AVX-512 forms agree.
+using PvFn = void (*)(const float* probs, int64_t stride, const float* const* vr, int64_t rows, int64_t head_dim,
+                      int64_t heads, bool first, float* out);
+
+void pv_avx2(const float* probs, int64_t stride, const float* const* vr, int64_t rows, int64_t head_dim,
+             int64_t heads, bool first, float* out) {
+  for (int64_t d = 0; d < head_dim;) {
+    const int64_t slices = std::min<int64_t>(3, (head_dim - d) / 8);
+    heads == 4 ? pv_slices<4>(slices, probs, stride, vr, rows, head_dim, d, first, out)
+               : pv_slices<1>(slices, probs, stride, vr, rows, head_dim, d, first, out);
+    d += 8 * slices;
+  }
+}
+
 // probs[0 .. len) <- softmax(probs[0 .. len)) in place.
 void softmax_row(float* p, int64_t len) {
   __m256 mv = _mm256_set1_ps(-INFINITY);
@@ -242,7 +260,7 @@ template <int R, int H>
 // bits in a tile as alone.
 void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* lens, const KvRowTable& k,
                       const KvRowTable& v, int64_t kv_offset, int64_t group, int64_t head_dim, float scale,
-                      float* probs, float* out) {
+                      float* probs, float* out, PvFn pv) {
   const int64_t max_len = *std::max_element(lens, lens + n);
   const TileVectors t{q, stride, group, head_dim, lens, probs, max_len};
   const int64_t vecs = n * group;
@@ -261,21 +279,15 @@ void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* 
   for (int64_t u = 0; u < vecs; ++u) softmax_row(t.scores(u), t.len(u));
   for (int64_t j0 = 0; j0 < max_len; j0 += kValueBlock) {
     for (int64_t j = j0; j < std::min(j0 + kValueBlock, max_len); ++j) rows[j - j0] = v.row(j) + kv_offset;
-    for (int64_t d = 0; d < head_dim;) {
-      const int64_t slices = std::min<int64_t>(3, (head_dim - d) / 8);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t block_rows = std::min(j0 + kValueBlock, lens[i]) - j0;
-        if (block_rows <= 0) continue;
-        for (int64_t g0 = 0; g0 < group;) {
-          const float* pg = t.scores(i * group + g0) + j0;
-          float* og = out + i * stride + g0 * head_dim;
-          const int64_t heads = group - g0 >= 4 ? 4 : 1;
-          heads == 4 ? pv_slices<4>(slices, pg, max_len, rows, block_rows, head_dim, d, j0 == 0, og)
-                     : pv_slices<1>(slices, pg, max_len, rows, block_rows, head_dim, d, j0 == 0, og);
-          g0 += heads;
-        }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t block_rows = std::min(j0 + kValueBlock, lens[i]) - j0;
+      if (block_rows <= 0) continue;
+      for (int64_t g0 = 0; g0 < group;) {
+        const int64_t heads = group - g0 >= 4 ? 4 : 1;
+        pv(t.scores(i * group + g0) + j0, max_len, rows, block_rows, head_dim, heads, j0 == 0,
+           out + i * stride + g0 * head_dim);
+        g0 += heads;
       }
-      d += 8 * slices;
     }
   }
 }
@@ -307,8 +319,83 @@ void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_
 
 #pragma GCC pop_options
 
+// P V on AVX-512: 16-float slices, four of them (64 floats of four heads:
+// sixteen accumulators) per pass over a block's rows; a head_dim that is
+// not a multiple of 16 ends with the AVX2 form's 8-float slice.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+// g++ 12's AVX-512 intrinsics fill don't-care lanes from _mm512_undefined_*,
+// which it then reports as maybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+template <int G, int S>
+[[gnu::always_inline]] inline void pv_tile16(const float* probs, int64_t stride, const float* const* vr, int64_t rows,
+                                             int64_t head_dim, int64_t d, bool first, float* out) {
+  __m512 acc[G][S];
+  for (int g = 0; g < G; ++g) {
+    for (int s = 0; s < S; ++s) {
+      acc[g][s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + g * head_dim + d + 16 * s);
+    }
+  }
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* vj = vr[j] + d;
+    __m512 vv[S];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) vv[s] = _mm512_loadu_ps(vj + 16 * s);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const __m512 p = _mm512_set1_ps(probs[g * stride + j]);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) acc[g][s] = _mm512_fmadd_ps(p, vv[s], acc[g][s]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int s = 0; s < S; ++s) _mm512_storeu_ps(out + g * head_dim + d + 16 * s, acc[g][s]);
+  }
+}
+
+template <int G>
+[[gnu::always_inline]] inline void pv_slices16(int64_t slices, const float* probs, int64_t stride,
+                                               const float* const* vr, int64_t rows, int64_t head_dim, int64_t d,
+                                               bool first, float* out) {
+  switch (slices) {
+    case 4:
+      return pv_tile16<G, 4>(probs, stride, vr, rows, head_dim, d, first, out);
+    case 3:
+      return pv_tile16<G, 3>(probs, stride, vr, rows, head_dim, d, first, out);
+    case 2:
+      return pv_tile16<G, 2>(probs, stride, vr, rows, head_dim, d, first, out);
+    default:
+      return pv_tile16<G, 1>(probs, stride, vr, rows, head_dim, d, first, out);
+  }
+}
+
+void pv_avx512(const float* probs, int64_t stride, const float* const* vr, int64_t rows, int64_t head_dim,
+               int64_t heads, bool first, float* out) {
+  int64_t d = 0;
+  while (head_dim - d >= 16) {
+    const int64_t slices = std::min<int64_t>(4, (head_dim - d) / 16);
+    heads == 4 ? pv_slices16<4>(slices, probs, stride, vr, rows, head_dim, d, first, out)
+               : pv_slices16<1>(slices, probs, stride, vr, rows, head_dim, d, first, out);
+    d += 16 * slices;
+  }
+  if (d < head_dim) {
+    heads == 4 ? pv_slices<4>(1, probs, stride, vr, rows, head_dim, d, first, out)
+               : pv_slices<1>(1, probs, stride, vr, rows, head_dim, d, first, out);
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
 bool cpu_has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
   return has;
 }
 #endif
@@ -368,6 +455,10 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
     return;
   }
   const int64_t parts = pool.num_threads();
+  // P V on AVX-512 where the CPU has it (the same bits as AVX2). The scores
+  // stay on AVX2: 16-lane score sums measured slower (their lane sums take a
+  // larger share of a 128-float dot product).
+  const PvFn pv = cpu_has_avx512() ? pv_avx512 : pv_avx2;
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float>& probs = thread_probs();
     if (probs.size() < static_cast<size_t>(kQueryTile * group * max_len)) {
@@ -402,11 +493,11 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
             const float* v_block[1] = {v_rows};
             const KvRowTable k{k_block, tile_len, head_dim, {}, 1.0f}, v{v_block, tile_len, head_dim, {}, 1.0f};
             attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, k, v, 0, group, head_dim, scale, probs.data(),
-                             out + r * q_dim + offset);
+                             out + r * q_dim + offset, pv);
             continue;
           }
           attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
-                           probs.data(), out + r * q_dim + offset);
+                           probs.data(), out + r * q_dim + offset, pv);
         }
       }
     }

@@ -49,9 +49,11 @@ const KernelSet& optimized_kernel_set();
 // The optimized set, except that where the CPU has AVX512_BF16 the
 // activations are rounded to bf16 before their products with bf16 weights
 // (vdpbf16ps), as Hugging Face's bf16 forward and llama.cpp's BF16 path
-// round them: about 1.7x the prefill rate, for a relative error of at most
-// 2^-9 of sum |x||w| per output (linear_kernels.h, Activations::kBf16).
-// Elsewhere, and for other weight types, it is the optimized set.
+// round them, for a relative error of at most 2^-9 of sum |x||w| per output
+// (linear_kernels.h, Activations::kBf16); its `pack` repacks bf16 layer
+// matrices into 16-row panels for an outer-product kernel. About twice the
+// optimized set's bf16 prefill rate. Elsewhere, and for other weight types,
+// it is the optimized set.
 const KernelSet& fast_kernel_set();
 
 // "reference", "optimized" or "fast" (what --cpu-kernels takes); nullptr for any other name.

@@ -112,15 +112,26 @@ Status upload_layer_matrix(DeviceModel::Impl& m, std::initializer_list<const cpu
     out.form = DeviceModel::Impl::Form::kFp8;
     return upload_fp8(m, parts, out.w, out.scale, what);
   }
-  bool quantized = true, int4 = true;
+  bool quantized = true, int4 = true, any_int4 = false;
+  const cpu::WeightMatrix* float_part = nullptr;
   for (const cpu::WeightMatrix* w : parts) {
     quantized = quantized && cpu::is_quantized_weight_dtype(w->dtype);
-    int4 = int4 && cpu::int4_representable(*w);
+    const bool part_int4 = cpu::int4_representable(*w);
+    int4 = int4 && part_int4;
+    any_int4 = any_int4 || part_int4;
+    if (!cpu::is_quantized_weight_dtype(w->dtype) && float_part == nullptr) float_part = w;
   }
   if (int4) return upload_int4(m, parts, out, what);
-  if (quantized && m.int4_declined.empty()) {
-    m.int4_declined = std::string(what) + " is held in blocks (" + std::string(dtype_name(parts.begin()[0]->dtype)) +
-                      ") whose values 4-bit codes with a zero per 32 cannot hold exactly: uploaded as bf16";
+  if (m.int4_declined.empty()) {
+    if (quantized) {
+      m.int4_declined = std::string(what) + " is held in blocks (" +
+                        std::string(dtype_name(parts.begin()[0]->dtype)) +
+                        ") whose values 4-bit codes with a zero per 32 cannot hold exactly: uploaded as bf16";
+    } else if (any_int4 && float_part != nullptr) {
+      // One matrix, one form: a fused matrix whose parts mix int4 blocks with float weights is bf16 whole.
+      m.int4_declined = std::string(what) + " fuses int4-representable parts with a " +
+                        std::string(dtype_name(float_part->dtype)) + " part: uploaded as bf16";
+    }
   }
   return upload_matrices(m, parts, out.w, what, staging);
 }
