@@ -1,6 +1,7 @@
 // The reference and optimized kernel sets.
 #include "backend/cpu/kernel_set.h"
 
+#include "backend/cpu/activation_fast.h"
 #include "backend/cpu/attention_fast.h"
 #include "backend/cpu/linear_kernels.h"
 #include "backend/cpu/quant_pack.h"
@@ -71,6 +72,7 @@ const KernelSet& optimized_kernel_set() {
     s.linear_many = linear_many_exact;
     s.pack = pack_for_cpu;
     s.attention_batch = attention_batch_fast;
+    s.silu_mul = silu_mul_fast;
     return s;
   }();
   return set;

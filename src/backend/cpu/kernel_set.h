@@ -42,8 +42,8 @@ struct KernelSet {
 const KernelSet& reference_kernel_set();
 // The fastest kernels this CPU runs (linear_fast with exact fp32 activations:
 // AVX-512 or AVX2 by runtime dispatch; quantized matrices repacked for the
-// AVX2 GEMM where the CPU has AVX2), attention_batch_fast, the reference for
-// the other ops.
+// AVX2 GEMM where the CPU has AVX2), attention_batch_fast, silu_mul_fast,
+// the reference for the other ops.
 const KernelSet& optimized_kernel_set();
 
 // The optimized set, except that where the CPU has AVX512_BF16 the
