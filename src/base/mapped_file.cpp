@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -62,6 +63,19 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   return f;
+}
+
+bool MappedFile::contains(const void* p, size_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return data_ != nullptr && b >= data_ && n <= size_ && static_cast<size_t>(b - data_) <= size_ - n;
+}
+
+void MappedFile::release(const void* p, size_t n) const {
+  if (!contains(p, n)) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 Result<std::string> read_text_file(const std::string& path) {

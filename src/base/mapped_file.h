@@ -24,6 +24,14 @@ class MappedFile {
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // True when [p, p + n) lies inside this map.
+  bool contains(const void* p, size_t n) const;
+  // Drops this process's resident pages wholly inside [p, p + n) (which
+  // contains() must hold): the map is private and read-only, so a later read
+  // faults them back in from the file, the same bytes. For weights the
+  // kernels read from a repacked copy: their pages stop counting against the
+  // process's memory.
+  void release(const void* p, size_t n) const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -32,8 +32,8 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: optimized (AVX-512/AVX2 by what the CPU has, fp32 activations), fast (optimized, "
                  "but activations rounded to bf16 before their products with bf16 weights where the CPU has "
-                 "AVX512_BF16, as HF's bf16 forward and llama.cpp do, from a repacked copy of the layer matrices: "
-                 "about 2x the bf16 prefill rate, 0.48 GB more memory for ERNIE-0.3B) or "
+                 "AVX512_BF16, as HF's bf16 forward and llama.cpp do, from a repacked copy of the layer matrices "
+                 "whose file pages go back: about 2x the bf16 prefill rate, same memory) or "
                  "reference (plain loops, the oracle)")
       ->check(CLI::IsMember({"optimized", "fast", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
   cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")

@@ -206,4 +206,17 @@ std::vector<std::string> Checkpoint::tensor_names() const {
   return names;
 }
 
+void Checkpoint::release(const void* p, size_t n) const {
+  if (gguf_ != nullptr && gguf_->mapping().contains(p, n)) {
+    gguf_->mapping().release(p, n);
+    return;
+  }
+  for (const auto& f : files_) {
+    if (f->mapping().contains(p, n)) {
+      f->mapping().release(p, n);
+      return;
+    }
+  }
+}
+
 }  // namespace tern

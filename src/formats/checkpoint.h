@@ -52,6 +52,10 @@ class Checkpoint {
   const std::string& source() const { return source_; }
   // The GGUF file and its metadata when opened by open_gguf, else nullptr.
   const GgufFile* gguf() const { return gguf_.get(); }
+  // Drops the resident pages of [p, p + n) where that range lies in one of
+  // the checkpoint's file maps (MappedFile::release: later reads fault them
+  // back in from the file); does nothing for any other memory.
+  void release(const void* p, size_t n) const;
 
  private:
   struct Entry {

@@ -79,6 +79,8 @@ class GgufFile {
   static Result<GgufFile> parse(std::span<const uint8_t> bytes, const std::string& name);
 
   const std::string& name() const { return name_; }
+  // The file's map; empty for bytes given to parse().
+  const MappedFile& mapping() const { return file_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   // Byte offset of the data section in the file (a multiple of alignment()).

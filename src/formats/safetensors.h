@@ -49,6 +49,8 @@ class SafetensorsFile {
   const TensorView* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& name() const { return name_; }
+  // The file's map; empty for bytes given to parse().
+  const MappedFile& mapping() const { return file_; }
 
  private:
   MappedFile file_;

@@ -315,8 +315,16 @@ void Ernie45Model::pack_weights() {
   } else {
     pack(lm_head_);
   }
+  // A layer matrix that has a packed copy is read from it alone: its file
+  // pages go back (they fault in again, unchanged, if anything reads them:
+  // a GPU upload, the FP8 quantizer), so the copy does not double the
+  // process's memory. The embedding keeps its pages: lookups read it.
   for (LayerWeights& w : layers_) {
-    for (cpu::WeightMatrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) pack(*m);
+    for (cpu::WeightMatrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+      pack(*m);
+      const int64_t row = cpu::row_bytes(m->dtype, m->cols);
+      if (m->packed != nullptr && row > 0) checkpoint_.release(m->data, static_cast<size_t>(row * m->rows));
+    }
   }
 }
 
