@@ -267,6 +267,9 @@ Status Ernie45Model::quantize(QuantMix mix) {
       cpu::weight_row_to_f32(m, r, row.data());
       cpu::quantize_row(*to, row.data(), m.cols, out + r * row_bytes);
     }
+    // Nothing reads the source again: its file pages go back (MappedFile::release).
+    const int64_t source_row = cpu::row_bytes(m.dtype, m.cols);
+    if (source_row > 0) checkpoint_.release(m.data, static_cast<size_t>(source_row * m.rows));
     m.dtype = *to;
     m.data = owned.get();
     owned_.push_back(std::move(owned));
