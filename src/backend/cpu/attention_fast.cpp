@@ -418,6 +418,13 @@ constexpr int64_t kQueryTile = 4;
 
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                           std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out) {
+  attention_batch_fast_isa(pool, q, positions, seqs, shape, out, CpuIsa::kAvx512);
+}
+
+void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
+                              std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out,
+                              CpuIsa max_isa) {
+  (void)max_isa;  // used only where the ISA files are compiled
 #if defined(__x86_64__) && defined(__GNUC__)
   const bool fast = cpu_has_avx2_fma() && shape.head_dim % 8 == 0;
 #else
@@ -453,7 +460,7 @@ void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int6
   // P V on AVX-512 where the CPU has it (the same bits as AVX2). The scores
   // stay on AVX2: 16-lane score sums measured slower (their lane sums take a
   // larger share of a 128-float dot product).
-  const PvFn pv = cpu_has_avx512() ? pv_avx512 : pv_avx2;
+  const PvFn pv = max_isa >= CpuIsa::kAvx512 && cpu_has_avx512() ? pv_avx512 : pv_avx2;
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float>& probs = thread_probs();
     if (probs.size() < static_cast<size_t>(kQueryTile * group * max_len)) {

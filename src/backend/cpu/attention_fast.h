@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cpu/linear_kernels.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/thread_pool.h"
 
@@ -27,5 +28,12 @@ namespace tern::cpu {
 // reference reads it instead.
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                           std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out);
+
+// As attention_batch_fast with its P V form capped at `max_isa` (kAvx2 or
+// kAvx512; the scores are AVX2 either way): both forms give the same bits,
+// which tests check on CPUs that have both.
+void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
+                              std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out,
+                              CpuIsa max_isa);
 
 }  // namespace tern::cpu

@@ -118,6 +118,22 @@ TEST(AttentionFast, MatchesReferenceAndIsDeterministic) {
   }
 }
 
+// P V on AVX-512 (16-float slices) and on AVX2 (8-float slices) take each
+// output's V rows in the same order: the same bits, prefill tiles included.
+TEST(AttentionFast, Avx512AndAvx2FormsGiveTheSameBits) {
+  if (best_cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(12);
+  for (AttentionShape shape : {AttentionShape{16, 2, 128}, AttentionShape{6, 2, 40}, AttentionShape{8, 1, 16}}) {
+    const Batch b = make_batch(rng, shape);
+    ThreadPool pool(2);
+    std::vector<float> wide(b.q.size(), NAN), narrow(b.q.size(), NAN);
+    attention_batch_fast_isa(pool, b.q.data(), b.positions, b.parts, shape, wide.data(), CpuIsa::kAvx512);
+    attention_batch_fast_isa(pool, b.q.data(), b.positions, b.parts, shape, narrow.data(), CpuIsa::kAvx2);
+    EXPECT_EQ(0, std::memcmp(wide.data(), narrow.data(), wide.size() * 4))
+        << shape.num_heads << "/" << shape.num_kv_heads << "x" << shape.head_dim;
+  }
+}
+
 // One sequence's K or V rows in blocks of `block_size` positions, as fp32
 // values in [-2, 2] or, for an fp8 cache, as e4m3 codes and the fp32 values
 // they stand for (what the fp32 tables then hold).
