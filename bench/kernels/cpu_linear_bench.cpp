@@ -3,7 +3,9 @@
 // AVX512_BF16, bf16 activations), for T = 1 (decode) and T = 512 (prefill),
 // on 1 and 2 threads, for bf16 weights and the quantized types (Q8_0, Q4_0,
 // Q4_K, Q5_K, Q6_K: GB/s counts the quantized bytes; "packed" is the same
-// matrix repacked as the optimized kernel set reads it). Also measures the
+// matrix repacked as the optimized kernel set reads it; for bf16 with
+// AVX512_BF16, "fast-bf16x" rounds x to bf16 and "panels" also reads the
+// 16-row panels --cpu-kernels fast repacks the matrix into). Also measures the
 // machine's read bandwidth (STREAM-style sum over 1 GiB) so decode can be
 // read as a share of it. Weights are cycled over copies totalling >= 512 MiB
 // so decode reads DRAM, as a real model does, not a last-level cache holding
@@ -303,6 +305,16 @@ int main(int argc, char** argv) {
             LinearOptions rounded{.max_isa = isa, .activations = Activations::kBf16};
             report("fast-bf16x", time_calls(copies, budget, cpu_threads, [&](int c) {
                      linear_fast(pool, x.data(), tokens, matrix(c), y.data(), rounded);
+                   }));
+            // What --cpu-kernels fast reads: each copy in 16-row panels (pack_bf16_panels).
+            if (packed.size() != static_cast<size_t>(copies)) {
+              packed.clear();
+              for (int c = 0; c < copies; ++c) packed.push_back(pack_bf16_panels(matrix(c)));
+            }
+            report("panels", time_calls(copies, budget, cpu_threads, [&](int c) {
+                     WeightMatrix m = matrix(c);
+                     m.packed = packed[static_cast<size_t>(c)].get();
+                     linear_fast(pool, x.data(), tokens, m, y.data(), rounded);
                    }));
           }
         }
