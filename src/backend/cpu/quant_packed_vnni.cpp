@@ -39,7 +39,7 @@ struct VnniDot {
   static __m256i finish_scaled(__m256i s, __m256i scale) { return _mm256_mullo_epi32(s, scale); }
 };
 
-// Two row groups at once for the 4-bit types: group g's 32 bytes in the low
+// Two row groups at once for Q4_0, Q4_K and Q6_K: group g's 32 bytes in the low
 // half of a 512-bit register and group g + 1's (`gs` bytes further) in the
 // high half, so one vpdpbusd serves 16 rows. Every lane does the arithmetic
 // of the 256-bit kernels above, so the bits are theirs.
@@ -158,6 +158,74 @@ struct Q4Kx16 {
   }
 };
 
+// 8 bytes of each group as int32 lanes (signed).
+inline __m512i i8x16(const uint8_t* p, int64_t gs) {
+  const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + gs));
+  return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi));
+}
+
+struct Q6Kx16 {
+  using X = BlockQ8KS;
+  template <int M>
+  static void run(const uint8_t* w, int64_t gs, int64_t blocks, const uint8_t* x, int64_t x_row_bytes, __m512* acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b, w += kPackedQ6KBytes) {
+      const X* xs[M];
+      for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
+      const uint8_t* sc = w + 16;
+      const uint8_t* ql = w + 144;
+      const uint8_t* qh = w + 144 + 8 * 128;
+      __m512i sumi[M];
+      for (int m = 0; m < M; ++m) sumi[m] = _mm512_setzero_si512();
+      #pragma GCC unroll 16
+      for (int t = 0; t < 8; ++t) {
+        // Lane r: int16 pair (scale of sub-block 2t, of 2t+1) of row r, for both groups.
+        auto pairs = [&](const uint8_t* p) {
+          return _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+        };
+        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(pairs(sc + 16 * t)), pairs(sc + 16 * t + gs), 1);
+        const __m512i sp = _mm512_cvtepi8_epi16(both);
+        for (int m = 0; m < M; ++m) {
+          const X& xb = *xs[m];
+          sumi[m] = _mm512_add_epi32(sumi[m], _mm512_madd_epi16(sp, bcast16(xb.q.bsums + 2 * t)));
+        }
+      }
+      for (int m = 0; m < M; ++m) sumi[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sumi[m], 5));
+      #pragma GCC unroll 16
+      for (int sb = 0; sb < 16; ++sb) {
+        const int h = sb / 8, gq = (sb % 8) / 2, half = sb % 2;
+        const __m512i scale = i8x16(sc + 8 * sb, gs);
+        __m512i s[M];
+        for (int m = 0; m < M; ++m) s[m] = _mm512_setzero_si512();
+        #pragma GCC unroll 16
+        for (int i = 4 * half; i < 4 * half + 4; ++i) {
+          const __m512i l = load2(ql + 32 * (16 * h + 8 * (gq & 1) + i), gs);
+          const __m512i lo4 = _mm512_and_si512(_mm512_srl_epi16(l, _mm_cvtsi32_si128(4 * (gq >> 1))), m4);
+          // Bits 2gq, 2gq+1 of each qh byte moved to bits 4, 5 in one shift.
+          const __m512i hv = load2(qh + 32 * (8 * h + i), gs);
+          const __m512i hi2 = _mm512_and_si512(
+              gq == 3 ? _mm512_srli_epi16(hv, 2) : _mm512_sll_epi16(hv, _mm_cvtsi32_si128(4 - 2 * gq)), m2);
+          const __m512i q = _mm512_or_si512(lo4, hi2);
+          for (int m = 0; m < M; ++m) {
+            const X& xb = *xs[m];
+            s[m] = _mm512_dpbusd_epi32(s[m], q, bcast16(xb.q.qs + 128 * h + 32 * gq + 4 * i));
+            keep_order16(s[m]);
+          }
+        }
+        for (int m = 0; m < M; ++m) sumi[m] = _mm512_add_epi32(sumi[m], _mm512_mullo_epi32(s[m], scale));
+      }
+      const __m512 d = fp16x16(w, gs);
+      for (int m = 0; m < M; ++m) {
+        const X& xb = *xs[m];
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[m]), _mm512_mul_ps(d, _mm512_set1_ps(xb.q.d)), acc[m]);
+      }
+    }
+  }
+};
+
 // One tile of row groups g and g + 1 against tokens t0 .. t0+M-1.
 template <class K, int M>
 void tile2(const PackedTask& t, const uint8_t* w, int64_t gs, int64_t g, int64_t t0) {
@@ -233,7 +301,7 @@ const PackedKernels& vnni_packed_kernels() {
       .q4_0 = &packed_rows_pairs<Q4_0x16, Q4_0Kernel<VnniDot>>,
       .q4_k = &packed_rows_pairs<Q4Kx16, K4Kernel<VnniDot, false>>,
       .q5_k = &packed_rows<K4Kernel<VnniDot, true>>,
-      .q6_k = &packed_rows<Q6KKernel<VnniDot>>,
+      .q6_k = &packed_rows_pairs<Q6Kx16, Q6KKernel<VnniDot>>,
       .quantize_q8s = avx2_packed_kernels().quantize_q8s,
       .quantize_q8ks = avx2_packed_kernels().quantize_q8ks,
   };
