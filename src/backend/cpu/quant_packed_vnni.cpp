@@ -39,7 +39,7 @@ struct VnniDot {
   static __m256i finish_scaled(__m256i s, __m256i scale) { return _mm256_mullo_epi32(s, scale); }
 };
 
-// Two row groups at once for Q4_0, Q4_K and Q6_K: group g's 32 bytes in the low
+// Two row groups at once for Q8_0, Q4_0, Q4_K and Q6_K: group g's 32 bytes in the low
 // half of a 512-bit register and group g + 1's (`gs` bytes further) in the
 // high half, so one vpdpbusd serves 16 rows. Every lane does the arithmetic
 // of the 256-bit kernels above, so the bits are theirs.
@@ -66,6 +66,41 @@ inline __m512i u8x16(const uint8_t* p, int64_t gs) {
   return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
 }
 inline void keep_order16(__m512i& v) { asm("" : "+v"(v)); }
+
+// Q8_0: signed weights, so |w| into vpdpbusd with x carrying w's sign (x
+// negated where w < 0; where w is 0 the product is 0 either way, as with
+// vpsignb's zero): the integer sums of the 256-bit kernel.
+struct Q8_0x16 {
+  using X = BlockQ8S;
+  template <int M>
+  static void run(const uint8_t* w, int64_t gs, int64_t blocks, const uint8_t* x, int64_t x_row_bytes, __m512* acc) {
+    const __m512i zero = _mm512_setzero_si512();
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b, w += kPackedQ8_0Bytes) {
+      const X* xs[M];
+      for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
+      __m512i s[M];
+      for (int m = 0; m < M; ++m) s[m] = _mm512_setzero_si512();
+      #pragma GCC unroll 16
+      for (int u = 0; u < 8; ++u) {
+        const __m512i q = load2(w + 16 + 32 * u, gs);
+        const __m512i aq = _mm512_abs_epi8(q);
+        const __mmask64 negative = _mm512_movepi8_mask(q);
+        for (int m = 0; m < M; ++m) {
+          const X& xb = *xs[m];
+          const __m512i xv = bcast16(xb.q.qs + 4 * u);
+          s[m] = _mm512_dpbusd_epi32(s[m], aq, _mm512_mask_sub_epi8(xv, negative, zero, xv));
+          keep_order16(s[m]);
+        }
+      }
+      const __m512 dw = fp16x16(w, gs);
+      for (int m = 0; m < M; ++m) {
+        const X& xb = *xs[m];
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[m]), _mm512_mul_ps(dw, _mm512_set1_ps(xb.q.d)), acc[m]);
+      }
+    }
+  }
+};
 
 struct Q4_0x16 {
   using X = BlockQ8S;
@@ -297,7 +332,7 @@ void packed_rows_pairs(const PackedTask& t, int64_t g_begin, int64_t g_end) {
 
 const PackedKernels& vnni_packed_kernels() {
   static const PackedKernels kernels{
-      .q8_0 = &packed_rows<Q8_0Kernel<VnniDot>>,
+      .q8_0 = &packed_rows_pairs<Q8_0x16, Q8_0Kernel<VnniDot>>,
       .q4_0 = &packed_rows_pairs<Q4_0x16, Q4_0Kernel<VnniDot>>,
       .q4_k = &packed_rows_pairs<Q4Kx16, K4Kernel<VnniDot, false>>,
       .q5_k = &packed_rows<K4Kernel<VnniDot, true>>,
