@@ -39,7 +39,7 @@ struct VnniDot {
   static __m256i finish_scaled(__m256i s, __m256i scale) { return _mm256_mullo_epi32(s, scale); }
 };
 
-// Two row groups at once for Q8_0, Q4_0, Q4_K and Q6_K: group g's 32 bytes in the low
+// Two row groups at once for every packed type: group g's 32 bytes in the low
 // half of a 512-bit register and group g + 1's (`gs` bytes further) in the
 // high half, so one vpdpbusd serves 16 rows. Every lane does the arithmetic
 // of the 256-bit kernels above, so the bits are theirs.
@@ -134,19 +134,23 @@ struct Q4_0x16 {
   }
 };
 
-struct Q4Kx16 {
+// Q4_K, and Q5_K with kFifthBit (bit j of a qh byte: sub-block j's fifth bit).
+template <bool kFifthBit>
+struct K4x16 {
   using X = BlockQ8KS;
+  static constexpr int64_t kBytes = kFifthBit ? kPackedQ5KBytes : kPackedQ4KBytes;
   template <int M>
   static void run(const uint8_t* w, int64_t gs, int64_t blocks, const uint8_t* x, int64_t x_row_bytes, __m512* acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b, w += kPackedQ4KBytes) {
+    for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
       const X* xs[M];
       for (int m = 0; m < M; ++m) xs[m] = reinterpret_cast<const X*>(x + m * x_row_bytes) + b;
       const __m512 d = fp16x16(w, gs), dmin = fp16x16(w + 16, gs);
       const uint8_t* sc = w + 32;
       const uint8_t* mins = w + 96;
       const uint8_t* qs = w + 160;
+      const uint8_t* qh = w + kPackedQ4KBytes;
       {
         __m512i summ[M];
         for (int m = 0; m < M; ++m) summ[m] = _mm512_setzero_si512();
@@ -175,8 +179,12 @@ struct Q4Kx16 {
         for (int m = 0; m < M; ++m) s[m] = _mm512_setzero_si512();
         #pragma GCC unroll 16
         for (int g = 0; g < 8; ++g) {
-          const __m512i q =
+          __m512i q =
               _mm512_and_si512(_mm512_srl_epi16(load2(qs + 32 * (8 * c + g), gs), _mm_cvtsi32_si128(shift)), m4);
+          if constexpr (kFifthBit) {
+            const __m512i bit = _mm512_and_si512(_mm512_srl_epi16(load2(qh + 32 * g, gs), _mm_cvtsi32_si128(j)), one);
+            q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
+          }
           for (int m = 0; m < M; ++m) {
             const X& xb = *xs[m];
             s[m] = _mm512_dpbusd_epi32(s[m], q, bcast16(xb.q.qs + 32 * j + 4 * g));
@@ -334,8 +342,8 @@ const PackedKernels& vnni_packed_kernels() {
   static const PackedKernels kernels{
       .q8_0 = &packed_rows_pairs<Q8_0x16, Q8_0Kernel<VnniDot>>,
       .q4_0 = &packed_rows_pairs<Q4_0x16, Q4_0Kernel<VnniDot>>,
-      .q4_k = &packed_rows_pairs<Q4Kx16, K4Kernel<VnniDot, false>>,
-      .q5_k = &packed_rows<K4Kernel<VnniDot, true>>,
+      .q4_k = &packed_rows_pairs<K4x16<false>, K4Kernel<VnniDot, false>>,
+      .q5_k = &packed_rows_pairs<K4x16<true>, K4Kernel<VnniDot, true>>,
       .q6_k = &packed_rows_pairs<Q6Kx16, Q6KKernel<VnniDot>>,
       .quantize_q8s = avx2_packed_kernels().quantize_q8s,
       .quantize_q8ks = avx2_packed_kernels().quantize_q8ks,
