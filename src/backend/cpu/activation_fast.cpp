@@ -1,5 +1,6 @@
 #include "backend/cpu/activation_fast.h"
 
+#include "backend/cpu/linear_kernels.h"
 #include "backend/cpu/reference_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -52,18 +53,13 @@ void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out) 
 
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
-
-bool cpu_has_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
 #endif
 
 }  // namespace
 
 void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (cpu_has_avx512f()) {
+  if (best_cpu_isa() >= CpuIsa::kAvx512) {
     silu_mul_avx512(gate, up, n, out);
     return;
   }

@@ -389,10 +389,6 @@ bool cpu_has_avx2_fma() {
   return has;
 }
 
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
 #endif
 
 std::vector<float>& thread_probs() {
@@ -460,7 +456,7 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
   // P V on AVX-512 where the CPU has it (the same bits as AVX2). The scores
   // stay on AVX2: 16-lane score sums measured slower (their lane sums take a
   // larger share of a 128-float dot product).
-  const PvFn pv = max_isa >= CpuIsa::kAvx512 && cpu_has_avx512() ? pv_avx512 : pv_avx2;
+  const PvFn pv = std::min(max_isa, best_cpu_isa()) >= CpuIsa::kAvx512 ? pv_avx512 : pv_avx2;
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float>& probs = thread_probs();
     if (probs.size() < static_cast<size_t>(kQueryTile * group * max_len)) {
