@@ -155,56 +155,26 @@ CpuIsa best_cpu_isa() {
   return CpuIsa::kPortable;
 }
 
-void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
-                 const LinearOptions& options) {
-  if (num_tokens <= 0 || w.rows <= 0) return;
-  if (is_quantized_weight_dtype(w.dtype)) {
-    linear_quantized(pool, x, num_tokens, w, y, options.max_isa);
-    return;
-  }
-  const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
-  const IsaKernels* kernels = kernels_for(isa);
-  if (kernels == nullptr) {
-    linear(pool, x, num_tokens, w, y);
-    return;
-  }
-  LinearTask task{.num_tokens = num_tokens, .w = w.data, .rows = w.rows, .cols = w.cols, .y = y};
-  const bool has_bf16_dot = isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16();
-  const RowsFn rows_fn = prepare(*kernels, x, num_tokens, w, options.activations, has_bf16_dot, task);
+namespace {
 
-  split_rows(pool, w.rows, w.cols, num_tokens, kRowUnit,
-             [&](int64_t first, int64_t end) { rows_fn(task, first, end); });
-}
+// y = x . W^T for up to kMaxStacked unquantized matrices of one dtype and
+// width (a packed one only alone): x is laid out once and one pool call
+// covers all their rows, taken as one stacked matrix. Every output's
+// arithmetic depends only on its own row and token, so the bits are those of
+// one call per matrix.
+constexpr size_t kMaxStacked = 4;
 
-void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
-                      std::span<float* const> ys, const LinearOptions& options) {
-  if (linear_quantized_many(pool, x, num_tokens, ws, ys, options.max_isa)) return;
-  const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
-  const IsaKernels* kernels = kernels_for(isa);
-  // Unquantized matrices of one dtype and width: x is laid out once and one
-  // pool call covers all their rows, taken as one stacked matrix. Every
-  // output's arithmetic depends only on its own row and token, so the bits
-  // are those of separate calls.
-  constexpr size_t kMaxMany = 4;
-  bool together = kernels != nullptr && num_tokens > 0 && ws.size() > 1 && ws.size() <= kMaxMany &&
-                  ws.size() == ys.size();
-  for (size_t i = 0; together && i < ws.size(); ++i) {
-    together = !is_quantized_weight_dtype(ws[i]->dtype) && ws[i]->dtype == ws[0]->dtype &&
-               ws[i]->cols == ws[0]->cols && ws[i]->packed == nullptr;
-  }
-  if (!together) {
-    for (size_t i = 0; i < ws.size(); ++i) linear_fast(pool, x, num_tokens, *ws[i], ys[i], options);
-    return;
-  }
+void linear_stacked(ThreadPool& pool, const IsaKernels& kernels, CpuIsa isa, const float* x, int64_t num_tokens,
+                    std::span<const WeightMatrix* const> ws, std::span<float* const> ys, Activations activations) {
   const bool has_bf16_dot = isa == CpuIsa::kAvx512 && cpu_has_avx512_bf16();
-  LinearTask tasks[kMaxMany];
-  int64_t first_row[kMaxMany + 1] = {0};
+  LinearTask tasks[kMaxStacked];
+  int64_t first_row[kMaxStacked + 1] = {0};
   RowsFn rows_fn = nullptr;
   for (size_t i = 0; i < ws.size(); ++i) {
     const WeightMatrix& w = *ws[i];
     tasks[i] = LinearTask{.num_tokens = num_tokens, .w = w.data, .rows = w.rows, .cols = w.cols, .y = ys[i]};
     if (i == 0) {
-      rows_fn = prepare(*kernels, x, num_tokens, w, options.activations, has_bf16_dot, tasks[0]);
+      rows_fn = prepare(kernels, x, num_tokens, w, activations, has_bf16_dot, tasks[0]);
     } else {
       tasks[i].x = tasks[0].x;
       tasks[i].x_stride = tasks[0].x_stride;
@@ -218,6 +188,44 @@ void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std:
       if (lo < hi) rows_fn(tasks[i], lo - first_row[i], hi - first_row[i]);
     }
   });
+}
+
+}  // namespace
+
+void linear_fast(ThreadPool& pool, const float* x, int64_t num_tokens, const WeightMatrix& w, float* y,
+                 const LinearOptions& options) {
+  if (num_tokens <= 0 || w.rows <= 0) return;
+  if (is_quantized_weight_dtype(w.dtype)) {
+    linear_quantized(pool, x, num_tokens, w, y, options.max_isa);
+    return;
+  }
+  const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
+  const IsaKernels* kernels = kernels_for(isa);
+  if (kernels == nullptr) {
+    linear(pool, x, num_tokens, w, y);
+    return;
+  }
+  const WeightMatrix* one[] = {&w};
+  float* const out[] = {y};
+  linear_stacked(pool, *kernels, isa, x, num_tokens, one, out, options.activations);
+}
+
+void linear_fast_many(ThreadPool& pool, const float* x, int64_t num_tokens, std::span<const WeightMatrix* const> ws,
+                      std::span<float* const> ys, const LinearOptions& options) {
+  if (linear_quantized_many(pool, x, num_tokens, ws, ys, options.max_isa)) return;
+  const CpuIsa isa = std::min(options.max_isa, best_cpu_isa());
+  const IsaKernels* kernels = kernels_for(isa);
+  bool together = kernels != nullptr && num_tokens > 0 && ws.size() > 1 && ws.size() <= kMaxStacked &&
+                  ws.size() == ys.size();
+  for (size_t i = 0; together && i < ws.size(); ++i) {
+    together = !is_quantized_weight_dtype(ws[i]->dtype) && ws[i]->dtype == ws[0]->dtype &&
+               ws[i]->cols == ws[0]->cols && ws[i]->packed == nullptr;
+  }
+  if (!together) {
+    for (size_t i = 0; i < ws.size(); ++i) linear_fast(pool, x, num_tokens, *ws[i], ys[i], options);
+    return;
+  }
+  linear_stacked(pool, *kernels, isa, x, num_tokens, ws, ys, options.activations);
 }
 
 }  // namespace tern::cpu
