@@ -437,7 +437,8 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
   // A unit is one query tile and one kv head, costed by the K/V rows its
-  // tokens attend to; each thread takes a contiguous run of about equal cost.
+  // tokens attend to; the units are cut into a few contiguous runs of about
+  // equal cost per thread, which the pool's threads claim.
   int64_t total_cost = 0, max_len = 0;
   for (const AttentionSequence& seq : seqs) {
     for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
@@ -452,7 +453,7 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
     attention_batch(pool, q, positions, seqs, shape, out);
     return;
   }
-  const int64_t parts = pool.num_threads();
+  const int64_t parts = pool.num_threads() * ThreadPool::kChunksPerThread;
   // P V on AVX-512 where the CPU has it (the same bits as AVX2). The scores
   // stay on AVX2: 16-lane score sums measured slower (their lane sums take a
   // larger share of a 128-float dot product).

@@ -1,13 +1,17 @@
 // ThreadPool: every index of [0, n) runs exactly once per call, whether the
 // workers are spinning (calls back to back) or asleep (calls far apart), and
-// the caller sees all the work done when parallel_for returns.
+// the caller sees all the work done when parallel_for returns; chunks are
+// claimed, so a stalled thread's share goes to the others.
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tern {
@@ -48,13 +52,65 @@ TEST(ThreadPool, SmallWorkStaysOnTheCaller) {
 }
 
 TEST(ThreadPool, WorkersShareLargeJobs) {
+  // Each of the two chunks waits until both have started: only a second
+  // thread can start the other one.
+  ThreadPool pool(2);
+  std::atomic<int> started{0};
+  std::mutex mu;
+  std::vector<std::thread::id> ids;
+  pool.parallel_for(2, 1, [&](int64_t, int64_t) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.push_back(std::this_thread::get_id());
+    }
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  });
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_NE(ids[0], ids[1]);
+}
+
+TEST(ThreadPool, ChunksAreAtLeastTheGrainButTheLast) {
+  ThreadPool pool(3);
+  for (int64_t n : {5, 17, 100, 1000, 4099}) {
+    for (int64_t grain : {1, 2, 3, 7, 64}) {
+      std::mutex mu;
+      std::vector<std::pair<int64_t, int64_t>> chunks;
+      pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+        std::lock_guard<std::mutex> lock(mu);
+        chunks.emplace_back(begin, end);
+      });
+      std::sort(chunks.begin(), chunks.end());
+      ASSERT_FALSE(chunks.empty());
+      EXPECT_EQ(chunks.front().first, 0);
+      EXPECT_EQ(chunks.back().second, n);
+      for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+        EXPECT_EQ(chunks[i].second, chunks[i + 1].first);
+        EXPECT_GE(chunks[i].second - chunks[i].first, grain) << "n=" << n << " grain=" << grain;
+      }
+      EXPECT_LE(static_cast<int64_t>(chunks.size()), 3 * ThreadPool::kChunksPerThread);
+    }
+  }
+}
+
+TEST(ThreadPool, AStalledThreadsChunksGoToTheOthers) {
+  // The first chunk a worker claims stalls it (as the OS taking it off its
+  // core would); the caller runs every chunk left meanwhile.
   ThreadPool pool(2);
   const auto caller = std::this_thread::get_id();
-  std::atomic<int> elsewhere{0};
-  pool.parallel_for(2, 1, [&](int64_t, int64_t) {
-    if (std::this_thread::get_id() != caller) ++elsewhere;
-  });
-  EXPECT_EQ(elsewhere.load(), 1);
+  for (int call = 0; call < 3; ++call) {
+    std::atomic<int> on_caller{0}, on_worker{0};
+    pool.parallel_for(8, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() == caller) {
+        ++on_caller;
+        return;
+      }
+      if (on_worker.fetch_add(1) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    });
+    EXPECT_EQ(on_caller.load() + on_worker.load(), 8);
+    EXPECT_LE(on_worker.load(), 1) << "call " << call;
+  }
 }
 
 }  // namespace
