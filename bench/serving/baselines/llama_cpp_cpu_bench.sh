@@ -16,8 +16,10 @@
 # ("Q8_0 Q4_0 Q4_K_M"), FAST_FILES (BF16: the files tern also runs with --cpu-kernels fast,
 # activations rounded to bf16 as llama.cpp rounds them for BF16 weights), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
 # PYTHON (.venv/bin/python, for the report and client), SERVE (0; 1 adds llama-server -np 8
-# against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET;
-# SERVE_KERNELS: the --cpu-kernels sets tern serves with, default "optimized fast").
+# against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET,
+# SERVE_PASSES; SERVE_KERNELS: the --cpu-kernels sets tern serves the bf16 HF folder with, default
+# "optimized fast"; SERVE_QUANTS: the GGUF files both serve as well, default "Q4_K_M"; the
+# serving table goes to OUT_DIR/cpu-serve.md).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -121,29 +123,54 @@ fi
 # 6. The table.
 "$PY" bench/serving/baselines/cpu_report.py "$OUT" | tee "$OUT/cpu-llama.md"
 
-# 7. SERVE=1: llama-server (BF16 GGUF, 8 slots) against tern serve through the same client
-#    (serve_bench.py), closed loops of 1, 4 and 8 streams (SERVE_SCENARIOS, SERVE_BUDGET s each server).
+# 7. SERVE=1: llama-server (8 slots) against tern serve through the same client
+#    (serve_bench.py), closed loops of 1, 4 and 8 streams (SERVE_SCENARIOS, SERVE_BUDGET s each server):
+#    on BF16, tern on the HF folder with each SERVE_KERNELS set against llama-server on the BF16 GGUF;
+#    on each of SERVE_QUANTS (default Q4_K_M, the type most CPU deployments run), both on the same file.
+#    SERVE_PASSES (1) passes, the order of the servers reversed in every other one.
 if [ "${SERVE:-0}" = 1 ]; then
   stop_leftovers() {  # a server left by a killed serve_bench, by the pid it wrote
-    for f in "$OUT"/*-server.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
+    local pidf
+    for pidf in "$OUT"/*-server.pid; do [ -f "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null; rm -f "$pidf"; done
   }
   trap stop_leftovers EXIT
   scen=${SERVE_SCENARIOS:-conc-1:4,conc-4:8,conc-8:16}
   budget=${SERVE_BUDGET:-300}
   export TERN_COMMIT=$(cat "$OUT/commit.txt")
-  for kernels in ${SERVE_KERNELS:-optimized fast}; do
-    label=tern-cpu-serve
-    [ "$kernels" = optimized ] || label="tern-cpu-serve-$kernels"
-    note "tern serve --cpu-kernels $kernels: $scen"
-    "$PY" bench/serving/serve_bench.py --label "$label" --out-dir "$OUT" --model-dir "$MODEL" \
-      --launch "$TERN_BIN serve --model $MODEL --device cpu --threads $THREADS --cpu-kernels $kernels --host 127.0.0.1 --port 0" \
-      --scenarios "$scen" --time-budget "$budget" || note "serve_bench tern: rc $?"
+  rm -f "$OUT"/serve-*.json "$OUT"/serve-*.md
+  serve() {  # label launch-command [launch-timeout]
+    note "serve_bench $1: $scen"
+    "$PY" bench/serving/serve_bench.py --label "$1" --out-dir "$OUT" --model-dir "$MODEL" --launch "$2" \
+      --launch-timeout "${3:-60}" --scenarios "$scen" --time-budget "$budget" || note "serve_bench $1: rc $?"
     stop_leftovers
+  }
+  tern_serve() {  # pass file kernels
+    local q=BF16 model=$MODEL
+    [ "$2" = "$bf16" ] || { q=$(basename "$2" .gguf); q=${q#"$name-"}; model=$2; }
+    serve "serve-$q-tern-$3-pass$1" \
+      "$TERN_BIN serve --model $model --device cpu --threads $THREADS --cpu-kernels $3 --host 127.0.0.1 --port 0"
+  }
+  llama_serve() {  # pass file
+    local q; q=$(basename "$2" .gguf); q=${q#"$name-"}
+    serve "serve-$q-llama.cpp-pass$1" \
+      "$bin/llama-server -m $2 -np 8 -t $THREADS -c 8192 --host 127.0.0.1 --port 0 --no-webui" 120
+  }
+  for pass in $(seq 1 "${SERVE_PASSES:-1}"); do
+    for f in "$bf16" ${SERVE_QUANTS-Q4_K_M}; do
+      [ "$f" = "$bf16" ] || f="$GGUF_DIR/$name-$f.gguf"
+      [ -s "$f" ] || { note "no $f (add its type to QUANTS): not served"; continue; }
+      kernel_sets=optimized
+      [ "$f" = "$bf16" ] && kernel_sets=${SERVE_KERNELS:-optimized fast}
+      if [ $((pass % 2)) = 1 ]; then
+        for k in $kernel_sets; do tern_serve "$pass" "$f" "$k"; done
+        llama_serve "$pass" "$f"
+      else
+        llama_serve "$pass" "$f"
+        for k in $kernel_sets; do tern_serve "$pass" "$f" "$k"; done
+      fi
+    done
   done
-  note "llama-server: $scen"
-  "$PY" bench/serving/serve_bench.py --label llama.cpp-cpu-serve --out-dir "$OUT" --model-dir "$MODEL" \
-    --launch "$bin/llama-server -m $bf16 -np 8 -t $THREADS -c 8192 --host 127.0.0.1 --port 0 --no-webui" \
-    --launch-timeout 120 --scenarios "$scen" --time-budget "$budget" || note "serve_bench llama.cpp: rc $?"
-  stop_leftovers
+  "$PY" bench/serving/baselines/cpu_serve_report.py "$OUT" | tee "$OUT/cpu-serve.md"
 fi
+[ "${SERVE:-0}" = 1 ] && note "serving table: $OUT/cpu-serve.md"
 note "done: $OUT/cpu-llama.md"
