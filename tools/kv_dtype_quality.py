@@ -24,7 +24,7 @@ import tempfile
 def generate(tern, model, prompt, tokens, dtype):
     out = subprocess.run([tern, "generate", "--model", model, "--device", "cpu", "--prompt", prompt,
                           "--max-tokens", str(tokens), "--temperature", "0", "--ignore-eos", "--json",
-                          "--kv-cache-dtype", dtype], capture_output=True, check=True)
+                          "--kv-cache-dtype", dtype, "--cpu-kernels", "optimized"], capture_output=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -57,9 +57,10 @@ def main():
             kld = pathlib.Path(tmp) / "base.kld"
             report = pathlib.Path(tmp) / "fp8.json"
             subprocess.run([args.tern, "perplexity", "--model", model, "-f", str(corpus), "-c", str(args.ctx),
-                            "--kl-divergence-base", str(kld)], capture_output=True, check=True)
+                            "--kl-divergence-base", str(kld), "--cpu-kernels", "optimized"], capture_output=True, check=True)
             subprocess.run([args.tern, "perplexity", "--model", model, "--kl-divergence", "--kl-divergence-base",
-                            str(kld), "--kv-cache-dtype", "fp8", "--json-out", str(report)],
+                            str(kld), "--kv-cache-dtype", "fp8", "--cpu-kernels", "optimized",
+                            "--json-out", str(report)],
                            capture_output=True, check=True)
             r = json.loads(report.read_text())
         print(f"| {model} | {len(golden['prompts'])} | {total} | {same / total:.3f} | {r['positions']} | "

@@ -154,8 +154,17 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   LoadedEngine le;
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
   if (kernels == nullptr) {
-    return invalid_argument("--cpu-kernels takes optimized, fast or reference, not '" + o.cpu_kernels + "'");
+    return invalid_argument("--cpu-kernels takes fast, optimized or reference, not '" + o.cpu_kernels + "'");
   }
+  std::string device = o.device;
+  if (device == "auto") {
+    bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
+    device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
+  }
+  // On CUDA the host model is the upload's source: the optimized set, which
+  // repacks only quantized matrices, as it always has (the fast set's bf16
+  // panels would cost load time and fault the file pages in again).
+  if (device == "cuda" && kernels == &cpu::fast_kernel_set()) kernels = &cpu::optimized_kernel_set();
   TERN_ASSIGN_OR_RETURN(ModelSource source, resolve_model_source(o.model));
   le.model_path = source.path;
   le.model_name = source.name;
@@ -175,11 +184,6 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     }
   }
   const ModelConfig& cfg = le.model->config();
-  std::string device = o.device;
-  if (device == "auto") {
-    bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
-    device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
-  }
   const bool by_share = o.run.gpu_memory_utilization > 0;
   if (by_share && !o.kv_cache_memory.empty()) {
     return invalid_argument("give --kv-cache-memory or --gpu-memory-utilization, not both");

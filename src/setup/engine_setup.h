@@ -20,7 +20,7 @@ namespace tern {
 struct EngineOptions {
   std::string model;
   int threads = 0;
-  std::string cpu_kernels = "optimized";
+  std::string cpu_kernels = "fast";
   // Empty: the weights as loaded; else a llama-quantize mix applied at load (CPU), fp8, or an int4 scheme
   // (apply_quantization below).
   std::string quantization;

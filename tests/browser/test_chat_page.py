@@ -116,7 +116,10 @@ def test_answer_streams_in_with_status_line_and_survives_reload(browser, page_se
     assert b.find("#max-tokens").get_attribute("value") == "600"
 
 
-def test_stop_cancels_the_request_on_the_server(browser, page_server):
+def test_stop_cancels_the_request_on_the_server(browser, dedicated_page_server):
+    # The reference kernels: the answer must still be generating across a few of the live panel's 1.5 s
+    # polls, and the optimized kernels write the tiny model's 4,000 tokens in under half a second.
+    page_server = dedicated_page_server("--cpu-kernels", "reference")
     b = browser()
     open_page(b, page_server)
     set_max_tokens(b, LONG_ANSWER_TOKENS)

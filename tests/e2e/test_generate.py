@@ -33,7 +33,9 @@ def test_greedy_matches_transformers(tern_bin, model):
     for p in golden["prompts"]:
         if p["chat"]:
             continue
-        out = generate_json(tern_bin, DATA / model, p["text"], "--max-tokens", 20, "--temperature", 0)
+        # The exact kernels: the tiny random models' greedy margins are below bf16 rounding.
+        out = generate_json(tern_bin, DATA / model, p["text"], "--max-tokens", 20, "--temperature", 0,
+                            "--cpu-kernels", "optimized")
         assert out["prompt_token_ids"] == p["ids"], p["name"]
         want, reason = expected_greedy(p, stop_ids)
         assert out["token_ids"] == want, p["name"]

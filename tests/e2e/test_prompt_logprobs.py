@@ -13,7 +13,8 @@ def log_softmax_at(logits, i):
     return logits[i] - (m + math.log(sum(math.exp(x - m) for x in logits)))
 
 
-def test_echo_with_logprobs_scores_the_prompt_against_hf(server, tiny_golden):
+def test_echo_with_logprobs_scores_the_prompt_against_hf(dedicated_server, tiny_golden):
+    server = dedicated_server("--cpu-kernels", "optimized")  # the exact kernels, held to HF's fp32 logits
     p = next(p for p in tiny_golden["prompts"] if len(p["ids"]) >= 3)
     ids = p["ids"]
     status, _, body = server.post_json("/v1/completions", {

@@ -126,7 +126,8 @@ def main():
             if quant not in same:
                 continue
             pp, tg, t = rate(e["pp"]), rate(e["tg"]), same[quant]
-            rows = [(quant, t), (f"{quant}, tern `--cpu-kernels fast`", tern_runs(out, f"tern-{quant}-fast-pass*.json"))]
+            rows = [(quant, t),
+                    (f"{quant}, tern `--cpu-kernels optimized`", tern_runs(out, f"tern-{quant}-optimized-pass*.json"))]
             for label, t in rows:
                 if not (t["pp"] or t["tg"]):
                     continue

@@ -13,8 +13,8 @@
 # Env: LLAMA_DIR (build_llama_cpp.sh's), TERN_BIN (build/bin/tern), BW_BIN
 # (build/bin/tern_cpu_linear_bench), MODEL (models/ernie-4.5-0.3b-random), GGUF_DIR
 # (models/gguf), THREADS (2), PP (512), TG (128), REPS (3), PASSES (2), QUANTS
-# ("Q8_0 Q4_0 Q4_K_M"), FAST_FILES (BF16: the files tern also runs with --cpu-kernels fast,
-# activations rounded to bf16 as llama.cpp rounds them for BF16 weights), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
+# ("Q8_0 Q4_0 Q4_K_M"), OPTIMIZED_FILES (BF16: the files tern also runs with --cpu-kernels optimized,
+# fp32 activations, beside the default fast set's bf16 ones), REFERENCE (1: the reference-kernel run, REF_REPS 1 run),
 # PYTHON (.venv/bin/python, for the report and client), SERVE (0; 1 adds llama-server -np 8
 # against tern serve through serve_bench.py at 1, 4 and 8 streams: SERVE_SCENARIOS, SERVE_BUDGET,
 # SERVE_PASSES; SERVE_KERNELS: the --cpu-kernels sets tern serves the bf16 HF folder with, default
@@ -35,7 +35,7 @@ TG=${TG:-128}
 REPS=${REPS:-3}
 PASSES=${PASSES:-2}
 QUANTS=${QUANTS:-Q8_0 Q4_0 Q4_K_M}
-FAST_FILES=${FAST_FILES:-BF16}
+OPTIMIZED_FILES=${OPTIMIZED_FILES:-BF16}
 PY=${PYTHON:-.venv/bin/python}
 START=$(date +%s)
 exec > >(tee -a "$OUT/run.log") 2>&1
@@ -103,11 +103,11 @@ for pass in $(seq 1 "$PASSES"); do
     q=$(basename "$f" .gguf); q=${q#"$name-"}
     note "tern bench pp-tg on $q (pass $pass)"
     "$TERN_BIN" bench pp-tg --model "$f" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" \
-      --json-out "$OUT/tern-$q-pass$pass.json"
-    if [[ " $FAST_FILES " == *" $q "* ]]; then
-      note "tern bench pp-tg --cpu-kernels fast on $q (pass $pass)"
+      --cpu-kernels fast --json-out "$OUT/tern-$q-pass$pass.json"
+    if [[ " $OPTIMIZED_FILES " == *" $q "* ]]; then
+      note "tern bench pp-tg --cpu-kernels optimized on $q (pass $pass)"
       "$TERN_BIN" bench pp-tg --model "$f" --device cpu -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" \
-        --cpu-kernels fast --json-out "$OUT/tern-$q-fast-pass$pass.json"
+        --cpu-kernels optimized --json-out "$OUT/tern-$q-optimized-pass$pass.json"
     fi
     note "llama-bench $q (pass $pass)"
     "$bin/llama-bench" -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" -o json \
@@ -159,7 +159,7 @@ if [ "${SERVE:-0}" = 1 ]; then
     for f in "$bf16" ${SERVE_QUANTS-Q4_K_M}; do
       [ "$f" = "$bf16" ] || f="$GGUF_DIR/$name-$f.gguf"
       [ -s "$f" ] || { note "no $f (add its type to QUANTS): not served"; continue; }
-      kernel_sets=optimized
+      kernel_sets=fast
       [ "$f" = "$bf16" ] && kernel_sets=${SERVE_KERNELS:-optimized fast}
       if [ $((pass % 2)) = 1 ]; then
         for k in $kernel_sets; do tern_serve "$pass" "$f" "$k"; done

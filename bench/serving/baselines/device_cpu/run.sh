@@ -137,7 +137,7 @@ run_pass() {
     [ -s "$f" ] || { note "SKIP $q t$t: no $f"; continue; }
     note "tern $q t$t"
     timeout 180 ${PIN[@]+"${PIN[@]}"} "${TERN[@]}" bench pp-tg --model "$f" --device cpu -t "$t" -p "$PP" -n "$TG" \
-      -r "$REPS" --json-out "$R/tern-$q-t$t.json" > "$R/tern-$q-t$t.log" 2>&1
+      -r "$REPS" --cpu-kernels optimized --json-out "$R/tern-$q-t$t.json" > "$R/tern-$q-t$t.log" 2>&1
     note "rc=$?"; cat "$R/tern-$q-t$t.log"
     if [ "$q" = BF16 ]; then
       note "tern $q fast t$t"
