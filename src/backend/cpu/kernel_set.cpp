@@ -47,19 +47,29 @@ std::unique_ptr<PackedWeight> pack_for_cpu(const WeightMatrix& w) {
   return pack_weight(w);
 }
 
-// The fast set also repacks bf16 layer matrices into 16-row panels where
-// the CPU has AVX512_BF16 (the outer-product kernel, linear_avx512.cpp).
-// Not the vocabulary-sized head: its copy would add as much memory as every
-// layer together for a product only ever taken for a few tokens, where the
-// dot-product kernel already reads it at memory speed.
-constexpr int64_t kMaxPanelElements = int64_t{1} << 24;
-
+// The fast set also repacks bf16 matrices into 16-row panels where the CPU
+// has AVX512_BF16 (the outer-product kernel, linear_avx512.cpp), the
+// vocabulary-sized head included: at a decode step of a few tokens the
+// panels read it faster than the dot-product kernel. The model gives the
+// source's file pages back, and a tied embedding is looked up from the panels.
 std::unique_ptr<PackedWeight> pack_for_fast(const WeightMatrix& w) {
   if (w.dtype == DType::kBF16) {
-    if (!cpu_has_avx512_bf16() || w.rows * w.cols > kMaxPanelElements) return nullptr;
+    if (!cpu_has_avx512_bf16()) return nullptr;
     return pack_bf16_panels(w);
   }
   return pack_for_cpu(w);
+}
+
+// A table with a panel copy is read from it (the same bf16 values), so its
+// file pages can go back; any other table as the reference reads it.
+void embedding_lookup_fast(const WeightMatrix& table, std::span<const int32_t> ids, float* out) {
+  if (!is_bf16_panels(table.packed)) {
+    embedding_lookup(table, ids, out);
+    return;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    bf16_panel_row_to_f32(*table.packed, ids[i], out + static_cast<int64_t>(i) * table.cols);
+  }
 }
 
 }  // namespace
@@ -82,6 +92,7 @@ const KernelSet& fast_kernel_set() {
   static const KernelSet set = [] {
     KernelSet s = optimized_kernel_set();
     s.name = "fast";
+    s.embedding_lookup = embedding_lookup_fast;
     s.linear = linear_bf16x;
     s.linear_many = linear_many_bf16x;
     s.pack = pack_for_fast;

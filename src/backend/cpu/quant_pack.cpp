@@ -3,9 +3,11 @@
 // need AVX2).
 #include "backend/cpu/quant_pack.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/quant_blocks.h"
+#include "base/bf16.h"
 
 namespace tern::cpu {
 namespace {
@@ -148,6 +150,12 @@ std::unique_ptr<PackedWeight> pack_weight(const WeightMatrix& w) {
   return p;
 }
 
+void bf16_panel_row_to_f32(const PackedWeight& p, int64_t row, float* out) {
+  const auto* panel = reinterpret_cast<const uint16_t*>(p.data.data()) +
+                      (row / kBf16PanelRows) * p.blocks * 2 * kBf16PanelRows + (row % kBf16PanelRows) * 2;
+  for (int64_t k = 0; k < p.cols; ++k) out[k] = bf16_to_f32(panel[(k / 2) * 2 * kBf16PanelRows + k % 2]);
+}
+
 std::unique_ptr<PackedWeight> pack_bf16_panels(const WeightMatrix& w) {
   if (w.dtype != DType::kBF16 || w.rows <= 0 || w.cols <= 0) return nullptr;
   auto p = std::make_unique<PackedWeight>();
@@ -160,10 +168,22 @@ std::unique_ptr<PackedWeight> pack_bf16_panels(const WeightMatrix& w) {
   p->data.assign(static_cast<size_t>(p->groups * p->blocks * p->block_bytes), 0);
   const auto* src = static_cast<const uint16_t*>(w.data);
   auto* dst = reinterpret_cast<uint16_t*>(p->data.data());
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const uint16_t* row = src + r * w.cols;
-    uint16_t* panel = dst + (r / kBf16PanelRows) * p->blocks * 2 * kBf16PanelRows + (r % kBf16PanelRows) * 2;
-    for (int64_t k = 0; k < w.cols; ++k) panel[(k / 2) * 2 * kBf16PanelRows + k % 2] = row[k];
+  // Panel by panel, its lines written in order from its 16 source rows.
+  for (int64_t g = 0; g < p->groups; ++g) {
+    const int64_t r0 = g * kBf16PanelRows;
+    const int n = static_cast<int>(std::min<int64_t>(kBf16PanelRows, w.rows - r0));
+    uint16_t* line = dst + g * p->blocks * 2 * kBf16PanelRows;
+    const int64_t whole = w.cols / 2;
+    for (int64_t kp = 0; kp < whole; ++kp, line += 2 * kBf16PanelRows) {
+      for (int r = 0; r < n; ++r) {
+        const uint16_t* pair = src + (r0 + r) * w.cols + 2 * kp;
+        line[2 * r] = pair[0];
+        line[2 * r + 1] = pair[1];
+      }
+    }
+    if (w.cols % 2 != 0) {
+      for (int r = 0; r < n; ++r) line[2 * r] = src[(r0 + r) * w.cols + w.cols - 1];
+    }
   }
   return p;
 }

@@ -67,4 +67,11 @@ constexpr int kBf16PanelRows = 16;
 // `rows` and the column past an odd `cols` zero. nullptr unless w is bf16.
 std::unique_ptr<PackedWeight> pack_bf16_panels(const WeightMatrix& w);
 
+// Whether `p` is a pack_bf16_panels copy.
+inline bool is_bf16_panels(const PackedWeight* p) { return p != nullptr && p->dtype == DType::kBF16; }
+
+// Row `row` of a pack_bf16_panels copy as fp32 (the bf16 values widened,
+// as weight_row_to_f32 widens the source row): `cols` floats into out.
+void bf16_panel_row_to_f32(const PackedWeight& p, int64_t row, float* out);
+
 }  // namespace tern::cpu

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "backend/cpu/fp8_quant.h"
+#include "backend/cpu/quant_pack.h"
 #include "backend/cpu/quant_reference.h"
 #include "base/checked_math.h"
 #include "base/mapped_file.h"
@@ -310,23 +311,30 @@ void Ernie45Model::pack_weights() {
     m.packed = p.get();
     packed_.push_back(std::move(p));
   };
-  // The embedding table is only looked up (from `data`) unless it is also the head.
+  // A matrix that has a packed copy is read from it alone: its file pages
+  // go back (they fault in again, unchanged, if anything reads them: a GPU
+  // upload, the FP8 quantizer), so the copy does not double the process's
+  // memory.
+  auto release = [&](const cpu::WeightMatrix& m) {
+    const int64_t row = cpu::row_bytes(m.dtype, m.cols);
+    if (m.packed != nullptr && row > 0) checkpoint_.release(m.data, static_cast<size_t>(row * m.rows));
+  };
+  // The embedding table is only looked up (from `data`) unless it is also
+  // the head; a tied table keeps its pages unless lookups read its panel
+  // copy (the fast set's), as they read no other packed form.
   embed_.packed = nullptr;
   if (config_.tie_word_embeddings) {
     pack(embed_);
     lm_head_ = embed_;
+    if (cpu::is_bf16_panels(embed_.packed)) release(embed_);
   } else {
     pack(lm_head_);
+    release(lm_head_);
   }
-  // A layer matrix that has a packed copy is read from it alone: its file
-  // pages go back (they fault in again, unchanged, if anything reads them:
-  // a GPU upload, the FP8 quantizer), so the copy does not double the
-  // process's memory. The embedding keeps its pages: lookups read it.
   for (LayerWeights& w : layers_) {
     for (cpu::WeightMatrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
       pack(*m);
-      const int64_t row = cpu::row_bytes(m->dtype, m->cols);
-      if (m->packed != nullptr && row > 0) checkpoint_.release(m->data, static_cast<size_t>(row * m->rows));
+      release(*m);
     }
   }
 }

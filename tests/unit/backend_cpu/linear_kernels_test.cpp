@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernel_set.h"
 #include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
@@ -214,6 +215,33 @@ TEST(LinearKernels, Bf16PanelsMatchReferenceWithinRoundingOfX) {
       linear_fast(pool, x.data() + t * s.cols, 1, view, alone.data(), options);
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got[0].begin() + t * s.rows)) << what << " token " << t;
     }
+  }
+}
+
+// A panel copy gives back every row of its source, bit for bit (the fast
+// set looks a tied embedding up from it and lets the source's pages go),
+// and the fast set's lookup reads it: the same rows as the reference's.
+TEST(LinearKernels, Bf16PanelRowsAreTheSourceRows) {
+  std::mt19937 rng(43);
+  const KernelSet& fast = fast_kernel_set();
+  for (const Shape& s : kShapes) {
+    TestWeights w = make_weights(rng, DType::kBF16, s.rows, s.cols);
+    const std::unique_ptr<PackedWeight> panels = pack_bf16_panels(w.view());
+    ASSERT_NE(panels, nullptr);
+    ASSERT_TRUE(is_bf16_panels(panels.get()));
+    std::vector<float> want(static_cast<size_t>(s.cols)), got(static_cast<size_t>(s.cols));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      weight_row_to_f32(w.view(), r, want.data());
+      bf16_panel_row_to_f32(*panels, r, got.data());
+      ASSERT_EQ(got, want) << "row " << r << " of " << s.rows << "x" << s.cols;
+    }
+    WeightMatrix view = w.view();
+    view.packed = panels.get();
+    const std::vector<int32_t> ids = {0, static_cast<int32_t>(s.rows - 1), static_cast<int32_t>(s.rows / 2), 0};
+    std::vector<float> looked(ids.size() * static_cast<size_t>(s.cols)), ref(looked.size());
+    fast.embedding_lookup(view, ids, looked.data());
+    embedding_lookup(w.view(), ids, ref.data());
+    EXPECT_EQ(looked, ref) << s.rows << "x" << s.cols;
   }
 }
 
