@@ -81,7 +81,7 @@ typedef struct tern_model tern_model;
  * tern_model_options_default(); 0 or NULL in a size or name field means its default; switches are 0 or 1. */
 typedef struct tern_model_options {
   const char* device;             /* "auto" (CUDA when built with it and a GPU is present), "cuda" or "cpu" */
-  int32_t threads;                /* CPU threads for the CPU forward; 0: all cores */
+  int32_t threads;                /* CPU threads for the CPU forward; 0: the physical cores it may run on */
   int64_t kv_cache_bytes;         /* memory for the KV cache; 0: 2 GiB on the CPU, what max_num_seqs needs on CUDA */
   double gpu_memory_utilization;  /* CUDA: share of the GPU tern may take, instead of kv_cache_bytes; 0: unused */
   int32_t max_num_seqs;           /* most sequences in one batch; 0: 256 */

@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <set>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -153,11 +156,28 @@ void ThreadPool::run(int64_t n, int64_t grain, Trampoline call, const void* fn) 
   }
 }
 
+int count_physical_cores(const std::vector<int>& cpus, const std::string& sysfs_cpu_dir) {
+  std::set<std::pair<long, long>> cores;
+  for (int cpu : cpus) {
+    const std::string dir = sysfs_cpu_dir + "/cpu" + std::to_string(cpu) + "/topology/";
+    long package = -1, core = -1;
+    std::ifstream package_file(dir + "physical_package_id"), core_file(dir + "core_id");
+    if (!(package_file >> package) || !(core_file >> core)) return 0;
+    cores.emplace(package, core);
+  }
+  return static_cast<int>(cores.size());
+}
+
 int default_thread_count() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  const int cores = count_physical_cores(cpus, "/sys/devices/system/cpu");
+  return std::max(1, cores > 0 ? cores : static_cast<int>(cpus.size()));
 }
 
 }  // namespace tern

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,7 +71,15 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
-// Threads to use when the user gives none: the cores this process may run on.
+// Threads to use when the user gives none: the physical cores among the
+// CPUs this process may run on (a core's second hardware thread shares its
+// vector units, which the kernels keep busy), or the CPUs where the topology
+// cannot be read.
 int default_thread_count();
+
+// The distinct (physical_package_id, core_id) pairs of `cpus` under a sysfs
+// CPU folder (/sys/devices/system/cpu: cpuN/topology/...); 0 when any of
+// them cannot be read.
+int count_physical_cores(const std::vector<int>& cpus, const std::string& sysfs_cpu_dir);
 
 }  // namespace tern

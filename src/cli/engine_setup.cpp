@@ -19,7 +19,10 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
                  "Model folder (Hugging Face layout), GGUF file, or Hugging Face repo ORG/NAME[@REVISION][:FILE] "
                  "fetched into the HF cache (FILE: one GGUF file of the repo, by name or quantization tag)")
       ->required()->envname("TERN_MODEL");
-  cmd.add_option("--threads,-t", o.threads, "CPU threads (default: all cores)")->envname("TERN_THREADS");
+  cmd.add_option("--threads,-t", o.threads,
+                 "CPU threads (default: the physical cores this process may run on; a core's second hardware "
+                 "thread shares its vector units)")
+      ->envname("TERN_THREADS");
   cmd.add_option("--quantization,-q", o.quantization,
                  "CPU: quantize the weights at load to a llama-quantize mix (q8_0, q4_0, q4_k_m, q5_k_m, q6_k), "
                  "for a model without a quantized GGUF; or awq, gptq, compressed-tensors: the int4 scheme of the "

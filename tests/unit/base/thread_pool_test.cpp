@@ -5,10 +5,14 @@
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -111,6 +115,27 @@ TEST(ThreadPool, AStalledThreadsChunksGoToTheOthers) {
     EXPECT_EQ(on_caller.load() + on_worker.load(), 8);
     EXPECT_LE(on_worker.load(), 1) << "call " << call;
   }
+}
+
+// A fake sysfs CPU folder: cpu0/1 and cpu2/3 are each one core's two
+// hardware threads, cpu4 a core of the second package with the same core_id.
+TEST(ThreadPool, PhysicalCoresCountEachCoreOnce) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("tern_sysfs_" + std::to_string(::getpid()));
+  const int package[] = {0, 0, 0, 0, 1}, core[] = {0, 0, 1, 1, 0};
+  for (int cpu = 0; cpu < 5; ++cpu) {
+    const auto dir = root / ("cpu" + std::to_string(cpu)) / "topology";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "physical_package_id") << package[cpu] << "\n";
+    std::ofstream(dir / "core_id") << core[cpu] << "\n";
+  }
+  EXPECT_EQ(count_physical_cores({0, 1, 2, 3, 4}, root.string()), 3);
+  EXPECT_EQ(count_physical_cores({0, 1}, root.string()), 1);
+  EXPECT_EQ(count_physical_cores({1, 2}, root.string()), 2);
+  EXPECT_EQ(count_physical_cores({0, 4}, root.string()), 2);
+  EXPECT_EQ(count_physical_cores({0, 7}, root.string()), 0) << "an unreadable CPU: no count";
+  std::filesystem::remove_all(root);
+  EXPECT_GE(default_thread_count(), 1);
 }
 
 }  // namespace
