@@ -289,10 +289,14 @@ void tile2(const PackedTask& t, const uint8_t* w, int64_t gs, int64_t g, int64_t
 
 // Tokens from which the pairs pay: measured on Zen 5 (tern_cpu_linear_bench,
 // one thread), the 512-bit tiles are 2x the 256-bit ones at 512 tokens,
-// 1.4-1.7x at 16, even at 8, and slower below (0.35 against 0.12 ms for
-// Q4_K gate|up at one token), where the 256-bit kernel reads at the memory's
-// rate. Both give the same bits, so the choice is speed only.
-constexpr int64_t kMinTokensForPairs = 8;
+// 1.4-1.7x at 16, and slower at one token (0.35 against 0.12 ms for Q4_K
+// gate|up), where the 256-bit kernel reads at the memory's rate. In the
+// whole model's decode steps (tern bench offline, 2 threads, A/B) the pairs
+// lose at 8 tokens (Q4_K_M file: 21.7-22.7 against 20.1-20.9 ms per step;
+// Q8_0 22.6-27.0 against 21.1-22.0) and win from 9 (Q4_K_M 22.9-23.5 against
+// 24.2-24.7; at 10 every type, e.g. Q8_0 24.6-25.0 against 30.1-30.3). Both
+// give the same bits, so the choice is speed only.
+constexpr int64_t kMinTokensForPairs = 9;
 
 // packed_rows with pairs of row groups through K2 (16 rows per register)
 // and a last odd group through K1 (the 256-bit kernel of the same type);
