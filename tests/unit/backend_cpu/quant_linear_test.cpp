@@ -39,10 +39,11 @@ struct Shape {
   int64_t tokens, blocks, rows;  // T, K / block size, N
 };
 
-// T: decode, the 4-token tile and its tails, many tiles; N odd and even.
+// T: decode, the 4-token tile and its tails, both sides of the 512-bit
+// pairs' threshold (8 and 9 tokens on AVX512-VNNI), many tiles; N odd and even.
 const Shape kShapes[] = {
-    {1, 1, 1}, {1, 4, 97},  {1, 12, 33}, {2, 3, 13},  {3, 5, 50},
-    {5, 1, 7}, {5, 4, 129}, {17, 2, 31}, {33, 12, 9}, {130, 3, 21}, {341, 16, 19},
+    {1, 1, 1},  {1, 4, 97},  {1, 12, 33}, {2, 3, 13},  {3, 5, 50},   {5, 1, 7},    {5, 4, 129},
+    {8, 4, 33}, {9, 3, 50},  {17, 2, 31}, {33, 12, 9}, {130, 3, 21}, {341, 16, 19},
 };
 
 // x rounded as the kernels round it, per `block` elements.
