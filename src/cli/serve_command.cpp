@@ -222,8 +222,9 @@ int run_serve(const ServeOptions& o) {
   if (!st.is_ok()) return fail(st);
   ctx.ready = true;
   const char* scheme = http.tls.enabled() ? "https" : "http";
-  spdlog::info("tern serve: model {} on {} ({} max tokens; KV cache {} tokens, {}, {}) ready in {:.0f} ms on {}://{}:{}",
-               ctx.model_name, le.device, ctx.max_model_len, le.kv_cache_tokens, le.kv_cache_dtype, le.kv_sizing,
+  spdlog::info("tern serve: model {} on {} ({}{}{} max tokens; KV cache {} tokens, {}, {}) ready in {:.0f} ms on {}://{}:{}",
+               ctx.model_name, le.device, le.cpu_compute, le.cpu_compute.empty() ? "" : "; ", ctx.max_model_len,
+               le.kv_cache_tokens, le.kv_cache_dtype, le.kv_sizing,
                le.load_ms, scheme,
                o.host, srv.port());
   std::fprintf(stderr, "tern serve: listening on %s://%s:%u (model %s)\n", scheme, o.host.c_str(), srv.port(),

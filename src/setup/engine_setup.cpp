@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "backend/cpu/kernel_set.h"
+#include "backend/cpu/linear_kernels.h"
 #include "base/logging.h"
 #include "base/mapped_file.h"
 #include "formats/checkpoint.h"
@@ -225,6 +226,18 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, run));
   }
   le.device = device;
+  if (device == "cpu") {
+    const cpu::CpuIsa isa = cpu::best_cpu_isa();
+    const bool reference = kernels == &cpu::reference_kernel_set();
+    std::string what = reference                       ? "plain loops"
+                       : isa == cpu::CpuIsa::kAvx512 ? "AVX-512"
+                       : isa == cpu::CpuIsa::kAvx2   ? "AVX2"
+                                                     : "portable";
+    if (kernels == &cpu::fast_kernel_set() && cpu::cpu_has_avx512_bf16()) what += ", bf16 products";
+    const int threads = le.model->num_threads();
+    le.cpu_compute = std::to_string(threads) + (threads == 1 ? " thread, " : " threads, ") + kernels->name +
+                     " kernels (" + what + ")";
+  }
 
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
   le.kv_cache_tokens = cache_tokens;

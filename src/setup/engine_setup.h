@@ -49,6 +49,9 @@ struct LoadedEngine {
   std::unique_ptr<Engine> engine;
   double load_ms = 0;
   std::string device;  // "cpu" or "cuda": where the engine runs
+  // On the CPU, how the forward runs, for the start-up log: "2 threads, fast
+  // kernels (AVX-512, bf16 products)"; empty on CUDA.
+  std::string cpu_compute;
   int64_t kv_cache_tokens = 0;
   int64_t kv_cache_blocks = 0;
   // The KV cache's element type as stored: "fp32" or "bf16" (auto on the CPU

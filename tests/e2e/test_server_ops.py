@@ -4,6 +4,7 @@ vLLM's names parsed by prometheus_client, queue limits (503 + Retry-After,
 TGI's 429), error statuses (400, 404, 413), and the small GET routes."""
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -217,6 +218,14 @@ def test_decode_kernel_flag(dedicated_server):
     s = dedicated_server("--no-decode-kernel")
     status, _, body = s.post_json("/v1/completions", {"prompt": "Kernel", "max_tokens": 3, "ignore_eos": True})
     assert status == 200 and body["usage"]["completion_tokens"] == 3
+
+
+def test_start_up_log_names_the_cpu_threads_and_kernels(dedicated_server):
+    """The start-up line says how the CPU forward runs: threads, kernel set and instruction set."""
+    log = dedicated_server("--threads", "2").logs()
+    assert re.search(r"on cpu \(2 threads, fast kernels \((AVX-512|AVX2|portable)[^)]*\); \d+ max tokens", log), log
+    log = dedicated_server("--threads", "1", "--cpu-kernels", "reference").logs()
+    assert "on cpu (1 thread, reference kernels (plain loops); " in log, log
 
 
 def test_disconnects_cancel_requests(server):
