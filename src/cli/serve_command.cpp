@@ -185,6 +185,7 @@ int run_serve(const ServeOptions& o) {
   server::Metrics metrics(ctx.model_name);
   metrics.set_cache_config(le.kv_cache_tokens / std::max<int64_t>(1, le.kv_cache_blocks), le.kv_cache_dtype,
                            le.kv_cache_blocks);
+  if (!le.cpu.kernels.empty()) metrics.set_cpu_info(le.cpu.threads, le.cpu.kernels, le.cpu.isa, le.cpu.bf16_products);
   ctx.metrics = &metrics;
   EngineClient client(std::move(le.engine), o.max_queued_requests);
   ctx.engine = &client;
@@ -223,7 +224,7 @@ int run_serve(const ServeOptions& o) {
   ctx.ready = true;
   const char* scheme = http.tls.enabled() ? "https" : "http";
   spdlog::info("tern serve: model {} on {} ({}{}{} max tokens; KV cache {} tokens, {}, {}) ready in {:.0f} ms on {}://{}:{}",
-               ctx.model_name, le.device, le.cpu_compute, le.cpu_compute.empty() ? "" : "; ", ctx.max_model_len,
+               ctx.model_name, le.device, le.cpu.describe(), le.cpu.kernels.empty() ? "" : "; ", ctx.max_model_len,
                le.kv_cache_tokens, le.kv_cache_dtype, le.kv_sizing,
                le.load_ms, scheme,
                o.host, srv.port());

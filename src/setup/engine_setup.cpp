@@ -150,6 +150,13 @@ Status apply_quantization(Ernie45Model& model, const std::string& path, const st
   return model.quantize(mix);
 }
 
+std::string LoadedEngine::CpuCompute::describe() const {
+  if (kernels.empty()) return "";
+  std::string what = isa == "none" ? "plain loops" : isa == "avx512" ? "AVX-512" : isa == "avx2" ? "AVX2" : "portable";
+  if (bf16_products) what += ", bf16 products";
+  return std::to_string(threads) + (threads == 1 ? " thread, " : " threads, ") + kernels + " kernels (" + what + ")";
+}
+
 Result<LoadedEngine> load_engine(const EngineOptions& o) {
   auto start = std::chrono::steady_clock::now();
   LoadedEngine le;
@@ -228,15 +235,13 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   le.device = device;
   if (device == "cpu") {
     const cpu::CpuIsa isa = cpu::best_cpu_isa();
-    const bool reference = kernels == &cpu::reference_kernel_set();
-    std::string what = reference                       ? "plain loops"
-                       : isa == cpu::CpuIsa::kAvx512 ? "AVX-512"
-                       : isa == cpu::CpuIsa::kAvx2   ? "AVX2"
-                                                     : "portable";
-    if (kernels == &cpu::fast_kernel_set() && cpu::cpu_has_avx512_bf16()) what += ", bf16 products";
-    const int threads = le.model->num_threads();
-    le.cpu_compute = std::to_string(threads) + (threads == 1 ? " thread, " : " threads, ") + kernels->name +
-                     " kernels (" + what + ")";
+    le.cpu.threads = le.model->num_threads();
+    le.cpu.kernels = kernels->name;
+    le.cpu.isa = kernels == &cpu::reference_kernel_set() ? "none"
+                 : isa == cpu::CpuIsa::kAvx512          ? "avx512"
+                 : isa == cpu::CpuIsa::kAvx2            ? "avx2"
+                                                        : "portable";
+    le.cpu.bf16_products = kernels == &cpu::fast_kernel_set() && cpu::cpu_has_avx512_bf16();
   }
 
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();

@@ -49,9 +49,18 @@ struct LoadedEngine {
   std::unique_ptr<Engine> engine;
   double load_ms = 0;
   std::string device;  // "cpu" or "cuda": where the engine runs
-  // On the CPU, how the forward runs, for the start-up log: "2 threads, fast
-  // kernels (AVX-512, bf16 products)"; empty on CUDA.
-  std::string cpu_compute;
+  // On the CPU, how the forward runs (empty kernels on CUDA): threads, the
+  // kernel set's name, the instruction set its kernels run ("avx512",
+  // "avx2", "portable"; "none" for the reference loops) and whether bf16
+  // weights meet bf16-rounded activations (the fast set on AVX512_BF16).
+  struct CpuCompute {
+    int threads = 0;
+    std::string kernels;
+    std::string isa;
+    bool bf16_products = false;
+    // "2 threads, fast kernels (AVX-512, bf16 products)", for the start-up log.
+    std::string describe() const;
+  } cpu;
   int64_t kv_cache_tokens = 0;
   int64_t kv_cache_blocks = 0;
   // The KV cache's element type as stored: "fp32" or "bf16" (auto on the CPU

@@ -220,12 +220,22 @@ def test_decode_kernel_flag(dedicated_server):
     assert status == 200 and body["usage"]["completion_tokens"] == 3
 
 
-def test_start_up_log_names_the_cpu_threads_and_kernels(dedicated_server):
-    """The start-up line says how the CPU forward runs: threads, kernel set and instruction set."""
-    log = dedicated_server("--threads", "2").logs()
-    assert re.search(r"on cpu \(2 threads, fast kernels \((AVX-512|AVX2|portable)[^)]*\); \d+ max tokens", log), log
-    log = dedicated_server("--threads", "1", "--cpu-kernels", "reference").logs()
-    assert "on cpu (1 thread, reference kernels (plain loops); " in log, log
+def test_start_up_log_and_metrics_name_the_cpu_threads_and_kernels(dedicated_server):
+    """The start-up line and tern:cpu_info say how the CPU forward runs: threads, kernel set and
+    instruction set."""
+    s = dedicated_server("--threads", "2")
+    assert re.search(r"on cpu \(2 threads, fast kernels \((AVX-512|AVX2|portable)[^)]*\); \d+ max tokens",
+                     s.logs()), s.logs()
+    status, _, body = s.request("GET", "/metrics")
+    assert status == 200
+    info = [line for line in body.decode().splitlines() if line.startswith("tern:cpu_info{")]
+    assert len(info) == 1 and info[0].endswith(" 1"), info
+    assert re.search(r'threads="2",kernels="fast",isa="(avx512|avx2|portable)",bf16_products="(true|false)"',
+                     info[0]), info
+    s = dedicated_server("--threads", "1", "--cpu-kernels", "reference")
+    assert "on cpu (1 thread, reference kernels (plain loops); " in s.logs(), s.logs()
+    _, _, body = s.request("GET", "/metrics")
+    assert 'threads="1",kernels="reference",isa="none",bf16_products="false"' in body.decode()
 
 
 def test_disconnects_cancel_requests(server):

@@ -87,6 +87,13 @@ void Metrics::record(const RequestRecord& r) {
   generation_tokens_.observe(static_cast<double>(r.generation_tokens));
 }
 
+void Metrics::set_cpu_info(int threads, std::string kernels, std::string isa, bool bf16_products) {
+  cpu_threads_ = threads;
+  cpu_kernels_ = std::move(kernels);
+  cpu_isa_ = std::move(isa);
+  cpu_bf16_products_ = bf16_products;
+}
+
 void Metrics::set_cache_config(int64_t block_size, std::string cache_dtype, int64_t num_blocks) {
   block_size_ = block_size;
   cache_dtype_ = std::move(cache_dtype);
@@ -140,6 +147,14 @@ std::string Metrics::render(const EngineStats& s, const HttpCounters& http) cons
            1.0);
     gauge("tern:kv_cache_capacity_tokens", "Tokens the KV cache holds (blocks x block size).",
           static_cast<double>(block_size_ * num_blocks_));
+  }
+  if (!cpu_kernels_.empty()) {
+    header(out, "tern:cpu_info", "gauge", "How the CPU forward runs (labels); always 1.");
+    sample(out, "tern:cpu_info",
+           m + ",threads=\"" + std::to_string(cpu_threads_) + "\",kernels=\"" + escape_label(cpu_kernels_) +
+               "\",isa=\"" + escape_label(cpu_isa_) + "\",bf16_products=\"" +
+               (cpu_bf16_products_ ? "true" : "false") + "\"",
+           1.0);
   }
   counter("tern:engine_steps_total", "Engine steps run.", static_cast<double>(s.num_steps));
   counter("tern:engine_overlapped_steps_total",

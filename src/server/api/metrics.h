@@ -47,6 +47,10 @@ class Metrics {
   // per block, the element type as stored ("bf16", "fp32", "fp8_e4m3") and
   // the blocks; rendered with the token capacity. Call before serving.
   void set_cache_config(int64_t block_size, std::string cache_dtype, int64_t num_blocks);
+  // On the CPU, how the forward runs (tern:cpu_info's labels): threads, the
+  // kernel set, the instruction set and whether it multiplies bf16 weights
+  // with bf16-rounded activations. Call before serving.
+  void set_cpu_info(int threads, std::string kernels, std::string isa, bool bf16_products);
   void record(const RequestRecord& r);
   // The whole /metrics body (text/plain; version=0.0.4).
   std::string render(const EngineStats& engine, const HttpCounters& http) const;
@@ -55,6 +59,9 @@ class Metrics {
   std::string model_name_;
   int64_t block_size_ = 0, num_blocks_ = 0;
   std::string cache_dtype_;
+  int cpu_threads_ = 0;
+  std::string cpu_kernels_, cpu_isa_;
+  bool cpu_bf16_products_ = false;
   mutable std::mutex mu_;
   Histogram ttft_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
   std::vector<std::pair<std::string, uint64_t>> success_by_reason_;
