@@ -80,12 +80,29 @@ def chat_usage_from_network(b):
     return usage, timings
 
 
-def test_answer_streams_in_with_status_line_and_survives_reload(browser, page_server):
+def ignore_eos_in_chat_requests(b):
+    """The page's chat requests get ignore_eos, so an answer runs to max_tokens (the tiny model may pick
+    its end token at any point)."""
+    b.js("""const send = window.fetch;
+            window.fetch = (url, options) => {
+              if (String(url).endsWith('/v1/chat/completions')) {
+                options = Object.assign({}, options, {body: JSON.stringify(
+                    Object.assign(JSON.parse(options.body), {ignore_eos: true}))});
+              }
+              return send(url, options);
+            };""")
+
+
+def test_answer_streams_in_with_status_line_and_survives_reload(browser, dedicated_page_server):
+    # The reference kernels and no end token: 600 tokens of the tiny model take most of a second, so the
+    # answer arrives in several pieces (the optimized kernels can write it before the page redraws twice).
+    page_server = dedicated_page_server("--cpu-kernels", "reference")
     b = browser()
     open_page(b, page_server)
     assert b.find("#context-length").text == "4,096 tokens"
     assert b.find("#temperature").get_attribute("placeholder") == "0.8"  # the model's generation_config
-    set_max_tokens(b, 600)  # long enough to arrive in several pieces on a fast machine
+    set_max_tokens(b, 600)
+    ignore_eos_in_chat_requests(b)
     # Count the distinct partial texts the answer shows before it is complete.
     b.js("""window.partials = new Set();
             new MutationObserver(() => {
@@ -129,14 +146,7 @@ def test_stop_cancels_the_request_on_the_server(browser, dedicated_page_server):
               window.maxRunning = Math.max(window.maxRunning, +document.getElementById('live-running').textContent);
             }).observe(document.getElementById('live'), {subtree: true, childList: true, characterData: true});""")
     # The tiny model may pick its end token at any point; this answer must run long enough to be stopped.
-    b.js("""const send = window.fetch;
-            window.fetch = (url, options) => {
-              if (String(url).endsWith('/v1/chat/completions')) {
-                options = Object.assign({}, options, {body: JSON.stringify(
-                    Object.assign(JSON.parse(options.body), {ignore_eos: true}))});
-              }
-              return send(url, options);
-            };""")
+    ignore_eos_in_chat_requests(b)
     send(b, "Write a very long story.")
     # Read in the page: the answer's element is replaced at every redraw while it streams in.
     b.wait(lambda: b.js("""const c = document.querySelector('#messages .assistant .content.streaming');
