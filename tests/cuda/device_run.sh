@@ -42,7 +42,7 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 python3 tools/make_random_model.py --out /tmp/m --tokenizer-from tests/data/ernie-tiny >"$OUT/make_model.log" 2>&1 &
 maker=$!
-timeout 150 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|^\[decode kernel|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
+timeout 240 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|^\[decode kernel|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
 if [ -n "${BENCH_CONFIGS:-}" ]; then
   timeout 120 "$D/tern_gpu_bench" --model /tmp/m --configs "$BENCH_CONFIGS" --batch "${BENCH_BATCH:-1,4,8,64,256}" \

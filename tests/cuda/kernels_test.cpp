@@ -821,8 +821,11 @@ TEST(CudaKernels, GemvMatchesReference) {
 
 // The q|k|v form: RoPE and the KV-cache write done on the fp32 sums, so
 // against cpu::linear then cpu::rope_interleaved, within bf16 tolerance.
-TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
-  std::mt19937 rng(8);
+// fp8: the planes are e4m3, each k and v code the reference's rounding or
+// one code step from it (the GEMV rotates its fp32 sums, the reference
+// bf16-rounded ones).
+void check_gemv_qkv_rope(bool fp8) {
+  std::mt19937 rng(fp8 ? 9 : 8);
   ThreadPool pool(2);
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}}) {
     for (int64_t T : {1, 5, 8}) {
@@ -848,6 +851,9 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
       DeviceArray<bf16> d_y(std::vector<bf16>(static_cast<size_t>(T * N), kPoison));
       DeviceArray<bf16> d_k(std::vector<bf16>(static_cast<size_t>(num_slots * kv_dim), kPoison));
       DeviceArray<bf16> d_v(std::vector<bf16>(static_cast<size_t>(num_slots * kv_dim), kPoison));
+      const uint8_t kPoison8 = 0x5a;
+      DeviceArray<uint8_t> d_k8(std::vector<uint8_t>(static_cast<size_t>(num_slots * kv_dim), kPoison8));
+      DeviceArray<uint8_t> d_v8(std::vector<uint8_t>(static_cast<size_t>(num_slots * kv_dim), kPoison8));
       cuda::GemvParams p;
       p.input = cuda::GemvInput::kRmsNorm;
       p.output = cuda::GemvOutput::kQkvRope;
@@ -861,7 +867,8 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
       p.y = d_y.get();
       p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
       p.places = {d_pos.get(), d_slots.get(), d_freq.get()};
-      p.planes = cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
+      p.planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
+                     : cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
       // 4 multiprocessors: each warp strides over several row pairs.
       TERN_ASSERT_CUDA(cuda::gemv(p, T == 5 ? 132 : 4, nullptr));
 
@@ -881,6 +888,9 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
       cpu::rope_interleaved(k_ref.data(), T, s.num_kv_heads, s.head_dim, pos64, inv_freq);
 
       const std::vector<bf16> y = d_y.download(), k_got = d_k.download(), v_got = d_v.download();
+      const std::vector<uint8_t> k8 = d_k8.download(), v8 = d_v8.download();
+      const std::string what = std::string("gemv qkv+rope") + (fp8 ? " into fp8" : "") + " head_dim " +
+                               std::to_string(s.head_dim) + " T " + std::to_string(T);
       std::vector<float> q_got, k_slot, v_slot;
       for (int64_t t = 0; t < T; ++t) {
         for (int64_t j = 0; j < N; ++j) {
@@ -893,20 +903,43 @@ TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) {
         }
         const int64_t slot = slots[static_cast<size_t>(t)];
         for (int64_t j = 0; j < kv_dim; ++j) {
-          k_slot.push_back(bf16_to_f32(k_got[static_cast<size_t>(slot * kv_dim + j)]));
-          v_slot.push_back(bf16_to_f32(v_got[static_cast<size_t>(slot * kv_dim + j)]));
+          const auto at = static_cast<size_t>(slot * kv_dim + j);
+          k_slot.push_back(fp8 ? fp8_e4m3_to_f32(k8[at]) : bf16_to_f32(k_got[at]));
+          v_slot.push_back(fp8 ? fp8_e4m3_to_f32(v8[at]) : bf16_to_f32(v_got[at]));
         }
       }
-      const std::string what = "gemv qkv+rope head_dim " + std::to_string(s.head_dim) + " T " + std::to_string(T);
       EXPECT_LT(test::relative_l2(q_got, q_ref), 1e-2) << what << " q";
-      EXPECT_LT(test::relative_l2(k_slot, k_ref), 1e-2) << what << " k";
-      EXPECT_LT(test::relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+      if (fp8) {
+        int64_t exact = 0;
+        for (size_t i = 0; i < k_slot.size(); ++i) {
+          for (const auto& [got, ref] : {std::pair{k_slot[i], k_ref[i]}, std::pair{v_slot[i], v_ref[i]}}) {
+            const float want = fp8_e4m3_to_f32(f32_to_fp8_e4m3(ref));
+            exact += got == want ? 1 : 0;
+            ASSERT_LE(std::abs(got - want), std::ldexp(1.0f, std::max(std::ilogb(std::fabs(ref) + 1e-30f), -6) - 3) * 1.01f)
+                << what << " element " << i << " reference " << ref;
+          }
+        }
+        EXPECT_GE(static_cast<double>(exact), 0.95 * 2.0 * static_cast<double>(k_slot.size())) << what;
+      } else {
+        EXPECT_LT(test::relative_l2(k_slot, k_ref), 1e-2) << what << " k";
+        EXPECT_LT(test::relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+      }
       size_t untouched = 0;
-      for (size_t i = 0; i < k_got.size(); ++i) untouched += (k_got[i] == kPoison) + (v_got[i] == kPoison);
+      for (size_t i = 0; i < k_got.size(); ++i) {
+        untouched += fp8 ? (k8[i] == kPoison8) + (v8[i] == kPoison8) : (k_got[i] == kPoison) + (v_got[i] == kPoison);
+      }
       EXPECT_EQ(untouched, 2 * static_cast<size_t>((num_slots - T) * kv_dim)) << what << ": other slots written";
+      if (fp8) {
+        for (size_t i = 0; i < k_got.size(); ++i) {
+          ASSERT_TRUE(k_got[i] == kPoison && v_got[i] == kPoison) << what << ": the bf16 planes written";
+        }
+      }
     }
   }
 }
+
+TEST(CudaKernels, GemvQkvRopeMatchesLinearThenRope) { check_gemv_qkv_rope(false); }
+TEST(CudaKernels, GemvQkvRopeIntoFp8MatchesLinearThenRope) { check_gemv_qkv_rope(true); }
 
 TEST(CudaKernels, ArgmaxMatchesHostArgmax) {
   std::mt19937 rng(7);

@@ -38,7 +38,10 @@
 // holds the grid barrier, the row products, the kernel and its host side.
 // With FP8 weights (p.fp8) the slots hold e4m3 codes, half the bytes, and
 // the row products convert them in registers and multiply each row's sum
-// by its scale: the FP8 GEMV path's math.
+// by its scale: the FP8 GEMV path's math. With an FP8 KV cache (p.kv_fp8)
+// phase A rounds the token's k and v to e4m3 from the fp32 rotation and
+// phase B converts the codes to bf16 exactly as it loads them (the Cache
+// template parameter; the bf16 instance is the kernel as it was).
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -201,7 +204,7 @@ __device__ __forceinline__ void rows_add(const unsigned char* slot_bytes, Range 
   }
 }
 
-template <typename W>
+template <typename W, typename Cache>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
   const Smem s = carve(p, reinterpret_cast<unsigned char*>(smem_raw));
@@ -264,22 +267,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   // blocks, in phase A): phase B's loads then wait for L2, not HBM.
   const auto prefetch_kv = [&](int layer) {
     if (!attends) return;
-    const bf16* k_plane = p.kv + (static_cast<int64_t>(layer) * 2) * p.plane_elems;
-    const int lines = (hd * 2 + 127) / 128;
+    const int lines = (hd * static_cast<int>(sizeof(Cache)) + 127) / 128;
     const int n = (key_end - key_begin) * 2 * lines;
     for (int t = threadIdx.x; t < n; t += kThreads) {
       const int j = t / (2 * lines), rem = t % (2 * lines);
       const int64_t kslot = key_slot(p, table, key_slots, key_begin, key_begin + j);
-      const bf16* row =
-          k_plane + (rem < lines ? 0 : p.plane_elems) + kslot * kv_dim + static_cast<int64_t>(kvh) * hd;
+      const Cache* row = kv_plane<Cache>(p, layer, rem < lines ? 0 : 1) + kslot * kv_dim + static_cast<int64_t>(kvh) * hd;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + (rem % lines) * 128));
     }
   };
 
   for (int l = 0; l < p.num_layers; ++l) {
     const DecodeLayerWeights& w = p.layers[l];
-    bf16* k_cache = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems;
-    bf16* v_cache = k_cache + p.plane_elems;
+    Cache* k_cache = kv_plane<Cache>(p, l, 0);
+    Cache* v_cache = kv_plane<Cache>(p, l, 1);
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
     rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
@@ -298,14 +299,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         if (lane == 0) {
           const int n = 2 * pair;
           if (n >= Q + kv_dim) {  // v
-            bf16* out = v_cache + slot * kv_dim + (n - Q - kv_dim);
-            store_bf16(out, a);
-            store_bf16(out + 1, b);
+            store_kv2(v_cache, slot * kv_dim + (n - Q - kv_dim), a, b);
           } else {
             const float sn = rope_sin[pair - r.begin], cs = rope_cos[pair - r.begin];
-            bf16* out = n < Q ? p.qkv_out + n : k_cache + slot * kv_dim + (n - Q);
-            store_bf16(out, a * cs - b * sn);
-            store_bf16(out + 1, b * cs + a * sn);
+            const float ra = a * cs - b * sn, rb = b * cs + a * sn;
+            if (n < Q) {
+              store_bf16(p.qkv_out + n, ra);
+              store_bf16(p.qkv_out + n + 1, rb);
+            } else {
+              store_kv2(k_cache, slot * kv_dim + (n - Q), ra, rb);
+            }
           }
         }
       }
@@ -326,11 +329,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     };
     if (attends) {
       if (mma && hd == 128) {
-        attend_mma<128>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
+        attend_mma<128, Cache>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       } else if (mma) {
-        attend_mma<64>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
+        attend_mma<64, Cache>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       } else {
-        attend_split(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
+        attend_split<Cache>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       }
     } else if (kCopiesInPhases) {
       spin_cycles(p.b_o_delay_cycles);
@@ -492,23 +495,23 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
 
 namespace {
 
-// decode_layers_unsupported's checks of the kernel itself, and the launch, per weight type.
-template <typename W>
+// decode_layers_unsupported's checks of the kernel itself, and the launch, per weight and cache type.
+template <typename W, typename Cache>
 const char* unsupported_for(const DecodeLayersParams& p, int optin) {
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel<W>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel<W, Cache>) != cudaSuccess) {
     cudaGetLastError();
     return "kernel attributes unavailable";
   }
   if (decode_layers_smem(p) + static_cast<int64_t>(attributes.sharedSizeBytes) > optin) {
     return "a layer's weight slices do not fit in one block's shared memory";
   }
-  if (allow_large_smem<decode_layers_kernel<W>>() != cudaSuccess) {
+  if (allow_large_smem<decode_layers_kernel<W, Cache>>() != cudaSuccess) {
     cudaGetLastError();
     return "the kernel's shared memory cannot be raised";
   }
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel<W>, kThreads,
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel<W, Cache>, kThreads,
                                                     static_cast<size_t>(decode_layers_smem(p))) != cudaSuccess ||
       per_sm < 1) {
     cudaGetLastError();
@@ -517,7 +520,7 @@ const char* unsupported_for(const DecodeLayersParams& p, int optin) {
   return nullptr;
 }
 
-template <typename W>
+template <typename W, typename Cache>
 cudaError_t launch_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
   const cudaError_t e = cudaMemsetAsync(p.barrier, 0, sizeof(unsigned int), stream);
   if (e != cudaSuccess) return e;
@@ -531,7 +534,7 @@ cudaError_t launch_layers(const DecodeLayersParams& p, int grid, cudaStream_t st
   attribute.val.cooperative = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, decode_layers_kernel<W>, p);
+  return cudaLaunchKernelEx(&config, decode_layers_kernel<W, Cache>, p);
 }
 
 }  // namespace
@@ -565,11 +568,13 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
     cudaGetLastError();
     return "device attributes unavailable";
   }
-  return p.fp8 ? unsupported_for<uint8_t>(p, optin) : unsupported_for<bf16>(p, optin);
+  if (p.fp8) return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, optin) : unsupported_for<uint8_t, bf16>(p, optin);
+  return p.kv_fp8 ? unsupported_for<bf16, fp8e4m3>(p, optin) : unsupported_for<bf16, bf16>(p, optin);
 }
 
 cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
-  return p.fp8 ? launch_layers<uint8_t>(p, grid, stream) : launch_layers<bf16>(p, grid, stream);
+  if (p.fp8) return p.kv_fp8 ? launch_layers<uint8_t, fp8e4m3>(p, grid, stream) : launch_layers<uint8_t, bf16>(p, grid, stream);
+  return p.kv_fp8 ? launch_layers<bf16, fp8e4m3>(p, grid, stream) : launch_layers<bf16, bf16>(p, grid, stream);
 }
 
 }  // namespace tern::cuda

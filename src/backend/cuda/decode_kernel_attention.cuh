@@ -29,8 +29,9 @@ constexpr int kQLoads = (kWarps * kMaxAttentionHeadDim / 8 + kThreads - 1) / kTh
 // Phase B for block (kvh, split): keys [begin, end) of the context, the
 // kv head's `group` q heads (warp w: head kvh * group + w). Every load of a
 // tile (and, with the first, of q) is issued before any is used: one round
-// trip per tile.
-template <typename F>
+// trip per tile. Cache: the pool's element (bf16, or e4m3 converted to
+// bf16 exactly as it is loaded).
+template <typename Cache, typename F>
 __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
                              int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
   const int hd = p.heads.head_dim, group = p.heads.num_heads / p.heads.num_kv_heads;
@@ -40,15 +41,14 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
   float* k_s = q_s + group * hd;         // [kKeyTile][hd + 1]
   float* v_s = k_s + kKeyTile * (hd + 1);  // [kKeyTile][hd]
   float* p_s = v_s + kKeyTile * hd;        // [group][kKeyTile]
-  // K, V and q in 16-byte pieces of 8 dims (head_dim % 8 == 0).
-  const uint4* k_plane = reinterpret_cast<const uint4*>(p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems);
-  const uint4* v_plane = k_plane + p.plane_elems / 8;
+  // K, V and q in pieces of 8 dims (head_dim % 8 == 0), 16 bytes as bf16.
+  const Cache* k_plane = kv_plane<Cache>(p, l, 0);
+  const Cache* v_plane = kv_plane<Cache>(p, l, 1);
   const uint4* q = reinterpret_cast<const uint4*>(p.qkv_out + static_cast<int64_t>(kvh) * group * hd);
   const float scale = rsqrtf(static_cast<float>(hd));
   const int pieces = hd / 8;                        // per key row
   const bool pow2 = (pieces & (pieces - 1)) == 0;  // then / pieces is a shift
-  const int shift = __ffs(pieces) - 1, head_off = kvh * pieces;
-  const int64_t row_pieces = kv_dim / 8;
+  const int shift = __ffs(pieces) - 1;
 
   float m = -FLT_MAX, sum = 0.0f;
   float acc[kMaxAttentionHeadDim / 32];
@@ -72,9 +72,9 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
       ku[u] = vu[u] = zero;
       if (i < n * pieces) {
         const int j = pow2 ? i >> shift : i / pieces, c = i - j * pieces;
-        const int64_t at = key_slot(p, table, key_slots, begin, tile + j) * row_pieces + head_off + c;
-        ku[u] = __ldcg(k_plane + at);
-        vu[u] = __ldcg(v_plane + at);
+        const int64_t at = key_slot(p, table, key_slots, begin, tile + j) * kv_dim + kvh * hd + 8 * c;
+        ku[u] = load_kv8_cg(k_plane + at);
+        vu[u] = load_kv8_cg(v_plane + at);
       }
     }
     if (tile == begin) after_loads();
@@ -161,8 +161,9 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
 // Phase B on the tensor cores, for head_dim HD of 64 or 128 and at most 8
 // q heads per kv head. Each warp takes 8-key chunks (warp w: chunks w,
 // w + kWarps, ...). S = q K^T is an m16n8k16 MMA with the q heads as rows
-// (g, g + 8) and the 8 keys as columns: each lane loads 16 contiguous bytes
-// of its key's K straight into the B fragment, and q's A fragment takes the
+// (g, g + 8) and the 8 keys as columns: each lane loads 8 contiguous dims
+// of its key's K (16 bytes of bf16, or 8 of e4m3 converted exactly) straight
+// into the B fragment, and q's A fragment takes the
 // same permutation of dims (as mma_attention_kernel, attention.cu). Then
 // O^T = V^T P^T with dims as rows and heads as columns: P's accumulator is
 // already the B fragment (keys 2c, 2c + 1 of head g; keys 8-15 are zero),
@@ -179,7 +180,7 @@ static_assert(kWarps == 16, "the merge takes 16 warps in two steps");
 // float4s per lane of one warp's state: o's, then the columns' (m, m, l, l).
 __host__ __device__ constexpr int attend_mma_frags(int hd) { return hd / 64 * 4 + 1; }
 
-template <int HD, typename F>
+template <int HD, typename Cache, typename F>
 __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
                            int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
   constexpr int kPairs = HD / 32;   // 32-dim steps of S (two MMAs each)
@@ -189,8 +190,8 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
-  const bf16* k_base = p.kv + (static_cast<int64_t>(l) * 2) * p.plane_elems + static_cast<int64_t>(kvh) * HD;
-  const bf16* v_base = k_base + p.plane_elems;
+  const Cache* k_base = kv_plane<Cache>(p, l, 0) + static_cast<int64_t>(kvh) * HD;
+  const Cache* v_base = kv_plane<Cache>(p, l, 1) + static_cast<int64_t>(kvh) * HD;
   auto row_of = [&](int key) { return key_slot(p, table, key_slots, begin, key) * kv_dim; };  // in the K/V planes
 
   // q rows g and g + 8 (heads kvh * group + row), dims 32 j + 8 c .. + 7;
@@ -219,7 +220,7 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
     {
       const int64_t off = row_of(min(base + g, last));
 #pragma unroll
-      for (int j = 0; j < kPairs; ++j) kr[j] = __ldcg(reinterpret_cast<const uint4*>(k_base + off + 32 * j + 8 * c));
+      for (int j = 0; j < kPairs; ++j) kr[j] = load_kv8_cg(k_base + off + 32 * j + 8 * c);
     }
     uint4 vr[2][kHalves];  // keys base + 2c, + 1; dims 64 h + 8 g .. + 7
 #pragma unroll
@@ -227,7 +228,7 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
       const int64_t off = row_of(min(base + 2 * c + i, last));
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
-        vr[i][h] = __ldcg(reinterpret_cast<const uint4*>(v_base + off + 64 * h + 8 * g));
+        vr[i][h] = load_kv8_cg(v_base + off + 64 * h + 8 * g);
       }
     }
     if (base == begin) after_loads();  // warp 0's first chunk is on its way

@@ -46,6 +46,13 @@ __device__ __forceinline__ Smem carve(const DecodeLayersParams& p, unsigned char
   return s;
 }
 
+// Layer l's K (kind 0) or V (kind 1) plane of the pool, in the cache's
+// elements (bf16, or fp8e4m3 with p.kv_fp8).
+template <typename Cache>
+__device__ __forceinline__ Cache* kv_plane(const DecodeLayersParams& p, int l, int kind) {
+  return static_cast<Cache*>(p.kv) + (static_cast<int64_t>(l) * 2 + kind) * p.plane_elems;
+}
+
 // Every block's clocks at mark `at` (p.timeline: [grid][marks] ns, then
 // [grid][marks] SM cycles).
 __device__ __forceinline__ void timeline_mark(const DecodeLayersParams& p, int at) {

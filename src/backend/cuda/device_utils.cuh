@@ -103,6 +103,14 @@ __device__ __forceinline__ uint4 load_kv8(const fp8e4m3* p) {
   return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
                     fp8x2_to_bf16x2(w.y >> 16));
 }
+// The same through L2 only (ld.global.cg), for K/V another block of the
+// same launch may have written (L1 is not coherent).
+__device__ __forceinline__ uint4 load_kv8_cg(const bf16* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_kv8_cg(const fp8e4m3* p) {
+  const uint2 w = __ldcg(reinterpret_cast<const uint2*>(p));
+  return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                    fp8x2_to_bf16x2(w.y >> 16));
+}
 // One K/V element as fp32.
 __device__ __forceinline__ float load_kv(const bf16* p) { return load_bf16(p); }
 __device__ __forceinline__ float load_kv(const fp8e4m3* p) {

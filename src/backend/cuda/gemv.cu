@@ -183,23 +183,35 @@ __device__ __forceinline__ void store_rows(const GemvParams& p, int t, int64_t n
   } else if constexpr (Out == GemvOutput::kAddF32) {
     static_cast<float*>(p.y)[at] += v[0];
   } else {
-    // The pair (n, n + 1) is dims (2i, 2i + 1) of a q, k or v head; as rope_store_kv.
+    // The pair (n, n + 1) is dims (2i, 2i + 1) of a q, k or v head; as
+    // rope_store_kv, into a bf16 or an FP8 pool (e4m3 rounded from the fp32
+    // rotation).
     const int64_t q_dim = static_cast<int64_t>(p.heads.num_heads) * p.heads.head_dim;
     const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * p.heads.head_dim;
+    const int64_t slot_at = static_cast<int64_t>(p.places.slots[t]) * kv_dim;
+    const auto store_pair = [&](bf16* plane, fp8e4m3* plane8, int64_t off, float a, float b) {
+      if (plane8 != nullptr) {
+        store_kv2(plane8, slot_at + off, a, b);
+      } else {
+        store_bf16(plane + slot_at + off, a);
+        store_bf16(plane + slot_at + off + 1, b);
+      }
+    };
     if (n >= q_dim + kv_dim) {  // v
-      bf16* out = p.planes.v_cache + static_cast<int64_t>(p.places.slots[t]) * kv_dim + (n - q_dim - kv_dim);
-      store_bf16(out, v[R - 2]);
-      store_bf16(out + 1, v[R - 1]);
+      store_pair(p.planes.v_cache, p.planes.v_fp8, n - q_dim - kv_dim, v[R - 2], v[R - 1]);
       return;
     }
     const int i = static_cast<int>(n % p.heads.head_dim) / 2;
     float s, c;
     sincosf(p.places.inv_freq[i] * static_cast<float>(p.places.positions[t]), &s, &c);
     const float a = v[R - 2], b = v[R - 1];
-    bf16* out = n < q_dim ? static_cast<bf16*>(p.y) + at
-                          : p.planes.k_cache + static_cast<int64_t>(p.places.slots[t]) * kv_dim + (n - q_dim);
-    store_bf16(out, a * c - b * s);
-    store_bf16(out + 1, b * c + a * s);
+    const float ra = a * c - b * s, rb = b * c + a * s;
+    if (n < q_dim) {
+      store_bf16(static_cast<bf16*>(p.y) + at, ra);
+      store_bf16(static_cast<bf16*>(p.y) + at + 1, rb);
+    } else {
+      store_pair(p.planes.k_cache, p.planes.k_fp8, n - q_dim, ra, rb);
+    }
   }
 }
 

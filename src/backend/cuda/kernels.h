@@ -174,8 +174,8 @@ cudaError_t silu_mul(const bf16* gu, int64_t num_tokens, int64_t inter, bf16* ou
 // stream), or, for kQkvRope, treats the N = (num_heads + 2 num_kv_heads) *
 // head_dim outputs as a q|k|v row and does rope_store_kv's work on the fp32
 // sums: q rotated into y (bf16, row stride N), k rotated and v into the
-// token's slot of planes (the q|k|v row's k and v parts of y are not
-// written).
+// token's slot of planes, bf16 or e4m3 (the q|k|v row's k and v parts of y
+// are not written).
 // int4 weights (W4A16; backend/cpu/int4_planar.h makes them): W[n, k] =
 // (q - z) * d with q the nibble of element n * K + k in codes (the low one
 // of a byte for an even element), and d (fp16 bits) and z those of its
@@ -292,7 +292,10 @@ struct DecodeLayersParams {
   int num_layers = 0, hidden = 0, q_dim = 0, qkv_dim = 0, inter = 0;
   HeadShape heads;
   float eps = 0.0f;
-  bf16* kv = nullptr;           // the pool: [layer][k|v][plane_elems]
+  // The pool: [layer][k|v][plane_elems] elements, bf16 or (kv_fp8, --kv-cache-dtype fp8)
+  // e4m3 bytes stored with scale 1, as KvPlanes.
+  void* kv = nullptr;
+  bool kv_fp8 = false;
   int64_t plane_elems = 0;
   // The step's metadata (StepView), token 0; places.inv_freq and
   // tables.block_size are the model's, set with the rest at creation.

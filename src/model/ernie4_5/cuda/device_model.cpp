@@ -346,11 +346,6 @@ Status DeviceModel::Impl::capture_graphs() {
 // block per multiprocessor holding a layer's weight slices.
 Status DeviceModel::Impl::plan_layers_kernel() {
   if (!options.decode_kernel) return Status::ok();
-  if (kv_fp8()) {
-    layers_kernel_off_reason = "the one-token persistent kernel reads a bf16 KV cache only; with --kv-cache-dtype fp8 "
-                               "one-token steps run the per-layer kernels";
-    return Status::ok();
-  }
   if (int4_matrices > 0) {
     // Its blocks stage bf16 or FP8 weight slices in shared memory; int4's block scales and zeros are not planned.
     layers_kernel_off_reason =
@@ -371,7 +366,8 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   p.tables.block_size = static_cast<int>(options.block_size);
   p.eps = static_cast<float>(c.rms_norm_eps);
   p.places.inv_freq = inv_freq.as<float>();
-  p.kv = kv.as<bf16>();
+  p.kv = kv.as<void>();
+  p.kv_fp8 = kv_fp8();
   p.plane_elems = plane_elems();
   p.x = x.as<float>();
   p.qkv_out = qkv.as<bf16>();

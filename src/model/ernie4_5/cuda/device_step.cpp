@@ -159,22 +159,13 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[static_cast<size_t>(l)];
     const KvPlanes planes = this->planes(l);  // written by the RoPE + KV write, read by the attention
-    if (small && !kv_fp8()) {
+    if (small) {
       GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kQkvRope, H, QKV, w.qkv, qkv.as<void>());
       g.norm_weight = w.input_norm.as<float>();
       g.heads = heads;
       g.places = places;
       g.planes = planes;
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
-    } else if (small) {
-      // The GEMV's fused RoPE + KV write stores bf16; over an fp8 pool the
-      // GEMV writes the q|k|v rows and rope_store_kv rounds K/V to e4m3.
-      GemvParams g = gemv_of(GemvInput::kRmsNorm, GemvOutput::kBf16, H, QKV, w.qkv, qkv.as<void>());
-      g.norm_weight = w.input_norm.as<float>();
-      TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
-      const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
-                            .places = places, .planes = planes};
-      TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream, chain));
     } else {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
