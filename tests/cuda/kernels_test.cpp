@@ -1091,7 +1091,7 @@ TEST(CudaKernels, SampleRowsDrawsFromTheHostSamplersDistribution) {
     double tv = 0;
     for (size_t i = 0; i < row.size(); ++i) tv += std::abs(freq[i] - p[i]) / 2;
     EXPECT_LT(tv, 0.03) << what;
-    // The same keys draw the same tokens, whatever the rows per launch (clusters of 16, 8, 4, 2 blocks or one).
+    // The same keys draw the same tokens, whatever the rows per launch (clusters of 8, 4, 2 blocks or one).
     const std::vector<int32_t> first(got.begin(), got.begin() + 64);
     for (int per_launch : {1, 5, 12, 20, 40, 64}) {
       EXPECT_EQ(device_draws(row, sc, 64, seed - 1, per_launch), first) << what << ", " << per_launch << " a launch";
@@ -1119,7 +1119,7 @@ TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
       const int draws = vocab > 200000 ? 128 : 512;
       const std::vector<int32_t> got = device_draws(row, sc, draws, seed++);
       for (int32_t id : got) EXPECT_GT(p[static_cast<size_t>(id)], 0.0) << what << ": drew filtered-out id " << id;
-      // One row a launch (a cluster of 16 on sm_90) draws the same tokens.
+      // One row a launch (a cluster of 8 on sm_90) draws the same tokens.
       const std::vector<int32_t> alone = device_draws(row, sc, 32, seed - 1, 1);
       EXPECT_EQ(alone, std::vector<int32_t>(got.begin(), got.begin() + 32)) << what << ", one row a launch";
     }

@@ -22,15 +22,13 @@
 //      the noise a hash of (row key, id). That is an exact draw from the
 //      kept tokens' renormalised softmax; the key comes from the sequence's
 //      own generator, so a seeded request repeats its tokens.
-// On sm_90 a few rows share the GPU as clusters of up to 16 blocks, each
+// On sm_90 a few rows share the GPU as clusters of up to 8 blocks, each
 // block a slice of its row, the sums and maxima joined through distributed
 // shared memory; the results do not depend on the slicing.
 // Why bins: the radix select's first byte is the logits' sign and exponent,
 // which most of a row shares, and its shared-memory atomics into those few
 // bins serialised (hundreds of microseconds a row); the bins of (m - x) / T
 // spread a row over many counters and leave the far tail out.
-#include <cstdlib>
-
 #include "backend/cuda/sample_blocks.cuh"
 
 namespace tern::cuda {
@@ -533,46 +531,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
 }
 
-// Blocks per row: on sm_90, a cluster of up to 16 while the rows leave SMs
-// idle (16 is past the portable 8; sample_rows asks for it and falls back
-// to 8 where the device refuses). TERN_SAMPLE_MAX_CLUSTER (1, 2, 4, 8 or
-// 16) caps it, for measuring one size against another.
+// Blocks per row: on sm_90, a cluster of up to 8 while the rows leave SMs idle.
 int blocks_per_row(int64_t num_rows) {
   static int major[64] = {};
-  static const int cap = [] {
-    const char* v = std::getenv("TERN_SAMPLE_MAX_CLUSTER");
-    const int n = v != nullptr ? std::atoi(v) : 16;
-    return n == 1 || n == 2 || n == 4 || n == 8 ? n : 16;
-  }();
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
   if (major[device] == 0 && cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
     return 1;
   }
   if (major[device] < 9) return 1;
-  const int want = num_rows <= 8 ? 16 : num_rows <= 16 ? 8 : num_rows <= 33 ? 4 : num_rows <= 66 ? 2 : 1;
-  return want < cap ? want : cap;
-}
-
-// One launch of num_rows clusters of `blocks` blocks.
-cudaError_t launch_clusters(int blocks, float* logits, int64_t vocab, const SampleRow* rows, int64_t num_rows,
-                            const LogitOp* ops, uint64_t* keys, cudaStream_t stream) {
-  if (blocks > 8) {
-    static const cudaError_t allowed = cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (allowed != cudaSuccess) return allowed;
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned int>(num_rows * blocks));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned int>(blocks);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys);
+  return num_rows <= 16 ? 8 : num_rows <= 33 ? 4 : num_rows <= 66 ? 2 : 1;
 }
 
 }  // namespace
@@ -581,9 +549,21 @@ cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int
                         uint64_t* keys, cudaStream_t stream) {
   if (num_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT32_MAX) return cudaErrorInvalidValue;
-  for (int blocks = blocks_per_row(num_rows); blocks > 1; blocks = blocks > 8 ? 8 : 1) {
-    if (launch_clusters(blocks, logits, vocab, rows, num_rows, ops, keys, stream) == cudaSuccess) return cudaSuccess;
-    (void)cudaGetLastError();  // no room for such clusters: 8 blocks, then one block per row
+  const int blocks = blocks_per_row(num_rows);
+  if (blocks > 1) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned int>(num_rows * blocks));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned int>(blocks);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // no room for such clusters: one block per row
   }
   return launch_kernel(sample_kernel, dim3(static_cast<unsigned int>(num_rows)), dim3(kThreads), 0, stream, false,
                        logits, vocab, rows, ops, keys);
