@@ -3,7 +3,8 @@
 #   OUT=/some/dir bash bench/serving/baselines/device_cpu/run.sh   (from the repo root; PACK: make_pack.sh's
 #   tarball, default .devpack/cpu16/pack.txz, carried to the machine as an ignored path)
 # Env (local tests): W (work dir, /tmp/cpu16w), MODEL_SRC (random | an HF folder), PY (python3),
-# PP (512) TG (128) REPS (3), TMAIN (16) TSECOND (8), BUDGET (seconds, 420), FORCE_MODE (A|B).
+# PP (512) TG (128) REPS (3), TMAIN (16) TSECOND (8), BUDGET (seconds, 420), FORCE_MODE (A|B),
+# SCALING=1 (a thread-scaling section after the passes).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../../../.." && pwd)
@@ -129,6 +130,26 @@ done
 for p in "${pids[@]}"; do wait "$p"; note "quantize pid $p rc=$?"; done
 cat "$R"/quantize-*.log; ls -la "$G"; snap
 
+# --- 2b. llama.cpp's CPU variant: GGML_BACKEND_DL loads the highest-scoring libggml-cpu-*.so this CPU reports
+#     support for. A virtual CPU can report instructions it then refuses (AMX tiles without the kernel's
+#     permission: SIGILL, rc 132, on the quantized files). Probe each file with a tiny run; on SIGILL set the
+#     variant aside and probe again, so every pass below runs the same, best working variant.
+for q in Q8_0 Q4_0 Q4_K_M BF16; do
+  f=$G/$q.gguf
+  [ -s "$f" ] || continue
+  for try in 1 2 3; do
+    (cd "$W/llama" && timeout 60 "${LB[@]}" -m "$f" -t "$TMAIN" -p 16 -n 4 -r 1 -o json > /dev/null 2> "$R/probe-$q.log")
+    rc=$?
+    v=$(grep -o "libggml-cpu-[A-Za-z0-9_]*\.so" "$R/probe-$q.log" | head -1)
+    note "llama-bench probe $q ($v): rc=$rc"
+    [ "$rc" = 132 ] && [ -n "$v" ] && [ -f "$W/llama/$v" ] || break
+    mkdir -p "$W/llama-refused" && mv "$W/llama/$v" "$W/llama-refused/"
+    echo "$v: SIGILL on $q.gguf (rc 132), set aside" | tee -a "$R/llama-variants.txt"
+  done
+done
+grep -h -o "libggml-cpu-[A-Za-z0-9_]*\.so" "$R"/probe-*.log | sort | uniq -c | sed 's/^/llama.cpp variant used: /' \
+  | tee -a "$R/llama-variants.txt"
+
 # --- 3. alternating tern / llama-bench per file
 run_pass() {
   local t=$1 q f
@@ -159,6 +180,26 @@ if [ "$TSECOND" -gt 0 ] && [ "$TSECOND" != "$TMAIN" ] && [ $(( P1 + (P1 - P0) * 
   run_pass "$TSECOND"
 else
   note "SKIP pass t$TSECOND (budget $BUDGET s)"
+fi
+
+# --- 3b. thread scaling (SCALING=1): pp512 / tg32 once at 1, 2, 4, ... TMAIN threads, tern's two kernel sets on
+#     BF16 and llama.cpp on the same file, and the bf16 and q4_0 GEMMs alone (tern_cpu_linear_bench).
+if [ "${SCALING:-0}" = 1 ]; then
+  for t in 1 2 4 8 "$TMAIN"; do
+    [ "$t" -le "$TMAIN" ] || continue
+    for k in optimized fast; do
+      timeout 120 ${PIN[@]+"${PIN[@]}"} "${TERN[@]}" bench pp-tg --model "$G/BF16.gguf" --device cpu -t "$t" -p "$PP" -n 32 \
+        -r 1 --cpu-kernels "$k" --json-out "$R/scale-tern-$k-t$t.json" > /dev/null 2>&1
+      note "scale tern $k t$t rc=$? $(grep -o '"\(pp\|tg\)_tokens_per_s": [0-9.]*' "$R/scale-tern-$k-t$t.json" | tr '\n' ' ')"
+    done
+    (cd "$W/llama" && timeout 120 ${PIN[@]+"${PIN[@]}"} "${LB[@]}" -m "$G/BF16.gguf" -t "$t" -p "$PP" -n 32 -r 1 -o json \
+      > "$R/scale-llama-t$t.json" 2> /dev/null)
+    note "scale llama t$t rc=$? $(grep -o '"avg_ts": [0-9.]*' "$R/scale-llama-t$t.json" | tr '\n' ' ')"
+  done
+  timeout 150 ${PIN[@]+"${PIN[@]}"} "${BWB[@]}" --threads "1,$TMAIN" --tokens 1,512 --dtypes bf16,q4_0 --seconds 0.5 \
+    > "$R/scale-linear.txt" 2>&1
+  note "linear bench rc=$?"; cat "$R/scale-linear.txt"; cp "$R/scale-linear.txt" "$OUT/scale-linear.txt"
+  snap
 fi
 
 # --- 4. summary
