@@ -92,7 +92,7 @@ typedef struct tern_model_options {
   int32_t async_scheduling;       /* CUDA: 1 (default) overlaps step n + 1 with step n, 0 turns it off */
   int32_t enforce_eager;          /* CUDA: 1 runs every step without CUDA graphs */
   int32_t decode_kernel;          /* CUDA: 1 (default) runs a one-token step as one persistent kernel */
-  const char* cpu_kernels;        /* "fast" (default: bf16 activations for bf16 weights on AVX512_BF16 CPUs), "optimized" (fp32 activations) or "reference" */
+  const char* cpu_kernels;        /* "auto" (default: "fast" on AMD CPUs with AVX512_BF16, else "optimized"), "fast" (bf16 activations for bf16 weights on AVX512_BF16 CPUs), "optimized" (fp32 activations) or "reference" */
   const char* quantization;       /* CPU: "q8_0", "q4_0", "q4_k_m", "q5_k_m" or "q6_k" applied at load; "awq", "gptq"
                                      or "compressed-tensors": the int4 folder's own scheme (checked); "fp8": FP8
                                      e4m3 layer weights with per-row scales (CUDA; on the CPU the same values in

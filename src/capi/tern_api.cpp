@@ -121,7 +121,7 @@ tern_model_options tern_model_options_default(void) {
   o.enable_prefix_caching = 1;
   o.async_scheduling = 1;
   o.decode_kernel = 1;
-  o.cpu_kernels = "fast";
+  o.cpu_kernels = "auto";
   return o;
 }
 

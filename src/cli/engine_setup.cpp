@@ -33,12 +33,13 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
                             CLI::ignore_case))
       ->envname("TERN_QUANTIZATION");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
-                 "CPU kernel set: fast (AVX-512/AVX2 by what the CPU has; activations rounded to bf16 before "
+                 "CPU kernel set: auto (fast on AMD CPUs with AVX512_BF16, whose bf16 products run at twice the "
+                 "fp32 rate; optimized elsewhere), fast (AVX-512/AVX2 by what the CPU has; activations rounded to bf16 before "
                  "their products with bf16 weights where the CPU has AVX512_BF16, as HF's bf16 forward, the GPU "
                  "path and llama.cpp round them, from a repacked copy of the layer matrices whose file pages go "
                  "back), optimized (the same kernels with fp32 activations: about half the bf16 prefill rate, "
                  "logits within 1e-4 of the reference) or reference (plain loops, the oracle)")
-      ->check(CLI::IsMember({"optimized", "fast", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
+      ->check(CLI::IsMember({"auto", "optimized", "fast", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
   cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
 }

@@ -162,7 +162,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   LoadedEngine le;
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
   if (kernels == nullptr) {
-    return invalid_argument("--cpu-kernels takes fast, optimized or reference, not '" + o.cpu_kernels + "'");
+    return invalid_argument("--cpu-kernels takes auto, fast, optimized or reference, not '" + o.cpu_kernels + "'");
   }
   std::string device = o.device;
   if (device == "auto") {

@@ -20,7 +20,7 @@ namespace tern {
 struct EngineOptions {
   std::string model;
   int threads = 0;
-  std::string cpu_kernels = "fast";
+  std::string cpu_kernels = "auto";
   // Empty: the weights as loaded; else a llama-quantize mix applied at load (CPU), fp8, or an int4 scheme
   // (apply_quantization below).
   std::string quantization;

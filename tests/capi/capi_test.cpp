@@ -395,7 +395,7 @@ TEST_F(CApi, SamplingFieldsAreHonoured) {
 }
 
 TEST(CApiDefaults, TheDefaultKernelSetIsFast) {
-  EXPECT_STREQ(tern_model_options_default().cpu_kernels, "fast");
+  EXPECT_STREQ(tern_model_options_default().cpu_kernels, "auto");
 }
 
 TEST(CApiDefaults, SamplingDefaultsComeFromGenerationConfig) {

@@ -101,7 +101,17 @@ const KernelSet& fast_kernel_set() {
   return set;
 }
 
+const KernelSet& auto_kernel_set() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool amd = __builtin_cpu_is("amd");
+#else
+  static const bool amd = false;
+#endif
+  return amd && cpu_has_avx512_bf16() ? fast_kernel_set() : optimized_kernel_set();
+}
+
 const KernelSet* kernel_set_named(std::string_view name) {
+  if (name == "auto") return &auto_kernel_set();
   if (name == "reference") return &reference_kernel_set();
   if (name == "optimized") return &optimized_kernel_set();
   if (name == "fast") return &fast_kernel_set();

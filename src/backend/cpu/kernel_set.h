@@ -56,7 +56,17 @@ const KernelSet& optimized_kernel_set();
 // it is the optimized set.
 const KernelSet& fast_kernel_set();
 
-// "reference", "optimized" or "fast" (what --cpu-kernels takes); nullptr for any other name.
+// What --cpu-kernels auto (the default) runs: the fast set where the CPU
+// has AVX512_BF16 and is an AMD one (Zen 4 and 5, whose bf16 products run
+// at twice the fp32 multiply-add rate: the fast set's bf16 prefill is about
+// twice the optimized set's there), the optimized set elsewhere (on Intel's
+// AVX512_BF16 cores vdpbf16ps does not outrun two fp32 FMAs a cycle, and the
+// fast set measured 0.80-0.94x the optimized one; docs/benchmarks.md).
+const KernelSet& auto_kernel_set();
+
+// "auto", "reference", "optimized" or "fast" (what --cpu-kernels takes);
+// nullptr for any other name. "auto" gives auto_kernel_set(), named by the
+// set it picked.
 const KernelSet* kernel_set_named(std::string_view name);
 
 }  // namespace tern::cpu

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/linear_kernels.h"
+
 namespace tern::cpu {
 namespace {
 
@@ -26,6 +28,21 @@ TEST(KernelSet, NamedSetsHaveEveryOp) {
   }
   EXPECT_EQ(kernel_set_named("fastest"), nullptr);
   EXPECT_EQ(kernel_set_named(""), nullptr);
+}
+
+// auto is the fast set on AMD CPUs with AVX512_BF16 and the optimized set
+// elsewhere, and is named by the set it picked.
+TEST(KernelSet, AutoPicksFastOnlyWhereBf16ProductsPay) {
+  const KernelSet* picked = kernel_set_named("auto");
+  ASSERT_NE(picked, nullptr);
+  EXPECT_EQ(picked, &auto_kernel_set());
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const bool fast = __builtin_cpu_is("amd") && cpu_has_avx512_bf16();
+#else
+  const bool fast = false;
+#endif
+  EXPECT_EQ(picked, fast ? &fast_kernel_set() : &optimized_kernel_set());
+  EXPECT_STREQ(picked->name, fast ? "fast" : "optimized");
 }
 
 TEST(KernelSet, OptimizedLinearAgreesWithTheReference) {
