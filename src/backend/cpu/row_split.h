@@ -1,8 +1,11 @@
 // How the CPU linear kernels share a matrix's output rows over the thread
 // pool: units of `row_unit` rows (a multiple of the kernel's tile width, so
 // only a thread's last tile is narrow), and no more threads than the work
-// pays for (a wake-up costs about as much as streaming a few hundred KB of
-// weights).
+// pays for. The pool's workers spin between a step's calls, so a chunk pays
+// once it streams ~128 KB of bf16 weights: on a server core that reads only
+// ~12 GB/s alone (Intel's; docs/benchmarks.md, the 16-core section) a
+// decode step's small matrices need every thread to reach the socket's
+// bandwidth.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +16,7 @@
 namespace tern::cpu {
 
 // Multiply-adds a second thread must get before waking it pays.
-inline constexpr int64_t kMinMacsPerThread = int64_t{1} << 18;
+inline constexpr int64_t kMinMacsPerThread = int64_t{1} << 16;
 
 // fn(first_row, end_row) over [0, rows) on the pool, for a product of
 // `num_tokens` tokens through `cols` inputs per row.
