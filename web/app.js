@@ -374,12 +374,11 @@
     renderMessages();
 
     const isShown = () => state.conversation === conversation;
-    let pending = false;
+    let frame = 0;  // a redraw waiting for the next animation frame
     const redraw = () => {
-      if (pending || !isShown()) return;
-      pending = true;
-      requestAnimationFrame(() => {
-        pending = false;
+      if (frame || !isShown()) return;
+      frame = requestAnimationFrame(() => {
+        frame = 0;
         if (!isShown()) return;
         const follow = nearBottom();
         rerenderMessage(index);
@@ -416,6 +415,10 @@
       break;
     }
     state.streaming = null;
+    if (frame) {  // the final render below replaces it; a late one would redraw the finished answer again
+      cancelAnimationFrame(frame);
+      frame = 0;
+    }
     if (TernStore.get(conversation.id)) TernStore.touch(conversation);  // unless deleted meanwhile
     if (isShown()) {
       const follow = nearBottom();
