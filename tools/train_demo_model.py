@@ -277,7 +277,8 @@ def main():
     print(f"trained {args.steps} steps in {seconds:.0f} s", flush=True)
 
     model = model.to(torch.bfloat16)
-    model.save_pretrained(args.out, safe_serialization=True)
+    # Shards of at most 16 MB, as HF writes large checkpoints, so no file of the repo passes 20 MB.
+    model.save_pretrained(args.out, safe_serialization=True, max_shard_size="16MB")
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"do_sample": True, "temperature": 0.8, "top_p": 0.8, "repetition_penalty": 1.0,
                    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}, f, indent=2)
