@@ -5,6 +5,8 @@
 #include <chrono>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 namespace tern {
 namespace {
 
@@ -153,6 +155,23 @@ void Engine::step() {
   const StepPlan& shown = in_flight_ ? *in_flight_ : plan;
   stats_.last_step_tokens = shown.num_tokens();
   stats_.last_step_seqs = static_cast<int64_t>(shown.chunks.size());
+  if (spdlog::should_log(spdlog::level::debug)) log_step(shown);
+}
+
+// One line per step at --log-level debug: the batch's make-up and the
+// engine thread's time in step() (with overlap, mostly the wait for the
+// step before this one).
+void Engine::log_step(const StepPlan& plan) const {
+  int64_t prompt_chunks = 0, prompt_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (c.num_tokens == 1 && c.seq->num_output_tokens() > 0) continue;
+    ++prompt_chunks;
+    prompt_tokens += c.num_tokens;
+  }
+  spdlog::debug("step {}: {} tokens, {} decodes, {} prompt chunks of {} tokens, {} running, {} waiting, {:.2f} ms",
+                stats_.num_steps, plan.num_tokens(), static_cast<int64_t>(plan.chunks.size()) - prompt_chunks,
+                prompt_chunks, prompt_tokens, scheduler_.num_running(), scheduler_.num_waiting(),
+                stats_.last_step_ms);
 }
 
 // How each row is picked: the runner's argmax, the runner's sampler (its

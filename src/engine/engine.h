@@ -67,6 +67,7 @@ class Engine {
   Feed feed_of(const Sequence& seq) const;
   void complete(const StepPlan& plan, const Status& status);
   void complete_in_flight();
+  void log_step(const StepPlan& plan) const;
   void postprocess(const StepPlan& plan);
   void sample_into(Sequence& seq, std::span<const float> row);
   void append_token(Sequence& seq, const SampleResult& sample);

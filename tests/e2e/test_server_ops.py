@@ -238,6 +238,26 @@ def test_start_up_log_and_metrics_name_the_cpu_threads_and_kernels(dedicated_ser
     assert 'threads="1",kernels="reference",isa="none",bf16_products="false"' in body.decode()
 
 
+def test_request_log_times_and_debug_step_log(dedicated_server):
+    """Each request's log line splits its wait (queue_ms: arrival to first step) from its time to
+    the first token; --log-level debug adds a line per engine step with the batch's make-up."""
+    s = dedicated_server("--log-level", "debug")
+    status, _, _ = s.post_json("/v1/completions", {"prompt": "hello there", "max_tokens": 4, "temperature": 0})
+    assert status == 200
+    logs = s.logs()
+    req = re.search(r"request \S+ api=completions prompt_tokens=(\d+) cached_tokens=\d+ output_tokens=4 "
+                    r"queue_ms=([\d.]+) ttft_ms=([\d.]+) total_ms=([\d.]+) finish=length", logs)
+    assert req, logs
+    queue, ttft, total = (float(req.group(i)) for i in (2, 3, 4))
+    assert queue <= ttft <= total, req.group(0)
+    prompt = int(req.group(1))
+    steps = re.findall(r"step (\d+): (\d+) tokens, (\d+) decodes, (\d+) prompt chunks of (\d+) tokens, "
+                       r"\d+ running, \d+ waiting, [\d.]+ ms", logs)
+    assert steps, logs
+    assert any(int(p) == 1 and int(t) == prompt for _, _, _, p, t in steps), steps  # the prefill
+    assert any(int(d) == 1 and int(p) == 0 for _, _, d, p, _ in steps), steps  # a decode step
+
+
 def test_disconnects_cancel_requests(server):
     """50 long streams, dropped after a few chunks: the engine must end them
     all and free their KV blocks within a few seconds."""

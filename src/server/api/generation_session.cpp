@@ -73,10 +73,10 @@ void GenerationSession::finish_request(size_t i, const RequestOutput& e) {
     ctx_.metrics->record(rec);
   }
   if (ctx_.log_requests) {
-    spdlog::info("request {} api={} prompt_tokens={} cached_tokens={} output_tokens={} ttft_ms={:.1f} total_ms={:.1f} "
-                 "finish={}{}",
-                 requests_[i].id, api_, e.num_prompt_tokens, e.num_cached_tokens, e.num_output_tokens, e.ttft_ms,
-                 e.elapsed_ms, reason, e.error.is_ok() ? "" : " error=" + e.error.message());
+    spdlog::info("request {} api={} prompt_tokens={} cached_tokens={} output_tokens={} queue_ms={:.1f} ttft_ms={:.1f} "
+                 "total_ms={:.1f} finish={}{}",
+                 requests_[i].id, api_, e.num_prompt_tokens, e.num_cached_tokens, e.num_output_tokens, e.queue_ms,
+                 e.ttft_ms, e.elapsed_ms, reason, e.error.is_ok() ? "" : " error=" + e.error.message());
   }
 }
 
