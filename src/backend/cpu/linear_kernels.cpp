@@ -182,12 +182,31 @@ void linear_stacked(ThreadPool& pool, const IsaKernels& kernels, CpuIsa isa, con
     first_row[i + 1] = first_row[i] + w.rows;
   }
   const auto count = static_cast<int64_t>(ws.size());
-  split_rows(pool, first_row[count], ws[0]->cols, num_tokens, kRowUnit, [&](int64_t first, int64_t end) {
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t lo = std::max(first, first_row[i]), hi = std::min(end, first_row[i + 1]);
-      if (lo < hi) rows_fn(tasks[i], lo - first_row[i], hi - first_row[i]);
-    }
-  });
+  const int64_t token_block = tokens_per_chunk(first_row[count], num_tokens, pool.num_threads());
+  if (token_block >= num_tokens) {
+    split_rows(pool, first_row[count], ws[0]->cols, num_tokens, kRowUnit, [&](int64_t first, int64_t end) {
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t lo = std::max(first, first_row[i]), hi = std::min(end, first_row[i + 1]);
+        if (lo < hi) rows_fn(tasks[i], lo - first_row[i], hi - first_row[i]);
+      }
+    });
+    return;
+  }
+  // Chunks of rows x tokens: each a task over its tokens' rows of x and y.
+  const bool bf16_x = rows_fn == kernels.bf16_panels || rows_fn == kernels.bf16_dot;
+  const int64_t x_bytes = bf16_x ? 2 : 4;
+  split_rows_tokens(pool, first_row[count], ws[0]->cols, num_tokens, kRowUnit, token_block,
+                    [&](int64_t first, int64_t end, int64_t t0, int64_t t1) {
+                      for (int64_t i = 0; i < count; ++i) {
+                        const int64_t lo = std::max(first, first_row[i]), hi = std::min(end, first_row[i + 1]);
+                        if (lo >= hi) continue;
+                        LinearTask part = tasks[i];
+                        part.x = static_cast<const char*>(part.x) + t0 * part.x_stride * x_bytes;
+                        part.num_tokens = t1 - t0;
+                        part.y = part.y + t0 * part.rows;
+                        rows_fn(part, lo - first_row[i], hi - first_row[i]);
+                      }
+                    });
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "backend/cpu/kernel_set.h"
 #include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
+#include "backend/cpu/row_split.h"
 #include "base/bf16.h"
 #include "support/random_values.h"
 
@@ -214,6 +215,65 @@ TEST(LinearKernels, Bf16PanelsMatchReferenceWithinRoundingOfX) {
       std::vector<float> alone(static_cast<size_t>(s.rows));
       linear_fast(pool, x.data() + t * s.cols, 1, view, alone.data(), options);
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got[0].begin() + t * s.rows)) << what << " token " << t;
+    }
+  }
+}
+
+// Large steps on many threads run in chunks of rows x tokens (row_split.h):
+// the same bits as one token a call, for every kernel
+// form (fp32 x with bf16, f16 and f32 weights; bf16 x; bf16 panels), token
+// counts that leave a short last block and a short last MR tile, and
+// stacked matrices.
+TEST(LinearKernels, RowByTokenChunksGiveTheBitsOfOneThread) {
+  std::mt19937 rng(23);
+  const int64_t cols = 72, tokens = 203;
+  const int64_t rows[] = {300, 37};
+  ASSERT_LT(tokens_per_chunk(rows[0] + rows[1], tokens, 16), tokens) << "16 threads must take row x token chunks";
+  ASSERT_EQ(tokens_per_chunk(1024, tokens, 2), tokens) << "2 threads keep chunks of rows alone at the model's widths";
+  // The bits to match: one token a call, which always runs chunks of rows alone.
+  const auto by_tokens = [&](const WeightMatrix& w, const std::vector<float>& x, const LinearOptions& options) {
+    std::vector<float> y(static_cast<size_t>(tokens * w.rows), std::nanf(""));
+    ThreadPool pool(2);
+    for (int64_t t = 0; t < tokens; ++t) linear_fast(pool, x.data() + t * cols, 1, w, y.data() + t * w.rows, options);
+    return y;
+  };
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (Activations activations : {Activations::kExact, Activations::kBf16}) {
+      for (bool panels : {false, true}) {
+        if (panels && (dtype != DType::kBF16 || activations != Activations::kBf16 || !cpu_has_avx512_bf16())) continue;
+        std::vector<TestWeights> ws;
+        std::vector<std::unique_ptr<PackedWeight>> packs;
+        std::vector<WeightMatrix> views;
+        for (int64_t r : rows) {
+          ws.push_back(make_weights(rng, dtype, r, cols));
+          views.push_back(ws.back().view());
+          if (panels) {
+            packs.push_back(pack_bf16_panels(views.back()));
+            views.back().packed = packs.back().get();
+          }
+        }
+        const std::vector<float> x = random_floats(rng, static_cast<size_t>(tokens * cols));
+        const LinearOptions options{.activations = activations};
+        const std::string what = "dtype " + std::to_string(static_cast<int>(dtype)) + (panels ? " panels" : "") +
+                                 (activations == Activations::kBf16 ? " bf16 x" : " exact x");
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const std::vector<float> one = by_tokens(views[i], x, options);
+          std::vector<float> many(one.size(), std::nanf(""));
+          ThreadPool wide(16);
+          linear_fast(wide, x.data(), tokens, views[i], many.data(), options);
+          EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << what << " matrix " << i;
+        }
+        std::vector<std::vector<float>> got;
+        for (size_t i = 0; i < ws.size(); ++i) got.emplace_back(static_cast<size_t>(tokens * rows[i]), std::nanf(""));
+        const WeightMatrix* wp[] = {&views[0], &views[1]};
+        float* yp[] = {got[0].data(), got[1].data()};
+        ThreadPool wide(16);
+        linear_fast_many(wide, x.data(), tokens, wp, yp, options);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const std::vector<float> want = by_tokens(views[i], x, options);
+          EXPECT_EQ(0, std::memcmp(want.data(), got[i].data(), want.size() * sizeof(float))) << what << " stacked " << i;
+        }
+      }
     }
   }
 }
