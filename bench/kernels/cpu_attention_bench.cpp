@@ -125,9 +125,9 @@ int main(int argc, char** argv) {
   for (const std::string& cache : caches) {
     const bool fp8 = cache == "fp8";
     const KvRowTable kt =
-        fp8 ? KvRowTable{{}, rows, kv_dim, k8_block, 1.0f} : KvRowTable{k_block, rows, kv_dim, {}, 1.0f};
+        fp8 ? KvRowTable{{}, rows, kv_dim, k8_block, 1.0f, {}} : KvRowTable{k_block, rows, kv_dim, {}, 1.0f, {}};
     const KvRowTable vt =
-        fp8 ? KvRowTable{{}, rows, kv_dim, v8_block, 1.0f} : KvRowTable{v_block, rows, kv_dim, {}, 1.0f};
+        fp8 ? KvRowTable{{}, rows, kv_dim, v8_block, 1.0f, {}} : KvRowTable{v_block, rows, kv_dim, {}, 1.0f, {}};
     for (int n : threads) {
       ThreadPool pool(n);
       for (const auto& [name, fn] : kernels) {

@@ -5,8 +5,10 @@ namespace tern::cli {
 
 void add_kv_cache_dtype_option(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                 "KV cache element type: auto (fp32 on the CPU, bf16 on CUDA) or fp8 (alias fp8_e4m3): FP8 E4M3 "
-                 "with per-layer scales of 1, twice the tokens of bf16 (four times fp32) in the same memory")
+                 "KV cache element type: auto (bf16 on CUDA; on the CPU bf16 with the fast kernel set, fp32 with "
+                 "optimized and reference), float32 (alias fp32; the CPU only), bfloat16 (alias bf16) or fp8 (alias "
+                 "fp8_e4m3): FP8 E4M3 with per-layer scales of 1, twice the tokens of bf16 (four times fp32) in the "
+                 "same memory")
       ->check([](const std::string& text) {
         Result<KvCacheDType> dtype = parse_kv_cache_dtype(text);
         return dtype.is_ok() ? std::string() : dtype.status().message();

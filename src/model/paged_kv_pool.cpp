@@ -1,5 +1,5 @@
 // PagedKvPool: one allocation; a block of one layer and kind is
-// block_size * kv_dim consecutive elements (fp32 or e4m3 bytes), so a block
+// block_size * kv_dim consecutive elements (fp32, bf16 or e4m3 bytes), so a block
 // table turns into a cpu::KvRowTable by looking up one pointer per block.
 #include "model/paged_kv_pool.h"
 
@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "base/bf16.h"
 #include "base/checked_math.h"
 #include "base/fp8_e4m3.h"
 
@@ -82,6 +83,11 @@ void PagedKvPool::store(int64_t layer, std::span<const int32_t> block_table, int
   for (int64_t kind = 0; kind < 2; ++kind) {
     const float* src = kind == 0 ? k : v;
     uint8_t* dst = row_ptr(layer, kind, block_table, pos);
+    if (is_bf16()) {
+      auto* out = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < kv_dim_; ++i) out[i] = f32_to_bf16(src[i]);
+      continue;
+    }
     if (!is_fp8()) {
       std::copy_n(src, kv_dim_, reinterpret_cast<float*>(dst));
       continue;
@@ -93,34 +99,52 @@ void PagedKvPool::store(int64_t layer, std::span<const int32_t> block_table, int
 
 cpu::KvRowTable PagedKvPool::key_rows(int64_t layer, std::span<const int32_t> block_table,
                                       std::span<const float*> blocks) const {
-  assert(!is_fp8());
+  assert(!is_fp8() && !is_bf16());
   for (size_t i = 0; i < block_table.size(); ++i) {
     blocks[i] = reinterpret_cast<const float*>(data_.get()) + block_offset(layer, 0, block_table[i]);
   }
-  return cpu::KvRowTable{blocks.first(block_table.size()), block_size_, kv_dim_, {}, 1.0f};
+  return cpu::KvRowTable{blocks.first(block_table.size()), block_size_, kv_dim_, {}, 1.0f, {}};
 }
 
 cpu::KvRowTable PagedKvPool::value_rows(int64_t layer, std::span<const int32_t> block_table,
                                         std::span<const float*> blocks) const {
-  assert(!is_fp8());
+  assert(!is_fp8() && !is_bf16());
   for (size_t i = 0; i < block_table.size(); ++i) {
     blocks[i] = reinterpret_cast<const float*>(data_.get()) + block_offset(layer, 1, block_table[i]);
   }
-  return cpu::KvRowTable{blocks.first(block_table.size()), block_size_, kv_dim_, {}, 1.0f};
+  return cpu::KvRowTable{blocks.first(block_table.size()), block_size_, kv_dim_, {}, 1.0f, {}};
 }
 
 cpu::KvRowTable PagedKvPool::key_rows(int64_t layer, std::span<const int32_t> block_table,
                                       std::span<const uint8_t*> blocks) const {
   assert(is_fp8());
   for (size_t i = 0; i < block_table.size(); ++i) blocks[i] = data_.get() + block_offset(layer, 0, block_table[i]);
-  return cpu::KvRowTable{{}, block_size_, kv_dim_, blocks.first(block_table.size()), k_scale(layer)};
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, blocks.first(block_table.size()), k_scale(layer), {}};
 }
 
 cpu::KvRowTable PagedKvPool::value_rows(int64_t layer, std::span<const int32_t> block_table,
                                         std::span<const uint8_t*> blocks) const {
   assert(is_fp8());
   for (size_t i = 0; i < block_table.size(); ++i) blocks[i] = data_.get() + block_offset(layer, 1, block_table[i]);
-  return cpu::KvRowTable{{}, block_size_, kv_dim_, blocks.first(block_table.size()), v_scale(layer)};
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, blocks.first(block_table.size()), v_scale(layer), {}};
+}
+
+cpu::KvRowTable PagedKvPool::key_rows(int64_t layer, std::span<const int32_t> block_table,
+                                      std::span<const uint16_t*> blocks) const {
+  assert(is_bf16());
+  for (size_t i = 0; i < block_table.size(); ++i) {
+    blocks[i] = reinterpret_cast<const uint16_t*>(data_.get()) + block_offset(layer, 0, block_table[i]);
+  }
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, {}, 1.0f, blocks.first(block_table.size())};
+}
+
+cpu::KvRowTable PagedKvPool::value_rows(int64_t layer, std::span<const int32_t> block_table,
+                                        std::span<const uint16_t*> blocks) const {
+  assert(is_bf16());
+  for (size_t i = 0; i < block_table.size(); ++i) {
+    blocks[i] = reinterpret_cast<const uint16_t*>(data_.get()) + block_offset(layer, 1, block_table[i]);
+  }
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, {}, 1.0f, blocks.first(block_table.size())};
 }
 
 void PagedKvPool::copy_block(int32_t src, int32_t dst) {

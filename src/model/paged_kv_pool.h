@@ -42,6 +42,7 @@ class PagedKvPool {
   int64_t block_size() const { return block_size_; }
   KvCacheDType dtype() const { return dtype_; }
   bool is_fp8() const { return dtype_ == KvCacheDType::kFp8E4m3; }
+  bool is_bf16() const { return dtype_ == KvCacheDType::kBf16; }
   // An fp8 pool stores x / scale and reads back e4m3(x / scale) * scale.
   float k_scale(int64_t layer) const { return scales_[static_cast<size_t>(layer * 2)]; }
   float v_scale(int64_t layer) const { return scales_[static_cast<size_t>(layer * 2 + 1)]; }
@@ -64,13 +65,15 @@ class PagedKvPool {
     return reinterpret_cast<float*>(row_ptr(layer, 1, block_table, pos));
   }
   // Stores the K and V rows (kv_dim floats each) of the token at `pos`, in
-  // the pool's dtype (rounded to e4m3 after the layer's scale for fp8).
+  // the pool's dtype (rounded to e4m3 after the layer's scale for fp8, to
+  // nearest-even bf16 for bf16).
   // Unchecked, as key_row.
   void store(int64_t layer, std::span<const int32_t> block_table, int64_t pos, const float* k, const float* v);
 
   // Views of `layer`'s K or V rows for the attention kernel. `blocks` is the
   // caller's storage for the block pointers (at least block_table.size()
-  // entries; float pointers for an fp32 pool, byte pointers for fp8); the
+  // entries; float pointers for an fp32 pool, byte pointers for fp8, uint16_t
+  // pointers for bf16); the
   // returned table points into it and into the pool, so it is valid while
   // both live. An fp8 table carries the layer's scale. Unchecked, as key_row.
   cpu::KvRowTable key_rows(int64_t layer, std::span<const int32_t> block_table,
@@ -81,6 +84,10 @@ class PagedKvPool {
                            std::span<const uint8_t*> blocks) const;
   cpu::KvRowTable value_rows(int64_t layer, std::span<const int32_t> block_table,
                              std::span<const uint8_t*> blocks) const;
+  cpu::KvRowTable key_rows(int64_t layer, std::span<const int32_t> block_table,
+                           std::span<const uint16_t*> blocks) const;
+  cpu::KvRowTable value_rows(int64_t layer, std::span<const int32_t> block_table,
+                             std::span<const uint16_t*> blocks) const;
 
   // Copies every layer's K and V of block `src` into `dst` (copy on write
   // for forked sequences). Both must be blocks of this pool (the allocator
@@ -88,9 +95,9 @@ class PagedKvPool {
   void copy_block(int32_t src, int32_t dst);
 
   // The whole pool, read-only: for checksums in tests and debugging. storage()
-  // is the floats of an fp32 pool (empty for fp8), storage_bytes() any pool's bytes.
+  // is the floats of an fp32 pool (empty for fp8 and bf16), storage_bytes() any pool's bytes.
   std::span<const float> storage() const {
-    return is_fp8() ? std::span<const float>() : std::span<const float>(reinterpret_cast<const float*>(data_.get()), size_);
+    return is_fp8() || is_bf16() ? std::span<const float>() : std::span<const float>(reinterpret_cast<const float*>(data_.get()), size_);
   }
   std::span<const uint8_t> storage_bytes() const { return {data_.get(), size_ * static_cast<size_t>(elem_bytes_)}; }
 

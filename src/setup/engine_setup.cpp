@@ -199,7 +199,16 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   if (by_share && device != "cuda") {
     return invalid_argument("--gpu-memory-utilization sizes the KV cache on the GPU; on the CPU use --kv-cache-memory");
   }
-  TERN_ASSIGN_OR_RETURN(const KvCacheDType kv_dtype, parse_kv_cache_dtype(o.kv_cache_dtype));
+  TERN_ASSIGN_OR_RETURN(KvCacheDType kv_dtype, parse_kv_cache_dtype(o.kv_cache_dtype));
+  if (device == "cuda" && kv_dtype == KvCacheDType::kF32) {
+    return invalid_argument("--kv-cache-dtype float32 is for the CPU; the CUDA cache holds bf16 (auto, bfloat16) or "
+                            "fp8");
+  }
+  // The CPU's auto under the fast set: bf16 K/V (as HF's bf16 forward and
+  // llama.cpp's f16 cache keep them), half the bytes of fp32 to write and read.
+  if (device == "cpu" && kv_dtype == KvCacheDType::kAuto && kernels == &cpu::fast_kernel_set()) {
+    kv_dtype = KvCacheDType::kBf16;
+  }
   // The KV cache's size, and how it was chosen (for the start-up log).
   int64_t kv_bytes = 0;
   if (by_share) {
@@ -247,7 +256,9 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   int64_t cache_tokens = runner->num_kv_blocks() * runner->block_size();
   le.kv_cache_tokens = cache_tokens;
   le.kv_cache_blocks = runner->num_kv_blocks();
-  le.kv_cache_dtype = kv_dtype == KvCacheDType::kFp8E4m3 ? "fp8_e4m3" : device == "cuda" ? "bf16" : "fp32";
+  le.kv_cache_dtype = kv_dtype == KvCacheDType::kFp8E4m3                           ? "fp8_e4m3"
+                      : device == "cuda" || kv_dtype == KvCacheDType::kBf16 ? "bf16"
+                                                                             : "fp32";
   int64_t max_len = o.run.max_model_len > 0 ? o.run.max_model_len : std::min(cfg.max_position_embeddings, cache_tokens);
   if (max_len > cfg.max_position_embeddings) {
     return invalid_argument("--max-model-len " + std::to_string(max_len) + " exceeds the model's " +

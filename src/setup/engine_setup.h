@@ -29,7 +29,7 @@ struct EngineOptions {
   // pool's bytes are worked out from kv_cache_memory by load_engine.
   RunnerOptions run;
   std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
-  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, fp8 or fp8_e4m3 (parse_kv_cache_dtype)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bfloat16, fp8 or fp8_e4m3 (parse_kv_cache_dtype)
   bool enable_prefix_caching = true;
   std::string device = "auto";
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)

@@ -420,8 +420,8 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     cpu::AttentionSequence as;
     as.first_token = first;
     as.num_tokens = q.fresh;
-    as.k = fp8 ? cpu::KvRowTable{{}, bs, kv_dim, kptr8[i], 1.0f} : cpu::KvRowTable{kptr[i], bs, kv_dim, {}, 1.0f};
-    as.v = fp8 ? cpu::KvRowTable{{}, bs, kv_dim, vptr8[i], 1.0f} : cpu::KvRowTable{vptr[i], bs, kv_dim, {}, 1.0f};
+    as.k = fp8 ? cpu::KvRowTable{{}, bs, kv_dim, kptr8[i], 1.0f, {}} : cpu::KvRowTable{kptr[i], bs, kv_dim, {}, 1.0f, {}};
+    as.v = fp8 ? cpu::KvRowTable{{}, bs, kv_dim, vptr8[i], 1.0f, {}} : cpu::KvRowTable{vptr[i], bs, kv_dim, {}, 1.0f, {}};
     ref_seqs.push_back(as);
     for (int64_t j = 0; j < q.fresh; ++j) {
       positions.push_back(q.length - q.fresh + j);

@@ -146,7 +146,7 @@ def test_missing_tokenizer(tern_bin, tmp_path, tiny_model):
         (["--kv-cache-memory", "1GiB", "--gpu-memory-utilization", "0.5"], "not both"),
         (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
         (["--device", "cpu", "--kv-cache-memory", "1KiB"], "raise --kv-cache-memory"),
-        (["--device", "cpu", "--kv-cache-memory", "1MiB", "--max-model-len", "4096"], "--max-model-len 4096"),
+        (["--device", "cpu", "--kv-cache-memory", "512KiB", "--max-model-len", "4096"], "--max-model-len 4096"),
     ],
 )
 def test_kv_cache_sizing_errors_name_the_flag(tern_bin, tiny_model, flags, message):

@@ -312,6 +312,20 @@ void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_
   }
 }
 
+// Rows 0..len-1 of one kv head of a bf16 table as fp32 (each value's bits
+// shifted up 16: exact), into `dst` as dequantize_head; head_dim is a
+// multiple of 8.
+void widen_head_bf16(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
+  for (int64_t j = 0; j < len; ++j) {
+    const uint16_t* src = t.row_bf16(j) + kv_offset;
+    float* out = dst + j * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d)));
+      _mm256_storeu_ps(out + d, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+  }
+}
+
 #pragma GCC pop_options
 
 // P V on AVX-512: 16-float slices, four of them (64 floats of four heads:
@@ -403,7 +417,7 @@ std::vector<float>& thread_kv_rows() {
 
 // Most bytes of dequantized K and V one unit may take per thread; longer
 // contexts read an fp8 cache through the reference.
-constexpr int64_t kMaxFp8ScratchBytes = int64_t{64} << 20;
+constexpr int64_t kMaxCodedScratchBytes = int64_t{64} << 20;
 
 // Tokens of one sequence attended together per pass over their K/V rows (a
 // prefill's rows are read once per tile instead of once per token). The
@@ -448,8 +462,8 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
     }
   }
   if (total_cost == 0) return;
-  const bool fp8 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_fp8(); });
-  if (fp8 && 2 * max_len * head_dim * static_cast<int64_t>(sizeof(float)) > kMaxFp8ScratchBytes) {
+  const bool coded = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_coded(); });
+  if (coded && 2 * max_len * head_dim * static_cast<int64_t>(sizeof(float)) > kMaxCodedScratchBytes) {
     attention_batch(pool, q, positions, seqs, shape, out);
     return;
   }
@@ -464,7 +478,7 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
       probs.resize(static_cast<size_t>(kQueryTile * group * max_len));
     }
     std::vector<float>& kv_rows = thread_kv_rows();
-    if (fp8 && kv_rows.size() < static_cast<size_t>(2 * max_len * head_dim)) {
+    if (coded && kv_rows.size() < static_cast<size_t>(2 * max_len * head_dim)) {
       kv_rows.resize(static_cast<size_t>(2 * max_len * head_dim));
     }
     int64_t cost_before = 0;
@@ -483,14 +497,15 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
           cost_before += cost;
           if (part < part_begin || part >= part_end) continue;
           const int64_t offset = kvh * group * head_dim;
-          if (seq.k.is_fp8()) {
+          if (seq.k.is_coded()) {
             float* k_rows = kv_rows.data();
             float* v_rows = k_rows + tile_len * head_dim;
-            dequantize_head(seq.k, tile_len, kvh * head_dim, head_dim, k_rows);
-            dequantize_head(seq.v, tile_len, kvh * head_dim, head_dim, v_rows);
+            const auto widen = seq.k.is_bf16() ? widen_head_bf16 : dequantize_head;
+            widen(seq.k, tile_len, kvh * head_dim, head_dim, k_rows);
+            widen(seq.v, tile_len, kvh * head_dim, head_dim, v_rows);
             const float* k_block[1] = {k_rows};
             const float* v_block[1] = {v_rows};
-            const KvRowTable k{k_block, tile_len, head_dim, {}, 1.0f}, v{v_block, tile_len, head_dim, {}, 1.0f};
+            const KvRowTable k{k_block, tile_len, head_dim, {}, 1.0f, {}}, v{v_block, tile_len, head_dim, {}, 1.0f, {}};
             attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, k, v, 0, group, head_dim, scale, probs.data(),
                              out + r * q_dim + offset, pv);
             continue;

@@ -262,6 +262,11 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
 // bits as an fp32 cache holding the dequantized values.
 [[gnu::always_inline]] inline const float* kv_row(const KvRowTable& t, int64_t pos, int64_t kv_offset,
                                                   int64_t head_dim, float* buf) {
+  if (t.is_bf16()) {
+    const uint16_t* src = t.row_bf16(pos) + kv_offset;
+    for (int64_t d = 0; d < head_dim; ++d) buf[d] = bf16_to_f32(src[d]);
+    return buf;
+  }
   if (!t.is_fp8()) return t.row(pos) + kv_offset;
   const uint8_t* src = t.row_fp8(pos) + kv_offset;
   for (int64_t d = 0; d < head_dim; ++d) buf[d] = fp8_e4m3_to_f32(src[d]) * t.scale;
@@ -271,8 +276,8 @@ void linear_impl(ThreadPool& pool, const float* x, int64_t num_tokens, const Wei
 [[gnu::always_inline]] inline void attend_group(const float* q, int64_t len, const KvRowTable& k,
                                                 const KvRowTable& v, int64_t kv_offset, int64_t group,
                                                 int64_t head_dim, float scale, float* probs, float* out) {
-  // Dequantized K/V row of an fp8 cache (head_dim is at most a few hundred).
-  std::vector<float> row_buf(k.is_fp8() || v.is_fp8() ? static_cast<size_t>(head_dim) : 0);
+  // Dequantized K/V row of an fp8 or bf16 cache (head_dim is at most a few hundred).
+  std::vector<float> row_buf(k.is_coded() || v.is_coded() ? static_cast<size_t>(head_dim) : 0);
   for (int64_t j = 0; j < len; ++j) {
     const float* kj = kv_row(k, j, kv_offset, head_dim, row_buf.data());
     for (int64_t g = 0; g < group; ++g) probs[g * len + j] = dot<F32Weights>(q + g * head_dim, kj, head_dim) * scale;

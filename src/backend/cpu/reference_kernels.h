@@ -54,20 +54,28 @@ bool is_quantized_weight_dtype(DType dtype);
 // table. Attention reads the cache only through this, so the cache layout can
 // change without touching the kernel. An FP8 E4M3 cache (base/fp8_e4m3.h)
 // sets fp8_blocks instead of blocks: element e of a row stands for
-// fp8_e4m3_to_f32(e) * scale.
+// fp8_e4m3_to_f32(e) * scale. A bf16 cache sets bf16_blocks: element e
+// stands for bf16_to_f32(e).
 struct KvRowTable {
   std::span<const float* const> blocks;
   int64_t block_size = 0;  // positions per block
   int64_t row_stride = 0;  // elements between consecutive positions in a block
   std::span<const uint8_t* const> fp8_blocks;
   float scale = 1.0f;  // fp8 only
+  std::span<const uint16_t* const> bf16_blocks;
 
   bool is_fp8() const { return !fp8_blocks.empty(); }
+  bool is_bf16() const { return !bf16_blocks.empty(); }
+  // Rows that are not fp32: read through a conversion.
+  bool is_coded() const { return is_fp8() || is_bf16(); }
   const float* row(int64_t pos) const {
     return blocks[static_cast<size_t>(pos / block_size)] + (pos % block_size) * row_stride;
   }
   const uint8_t* row_fp8(int64_t pos) const {
     return fp8_blocks[static_cast<size_t>(pos / block_size)] + (pos % block_size) * row_stride;
+  }
+  const uint16_t* row_bf16(int64_t pos) const {
+    return bf16_blocks[static_cast<size_t>(pos / block_size)] + (pos % block_size) * row_stride;
   }
 };
 

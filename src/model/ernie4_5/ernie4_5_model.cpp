@@ -432,14 +432,14 @@ int64_t blocks_used(const SequenceChunk& chunk, int64_t block_size) {
 }  // namespace
 
 // The chunks of a batch, each under its block table in a PagedKvPool.
-// `block_ptrs` (an fp32 pool) or `block_ptrs8` (fp8) holds room for 2 * the
+// `block_ptrs` (an fp32 pool), `block_ptrs8` (fp8) or `block_ptrs16` (bf16) holds room for 2 * the
 // chunks' blocks_used(): the K then V block pointers of each chunk, rebuilt
 // per layer.
 class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
  public:
   PoolKv(std::span<const SequenceChunk> batch, PagedKvPool& pool, std::span<const float*> block_ptrs,
-         std::span<const uint8_t*> block_ptrs8)
-      : batch_(batch), pool_(pool), block_ptrs_(block_ptrs), block_ptrs8_(block_ptrs8) {}
+         std::span<const uint8_t*> block_ptrs8, std::span<const uint16_t*> block_ptrs16)
+      : batch_(batch), pool_(pool), block_ptrs_(block_ptrs), block_ptrs8_(block_ptrs8), block_ptrs16_(block_ptrs16) {}
 
   void store(int64_t layer, const float* k, const float* v) override {
     const int64_t kv_dim = pool_.kv_dim();
@@ -459,6 +459,9 @@ class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
       if (pool_.is_fp8()) {
         seqs[i].k = pool_.key_rows(layer, table, block_ptrs8_.subspan(used, n));
         seqs[i].v = pool_.value_rows(layer, table, block_ptrs8_.subspan(used + n, n));
+      } else if (pool_.is_bf16()) {
+        seqs[i].k = pool_.key_rows(layer, table, block_ptrs16_.subspan(used, n));
+        seqs[i].v = pool_.value_rows(layer, table, block_ptrs16_.subspan(used + n, n));
       } else {
         seqs[i].k = pool_.key_rows(layer, table, block_ptrs_.subspan(used, n));
         seqs[i].v = pool_.value_rows(layer, table, block_ptrs_.subspan(used + n, n));
@@ -472,6 +475,7 @@ class Ernie45Model::PoolKv final : public Ernie45Model::KvAccess {
   PagedKvPool& pool_;
   std::span<const float*> block_ptrs_;
   std::span<const uint8_t*> block_ptrs8_;
+  std::span<const uint16_t*> block_ptrs16_;
 };
 
 // ---- Entry points: validate, plan the step, run it.
@@ -547,11 +551,13 @@ Status Ernie45Model::forward_batch(std::span<const SequenceChunk> batch, PagedKv
   }
   if (pool.is_fp8()) {
     block_ptrs8_.resize(static_cast<size_t>(2 * num_blocks));
+  } else if (pool.is_bf16()) {
+    block_ptrs16_.resize(static_cast<size_t>(2 * num_blocks));
   } else {
     block_ptrs_.resize(static_cast<size_t>(2 * num_blocks));
   }
 
-  PoolKv kv(batch, pool, block_ptrs_, block_ptrs8_);
+  PoolKv kv(batch, pool, block_ptrs_, block_ptrs8_, block_ptrs16_);
   run_step(kv, logits);
   return Status::ok();
 }

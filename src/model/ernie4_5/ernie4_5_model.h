@@ -210,6 +210,7 @@ class Ernie45Model {
   std::vector<int64_t> logit_rows_;
   std::vector<const float*> block_ptrs_;     // the pool's K and V block pointers for seqs_ (fp32 pool)
   std::vector<const uint8_t*> block_ptrs8_;  // the same for an fp8 pool
+  std::vector<const uint16_t*> block_ptrs16_;  // and for a bf16 pool
   std::vector<int64_t> slots_;            // pool slots written this step (duplicate check)
   // Activations [T, width] of the tokens in flight.
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, out_;

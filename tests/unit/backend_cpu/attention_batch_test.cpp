@@ -51,8 +51,8 @@ TEST(AttentionBatch, EqualsEachSequenceAloneForAnyThreadCount) {
       blocks[2 * i] = {s.k.data()};
       blocks[2 * i + 1] = {s.v.data()};
       const int64_t len = s.positions.back() + 1;
-      AttentionSequence a{row, static_cast<int64_t>(s.positions.size()), KvRowTable{blocks[2 * i], len, kv_dim, {}, 1.0f},
-                          KvRowTable{blocks[2 * i + 1], len, kv_dim, {}, 1.0f}};
+      AttentionSequence a{row, static_cast<int64_t>(s.positions.size()), KvRowTable{blocks[2 * i], len, kv_dim, {}, 1.0f, {}},
+                          KvRowTable{blocks[2 * i + 1], len, kv_dim, {}, 1.0f, {}}};
       batch.push_back(a);
       std::copy(s.positions.begin(), s.positions.end(), positions.begin() + row);
       row += a.num_tokens + 1;

@@ -68,8 +68,8 @@ Batch make_batch(std::mt19937& rng, const AttentionShape& shape) {
     b.blocks[2 * i + 1] = {s.v.data()};
     const int64_t len = s.positions.back() + 1;
     b.parts.push_back(AttentionSequence{row, static_cast<int64_t>(s.positions.size()),
-                                        KvRowTable{b.blocks[2 * i], len, kv_dim, {}, 1.0f},
-                                        KvRowTable{b.blocks[2 * i + 1], len, kv_dim, {}, 1.0f}});
+                                        KvRowTable{b.blocks[2 * i], len, kv_dim, {}, 1.0f, {}},
+                                        KvRowTable{b.blocks[2 * i + 1], len, kv_dim, {}, 1.0f, {}}});
     std::copy(s.positions.begin(), s.positions.end(), b.positions.begin() + row);
     row += static_cast<int64_t>(s.positions.size()) + 1;
   }
@@ -162,8 +162,8 @@ struct PagedCache {
       if (as_fp8) fp8_ptrs.push_back(fp8.back().data());
     }
   }
-  KvRowTable f32_table() const { return KvRowTable{f32_ptrs, block_size, kv_dim, {}, 1.0f}; }
-  KvRowTable fp8_table() const { return KvRowTable{{}, block_size, kv_dim, fp8_ptrs, scale}; }
+  KvRowTable f32_table() const { return KvRowTable{f32_ptrs, block_size, kv_dim, {}, 1.0f, {}}; }
+  KvRowTable fp8_table() const { return KvRowTable{{}, block_size, kv_dim, fp8_ptrs, scale, {}}; }
 };
 
 TEST(AttentionFast, PrefillTilesMatchReferenceAndEachTokenAlone) {

@@ -286,7 +286,7 @@ TEST(ReferenceKernels, AttentionMatchesDoubleReferenceForGqaRatios) {
     std::vector<float> v = random_floats(rng, size_t(c.cache_len * kv_dim));
     const float* kb[] = {k.data()};
     const float* vb[] = {v.data()};
-    KvRowTable kt{kb, c.cache_len, kv_dim, {}, 1.0f}, vt{vb, c.cache_len, kv_dim, {}, 1.0f};
+    KvRowTable kt{kb, c.cache_len, kv_dim, {}, 1.0f, {}}, vt{vb, c.cache_len, kv_dim, {}, 1.0f, {}};
     std::vector<float> out(size_t(tokens * q_dim), NAN);
     attention(pool, q.data(), c.positions, kt, vt, s, out.data());
     std::vector<double> ref = attention_reference(q, c.positions, k, v, s);
@@ -304,7 +304,7 @@ TEST(ReferenceKernels, AttentionMatchesDoubleReferenceForGqaRatios) {
       kblocks[size_t(b)] = kpool.data() + slot * block * stride;
       vblocks[size_t(b)] = vpool.data() + slot * block * stride;
     }
-    KvRowTable kp{kblocks, block, stride, {}, 1.0f}, vp{vblocks, block, stride, {}, 1.0f};
+    KvRowTable kp{kblocks, block, stride, {}, 1.0f, {}}, vp{vblocks, block, stride, {}, 1.0f, {}};
     for (int64_t p = 0; p < c.cache_len; ++p) {
       std::copy_n(k.data() + p * kv_dim, kv_dim, const_cast<float*>(kp.row(p)));
       std::copy_n(v.data() + p * kv_dim, kv_dim, const_cast<float*>(vp.row(p)));
@@ -329,7 +329,7 @@ TEST(ReferenceKernels, AttentionSoftmaxIsStableForLargeScores) {
   std::vector<float> v = random_floats(rng, size_t(len * kv_dim));
   const float* kb[] = {k.data()};
   const float* vb[] = {v.data()};
-  KvRowTable kt{kb, len, kv_dim, {}, 1.0f}, vt{vb, len, kv_dim, {}, 1.0f};
+  KvRowTable kt{kb, len, kv_dim, {}, 1.0f, {}}, vt{vb, len, kv_dim, {}, 1.0f, {}};
   std::vector<int64_t> positions = {len - 1};
   std::vector<float> out(static_cast<size_t>(q_dim));
   attention(pool, q.data(), positions, kt, vt, s, out.data());

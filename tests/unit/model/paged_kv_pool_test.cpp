@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "base/bf16.h"
 #include "base/fp8_e4m3.h"
 
 namespace tern {
@@ -146,6 +147,51 @@ TEST(PagedKvPool, Fp8BlocksTakeOneByteAnElement) {
             5 * PagedKvPool::bytes_per_block(3, 8, 4, KvCacheDType::kFp8E4m3));
   const int64_t budget = 7 * PagedKvPool::bytes_per_block(3, 8, 4);
   EXPECT_EQ(budget / PagedKvPool::bytes_per_block(3, 8, 4, KvCacheDType::kFp8E4m3), 28);
+}
+
+// A bf16 pool: two bytes an element; rows read back through the row tables
+// as the nearest-even bf16 of what was stored; copy_block copies them.
+TEST(PagedKvPool, Bf16StoresRowsRoundedToNearestEven) {
+  EXPECT_EQ(2 * PagedKvPool::bytes_per_block(18, 256, 16, KvCacheDType::kBf16),
+            PagedKvPool::bytes_per_block(18, 256, 16, KvCacheDType::kAuto));
+  const int64_t layers = 2, kv_dim = 12, blocks = 4, block_size = 3;
+  PagedKvPool pool(layers, kv_dim, blocks, block_size, KvCacheDType::kBf16);
+  EXPECT_TRUE(pool.is_bf16());
+  EXPECT_FALSE(pool.is_fp8());
+  EXPECT_TRUE(pool.storage().empty());
+  EXPECT_EQ(static_cast<int64_t>(pool.storage_bytes().size()),
+            blocks * PagedKvPool::bytes_per_block(layers, kv_dim, block_size, KvCacheDType::kBf16));
+  const std::vector<int32_t> table = {2, 0, 3};
+  std::vector<std::vector<float>> k(8), v(8);
+  for (int64_t pos = 0; pos < 8; ++pos) {
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      k[pos].push_back(0.3701f * static_cast<float>(pos * kv_dim + i) - 5.0f);
+      v[pos].push_back(1.0f + 0x1.8p-8f * static_cast<float>(i % 3));  // ties: 1 + 2^-8 rounds to 1, 1 + 3 * 2^-9 up
+    }
+    for (int64_t l = 0; l < layers; ++l) pool.store(l, table, pos, k[pos].data(), v[pos].data());
+  }
+  std::vector<const uint16_t*> kptrs(table.size()), vptrs(table.size());
+  for (int64_t l = 0; l < layers; ++l) {
+    const cpu::KvRowTable kt = pool.key_rows(l, table, kptrs);
+    const cpu::KvRowTable vt = pool.value_rows(l, table, vptrs);
+    ASSERT_TRUE(kt.is_bf16() && vt.is_bf16());
+    EXPECT_TRUE(kt.is_coded());
+    for (int64_t pos = 0; pos < 8; ++pos) {
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        EXPECT_EQ(kt.row_bf16(pos)[i], f32_to_bf16(k[pos][i])) << l << " " << pos << " " << i;
+        EXPECT_EQ(vt.row_bf16(pos)[i], f32_to_bf16(v[pos][i])) << l << " " << pos << " " << i;
+      }
+    }
+  }
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 0x1p-8f)), 1.0f);  // a tie goes to the even code
+  pool.copy_block(0, 1);
+  const std::vector<int32_t> moved = {1};
+  std::vector<const uint16_t*> one(1);
+  const cpu::KvRowTable from = pool.value_rows(1, table, vptrs);
+  const cpu::KvRowTable to = pool.value_rows(1, moved, one);
+  for (int64_t pos = 0; pos < block_size; ++pos) {
+    EXPECT_EQ(0, std::memcmp(from.row_bf16(3 + pos), to.row_bf16(pos), kv_dim * 2));  // table[1] is block 0
+  }
 }
 
 // Rows stored in an fp8 pool read back through the row tables as
