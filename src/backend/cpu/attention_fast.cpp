@@ -9,8 +9,10 @@
 // each token of the tile in turn, each stopping at its own causal length,
 // three 8-float slices of four heads' outputs in registers while a block of
 // V rows passes (four 16-float slices where the CPU has AVX-512, in a region
-// of its own: the same bits). An fp8 cache's rows of a unit's kv head are
-// dequantized into per-thread scratch first, then the same code runs over them.
+// of its own: the same bits). A bf16 cache's rows are widened to fp32 a block
+// at a time, into an L1-resident buffer the tile's vectors then read; an fp8
+// cache's rows of a unit's kv head are dequantized into per-thread scratch
+// first; the same code runs over either.
 #include "backend/cpu/attention_fast.h"
 
 #include <algorithm>
@@ -245,6 +247,27 @@ template <int R, int H>
   }
 }
 
+// Rows j0..j1-1 of one kv head (kv_offset) of `t` for a block pass: pointers
+// into an fp32 table, or, for a bf16 table, each row widened to fp32 (its
+// bits shifted up 16: exact) into `wide` (the block's rows, head_dim floats
+// each; L1-resident while every vector of the tile passes over them).
+void block_rows(const KvRowTable& t, int64_t j0, int64_t j1, int64_t kv_offset, int64_t head_dim, float* wide,
+                const float** rows) {
+  if (!t.is_bf16()) {
+    for (int64_t j = j0; j < j1; ++j) rows[j - j0] = t.row(j) + kv_offset;
+    return;
+  }
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* src = t.row_bf16(j) + kv_offset;
+    float* dst = wide + (j - j0) * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d)));
+      _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+    rows[j - j0] = dst;
+  }
+}
+
 // One unit: tokens 0..n-1 of a query tile (q and out rows `stride` floats
 // apart, `group` query heads of head_dim floats each from there), token i
 // attending to K/V rows 0..lens[i]-1 at kv_offset. head_dim is a multiple of
@@ -252,17 +275,18 @@ template <int R, int H>
 // order that depends only on its own length, head_dim and group: every
 // score is one fixed multiply-add chain, each softmax runs over its own row
 // and each P V accumulator takes its rows in order, so a token has the same
-// bits in a tile as alone.
+// bits in a tile as alone. `wide` holds kValueBlock * head_dim floats for a
+// bf16 table's widened rows (block_rows); unused for fp32 tables.
 void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* lens, const KvRowTable& k,
                       const KvRowTable& v, int64_t kv_offset, int64_t group, int64_t head_dim, float scale,
-                      float* probs, float* out, PvFn pv) {
+                      float* probs, float* out, PvFn pv, float* wide) {
   const int64_t max_len = *std::max_element(lens, lens + n);
   const TileVectors t{q, stride, group, head_dim, lens, probs, max_len};
   const int64_t vecs = n * group;
   // Row addresses once per block (KvRowTable::row divides by the block size).
   const float* rows[std::max(kKeyBlock, kValueBlock)];
   for (int64_t j0 = 0; j0 < max_len; j0 += kKeyBlock) {
-    for (int64_t j = j0; j < std::min(j0 + kKeyBlock, max_len); ++j) rows[j - j0] = k.row(j) + kv_offset;
+    block_rows(k, j0, std::min(j0 + kKeyBlock, max_len), kv_offset, head_dim, wide, rows);
     for (int64_t u = 0; u < vecs;) {
       const int64_t h = std::min<int64_t>(3, vecs - u);
       h == 3   ? qk_block<4, 3>(t, u, rows, j0, scale)
@@ -273,7 +297,7 @@ void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* 
   }
   for (int64_t u = 0; u < vecs; ++u) softmax_row(t.scores(u), t.len(u));
   for (int64_t j0 = 0; j0 < max_len; j0 += kValueBlock) {
-    for (int64_t j = j0; j < std::min(j0 + kValueBlock, max_len); ++j) rows[j - j0] = v.row(j) + kv_offset;
+    block_rows(v, j0, std::min(j0 + kValueBlock, max_len), kv_offset, head_dim, wide, rows);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t block_rows = std::min(j0 + kValueBlock, lens[i]) - j0;
       if (block_rows <= 0) continue;
@@ -308,20 +332,6 @@ void dequantize_head(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_
       x = _mm256_blendv_ps(x, nan, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, mag_bits)));
       x = _mm256_or_ps(x, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_andnot_si256(mag_bits, b), 24)));
       _mm256_storeu_ps(out + d, _mm256_mul_ps(x, scale));
-    }
-  }
-}
-
-// Rows 0..len-1 of one kv head of a bf16 table as fp32 (each value's bits
-// shifted up 16: exact), into `dst` as dequantize_head; head_dim is a
-// multiple of 8.
-void widen_head_bf16(const KvRowTable& t, int64_t len, int64_t kv_offset, int64_t head_dim, float* dst) {
-  for (int64_t j = 0; j < len; ++j) {
-    const uint16_t* src = t.row_bf16(j) + kv_offset;
-    float* out = dst + j * head_dim;
-    for (int64_t d = 0; d < head_dim; d += 8) {
-      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d)));
-      _mm256_storeu_ps(out + d, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
     }
   }
 }
@@ -415,9 +425,14 @@ std::vector<float>& thread_kv_rows() {
   return rows;
 }
 
+std::vector<float>& thread_wide_rows() {
+  thread_local std::vector<float> rows;
+  return rows;
+}
+
 // Most bytes of dequantized K and V one unit may take per thread; longer
 // contexts read an fp8 cache through the reference.
-constexpr int64_t kMaxCodedScratchBytes = int64_t{64} << 20;
+constexpr int64_t kMaxFp8ScratchBytes = int64_t{64} << 20;
 
 // Tokens of one sequence attended together per pass over their K/V rows (a
 // prefill's rows are read once per tile instead of once per token). The
@@ -462,8 +477,9 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
     }
   }
   if (total_cost == 0) return;
-  const bool coded = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_coded(); });
-  if (coded && 2 * max_len * head_dim * static_cast<int64_t>(sizeof(float)) > kMaxCodedScratchBytes) {
+  const bool fp8 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_fp8(); });
+  const bool bf16 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_bf16(); });
+  if (fp8 && 2 * max_len * head_dim * static_cast<int64_t>(sizeof(float)) > kMaxFp8ScratchBytes) {
     attention_batch(pool, q, positions, seqs, shape, out);
     return;
   }
@@ -478,8 +494,12 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
       probs.resize(static_cast<size_t>(kQueryTile * group * max_len));
     }
     std::vector<float>& kv_rows = thread_kv_rows();
-    if (coded && kv_rows.size() < static_cast<size_t>(2 * max_len * head_dim)) {
+    if (fp8 && kv_rows.size() < static_cast<size_t>(2 * max_len * head_dim)) {
       kv_rows.resize(static_cast<size_t>(2 * max_len * head_dim));
+    }
+    std::vector<float>& wide_rows = thread_wide_rows();
+    if (bf16 && wide_rows.size() < static_cast<size_t>(kValueBlock * head_dim)) {
+      wide_rows.resize(static_cast<size_t>(kValueBlock * head_dim));
     }
     int64_t cost_before = 0;
     for (const AttentionSequence& seq : seqs) {
@@ -497,21 +517,20 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
           cost_before += cost;
           if (part < part_begin || part >= part_end) continue;
           const int64_t offset = kvh * group * head_dim;
-          if (seq.k.is_coded()) {
+          if (seq.k.is_fp8()) {
             float* k_rows = kv_rows.data();
             float* v_rows = k_rows + tile_len * head_dim;
-            const auto widen = seq.k.is_bf16() ? widen_head_bf16 : dequantize_head;
-            widen(seq.k, tile_len, kvh * head_dim, head_dim, k_rows);
-            widen(seq.v, tile_len, kvh * head_dim, head_dim, v_rows);
+            dequantize_head(seq.k, tile_len, kvh * head_dim, head_dim, k_rows);
+            dequantize_head(seq.v, tile_len, kvh * head_dim, head_dim, v_rows);
             const float* k_block[1] = {k_rows};
             const float* v_block[1] = {v_rows};
             const KvRowTable k{k_block, tile_len, head_dim, {}, 1.0f, {}}, v{v_block, tile_len, head_dim, {}, 1.0f, {}};
             attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, k, v, 0, group, head_dim, scale, probs.data(),
-                             out + r * q_dim + offset, pv);
+                             out + r * q_dim + offset, pv, nullptr);
             continue;
           }
           attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
-                           probs.data(), out + r * q_dim + offset, pv);
+                           probs.data(), out + r * q_dim + offset, pv, wide_rows.data());
         }
       }
     }

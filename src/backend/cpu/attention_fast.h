@@ -21,11 +21,12 @@
 namespace tern::cpu {
 
 // As attention_batch. Falls back to it where the CPU lacks AVX2/FMA or
-// head_dim is not a multiple of 8. An fp8 or bf16 cache (KvRowTable's
-// fp8_blocks, bf16_blocks) is widened to fp32 per unit (a tile of tokens, one
-// kv head) into per-thread scratch, so its outputs have the bits of this
-// kernel over an fp32 cache holding the same values; past 64 MiB of scratch
-// (very long contexts) the reference reads it instead.
+// head_dim is not a multiple of 8. A bf16 cache (KvRowTable::bf16_blocks) is
+// widened to fp32 a block of rows at a time into an L1-sized per-thread
+// buffer; an fp8 cache (KvRowTable::fp8_blocks) is dequantized per unit (a
+// tile of tokens, one kv head) into per-thread scratch, past 64 MiB of which
+// (very long contexts) the reference reads it instead. Either way the outputs
+// have the bits of this kernel over an fp32 cache holding the same values.
 void attention_batch_fast(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                           std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out);
 

@@ -5,9 +5,10 @@
 // bits. Paged tables with odd block sizes and lengths (block tails),
 // per-table fp8 scales, values past the e4m3 range (saturated when stored)
 // and below bf16's normals, GQA shapes. attention_batch_fast over a coded
-// cache has the bits of attention_batch_fast over the widened fp32 cache (it
-// widens each unit's rows, then runs the same AVX2 code) and is within its
-// stated 2e-5 of the reference.
+// cache has the bits of attention_batch_fast over the widened fp32 cache (fp8:
+// it dequantizes each unit's rows, then runs the same AVX2 code; bf16: the
+// same code widens each value as it loads it), with P V on AVX-512 or AVX2
+// alike, and is within its stated 2e-5 of the reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -117,9 +118,12 @@ void expect_coded_attention_equals_fp32(Code code, unsigned seed) {
     attention_batch(pool, q.data(), positions, coded_seqs, shape, coded.data());
     attention_batch_fast(pool, q.data(), positions, coded_seqs, shape, fast.data());
     attention_batch_fast(pool, q.data(), positions, f32_seqs, shape, fast_f32.data());
+    std::vector<float> fast_avx2(q.size(), NAN);  // P V on AVX2 only: the same bits
+    attention_batch_fast_isa(pool, q.data(), positions, coded_seqs, shape, fast_avx2.data(), CpuIsa::kAvx2);
     for (float x : coded) ASSERT_FALSE(std::isnan(x)) << what;
     EXPECT_EQ(0, std::memcmp(f32.data(), coded.data(), f32.size() * 4)) << what;
     EXPECT_EQ(0, std::memcmp(fast_f32.data(), fast.data(), fast.size() * 4)) << what;
+    EXPECT_EQ(0, std::memcmp(fast_avx2.data(), fast.data(), fast.size() * 4)) << what;
     double worst = 0;
     for (size_t i = 0; i < coded.size(); ++i) {
       worst = std::max(worst, std::fabs(static_cast<double>(fast[i]) - coded[i]));
