@@ -11,7 +11,7 @@ TERN := $(BUILD_DIR)/bin/tern
 PY := .venv/bin/python
 
 .PHONY: generate all deps configure build test test-unit test-py test-fuzz fuzz fuzz-build tsan run bench bench-cpu \
-  random-model clean wheel reliability soak compat
+  random-model clean wheel reliability soak compat test-compat
 
 all: build
 
@@ -169,6 +169,9 @@ bench-cpu: configure
 compat: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tern
 	@TERN_BIN=$(TERN) PYTHON=$(PY) tests/compat/run.sh
+
+# The same, under the name the test targets share.
+test-compat: compat
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(TSAN_BUILD_DIR)
