@@ -216,6 +216,34 @@ void bf16_panel_rows(const LinearTask& task, int64_t r_begin, int64_t r_end) {
   }
 }
 
+// f32_to_bf16 (base/bf16.h) sixteen at a time: bits + 0x7fff + (bit 16),
+// shifted down 16; a NaN keeps its top bits with the quiet bit set.
+void round_bf16_rows(const float* x, int64_t num_tokens, int64_t cols, int64_t stride, uint16_t* out) {
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* src = x + t * cols;
+    uint16_t* dst = out + t * stride;
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) {
+      const __m512i b = _mm512_castps_si512(_mm512_loadu_ps(src + k));
+      const __m512i high = _mm512_srli_epi32(b, 16);
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(bias, _mm512_and_si512(high, one))), 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, abs_mask), inf);
+      r = _mm512_mask_or_epi32(r, nan, high, quiet);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), _mm512_cvtepi32_epi16(r));
+    }
+    for (; k < cols; ++k) {
+      uint32_t bits;
+      std::memcpy(&bits, src + k, 4);
+      dst[k] = (bits & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((bits >> 16) | 0x40)
+                                                   : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+    if (stride > cols) dst[cols] = 0;
+  }
+}
+
 }  // namespace
 
 const IsaKernels& avx512_kernels() {
@@ -226,6 +254,7 @@ const IsaKernels& avx512_kernels() {
       .f32 = &linear_rows<F32>,
       .pair_chunk = Bf16Split::kStep,
       .bf16_panels = &bf16_panel_rows,
+      .round_bf16 = &round_bf16_rows,
   };
   return kernels;
 }

@@ -41,6 +41,10 @@ struct IsaKernels {
   // the panel data), x rounded to bf16 with an even x_stride, zero-padded;
   // null where the ISA has none. Check AVX512_BF16 first.
   RowsFn bf16_panels = nullptr;
+  // out[t * stride + k] = x[t * cols + k] rounded to bf16 as f32_to_bf16
+  // rounds it (nearest even, NaN kept NaN, subnormals kept), zero at
+  // out[t * stride + cols] when stride > cols; null where the ISA has none.
+  void (*round_bf16)(const float* x, int64_t num_tokens, int64_t cols, int64_t stride, uint16_t* out) = nullptr;
 };
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -77,10 +77,15 @@ const float* split_pairs(const float* x, int64_t num_tokens, int64_t cols, int c
 
 // x rounded to bf16, rows `stride` (cols rounded up to even) apart, the
 // padding element zero: the panel kernel reads x in (k, k + 1) pairs.
-const uint16_t* round_to_bf16_pairs(const float* x, int64_t num_tokens, int64_t cols, int64_t stride) {
+const uint16_t* round_to_bf16_pairs(const IsaKernels& kernels, const float* x, int64_t num_tokens, int64_t cols,
+                                    int64_t stride) {
   std::vector<uint16_t>& out = thread_scratch().bf16;
   const auto n = static_cast<size_t>(num_tokens * stride);
   if (out.size() < n) out.resize(n);
+  if (kernels.round_bf16 != nullptr) {
+    kernels.round_bf16(x, num_tokens, cols, stride, out.data());
+    return out.data();
+  }
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int64_t k = 0; k < cols; ++k) out[static_cast<size_t>(t * stride + k)] = f32_to_bf16(x[t * cols + k]);
     if (stride > cols) out[static_cast<size_t>(t * stride + cols)] = 0;
@@ -88,12 +93,8 @@ const uint16_t* round_to_bf16_pairs(const float* x, int64_t num_tokens, int64_t 
   return out.data();
 }
 
-const uint16_t* round_to_bf16(const float* x, int64_t num_tokens, int64_t cols) {
-  std::vector<uint16_t>& out = thread_scratch().bf16;
-  const auto n = static_cast<size_t>(num_tokens * cols);
-  if (out.size() < n) out.resize(n);
-  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
-  return out.data();
+const uint16_t* round_to_bf16(const IsaKernels& kernels, const float* x, int64_t num_tokens, int64_t cols) {
+  return round_to_bf16_pairs(kernels, x, num_tokens, cols, cols);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -121,12 +122,12 @@ RowsFn prepare(const IsaKernels& kernels, const float* x, int64_t num_tokens, co
       if (activations == Activations::kBf16 && has_bf16_dot && kernels.bf16_panels != nullptr &&
           w.packed != nullptr && w.packed->dtype == DType::kBF16) {
         task.x_stride = w.cols + w.cols % 2;
-        task.x = round_to_bf16_pairs(x, num_tokens, w.cols, task.x_stride);
+        task.x = round_to_bf16_pairs(kernels, x, num_tokens, w.cols, task.x_stride);
         task.w = w.packed->data.data();
         return kernels.bf16_panels;
       }
       if (activations == Activations::kBf16 && has_bf16_dot && kernels.bf16_dot != nullptr) {
-        task.x = round_to_bf16(x, num_tokens, w.cols);
+        task.x = round_to_bf16(kernels, x, num_tokens, w.cols);
         return kernels.bf16_dot;
       }
       task.x = split_pairs(x, num_tokens, w.cols, kernels.pair_chunk);

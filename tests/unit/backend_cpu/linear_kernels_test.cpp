@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_set.h"
+#include "backend/cpu/linear_isa.h"
 #include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
 #include "backend/cpu/row_split.h"
@@ -28,6 +29,40 @@
 
 namespace tern::cpu {
 namespace {
+
+// The AVX-512 rounding of activations to bf16 gives f32_to_bf16's bits for
+// every class of value: ties to even both ways, NaNs (quiet bit set, sign and
+// payload kept), infinities, zeros, subnormals, the largest finite values
+// (rounding up to infinity), across a tail of fewer than 16 and with the
+// pair padding written as zero.
+TEST(LinearKernels, VectorRoundingToBf16IsTheScalarRounding) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (best_cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const auto round = linear_isa::avx512_kernels().round_bf16;
+  ASSERT_NE(round, nullptr);
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,
+                               0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0xff7fffffu,
+                               0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x7fff8000u};
+  std::mt19937 rng(11);
+  const int64_t tokens = 3, cols = 37, stride = 38;
+  std::vector<float> x(static_cast<size_t>(tokens * cols));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t bits = i < std::size(specials) ? specials[i] : static_cast<uint32_t>(rng());
+    std::memcpy(&x[i], &bits, 4);
+  }
+  std::vector<uint16_t> out(static_cast<size_t>(tokens * stride), 0xabcd);
+  round(x.data(), tokens, cols, stride, out.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t k = 0; k < cols; ++k) {
+      EXPECT_EQ(out[static_cast<size_t>(t * stride + k)], f32_to_bf16(x[static_cast<size_t>(t * cols + k)]))
+          << t << " " << k;
+    }
+    EXPECT_EQ(out[static_cast<size_t>(t * stride + cols)], 0) << t;
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
 
 struct Shape {
   int64_t tokens, cols, rows;  // T, K, N
