@@ -240,6 +240,11 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));
   } else {
     TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, run));
+    // Only this runner reads the model now: --quantization's rows in memory go where packed copies serve.
+    if (const int64_t freed = le.model->drop_packed_sources(); freed > 0) {
+      spdlog::info("--quantization: {:.1f} MiB of quantized rows freed (their packed copies serve the CPU kernels)",
+                   static_cast<double>(freed) / (1 << 20));
+    }
   }
   le.device = device;
   if (device == "cpu") {

@@ -2,6 +2,7 @@
 against HF transformers' goldens, plus the errors a user sees for bad models."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -164,6 +165,24 @@ def test_quantization_at_load_generates(tern_bin, tiny_model, mix):
     assert plain.returncode == 0 and quant.returncode == 0, quant.stderr.decode()
     a, b = json.loads(plain.stdout.decode().splitlines()[-1]), json.loads(quant.stdout.decode().splitlines()[-1])
     assert len(b["token_ids"]) == 6 and b["prompt_token_ids"] == a["prompt_token_ids"]
+
+
+def test_quantization_at_load_frees_its_rows_and_matches_the_quantized_file(tern_bin, tiny_model, tmp_path):
+    """--quantization q4_0 on the CPU: the rows it quantized in memory are freed once the packed copies
+    serve the kernels (logged), and the greedy tokens are those of `tern quantize`'s Q4_0 file made from
+    the same f32 values."""
+    f32, q4 = tmp_path / "f32.gguf", tmp_path / "q4_0.gguf"
+    assert run_tern(tern_bin, "convert", "--model", tiny_model, "--outfile", f32, "--outtype", "f32").returncode == 0
+    assert run_tern(tern_bin, "quantize", f32, q4, "Q4_0").returncode == 0
+    args = ("--device", "cpu", "--prompt", "hi", "--max-tokens", 8, "--temperature", 0, "--ignore-eos", "--json",
+            "--log-level", "info")
+    at_load = run_tern(tern_bin, "generate", "--model", tiny_model, "--quantization", "q4_0", *args)
+    from_file = run_tern(tern_bin, "generate", "--model", q4, *args)
+    assert at_load.returncode == 0 and from_file.returncode == 0, at_load.stderr.decode() + from_file.stderr.decode()
+    assert re.search(r"--quantization: [\d.]+ MiB of quantized rows freed", at_load.stderr.decode())
+    a = json.loads(at_load.stdout.decode().splitlines()[-1])
+    b = json.loads(from_file.stdout.decode().splitlines()[-1])
+    assert a["token_ids"] == b["token_ids"] and len(a["token_ids"]) == 8
 
 
 def test_quantization_names_are_checked(tern_bin, tiny_model):

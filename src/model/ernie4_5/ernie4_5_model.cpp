@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "backend/cpu/fp8_quant.h"
+#include "backend/cpu/linear_kernels.h"
 #include "backend/cpu/quant_pack.h"
 #include "backend/cpu/quant_reference.h"
 #include "base/checked_math.h"
@@ -299,6 +300,25 @@ Status Ernie45Model::quantize_fp8() {
   }
   pack_weights();
   return Status::ok();
+}
+
+int64_t Ernie45Model::drop_packed_sources() {
+  if (cpu::best_cpu_isa() < cpu::CpuIsa::kAvx2) return 0;  // the packed quantized kernels need AVX2
+  int64_t freed = 0;
+  auto drop = [&](cpu::WeightMatrix& m) {
+    if (!cpu::is_quantized_weight_dtype(m.dtype) || m.packed == nullptr || m.packed->dtype != m.dtype) return;
+    auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& o) { return o.get() == m.data; });
+    if (it == owned_.end()) return;  // file pages: pack_weights gave them back already
+    freed += cpu::row_bytes(m.dtype, m.cols) * m.rows;
+    it->reset();
+    m.data = nullptr;
+  };
+  for (LayerWeights& w : layers_) {
+    for (auto [m, kind] : layer_matrices(w)) drop(*m);
+  }
+  if (!config_.tie_word_embeddings) drop(lm_head_);  // a tied table's rows serve the lookups
+  std::erase_if(owned_, [](const auto& o) { return o == nullptr; });
+  return freed;
 }
 
 void Ernie45Model::pack_weights() {

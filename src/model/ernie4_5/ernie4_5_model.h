@@ -110,6 +110,13 @@ class Ernie45Model {
   // a matrix that is not float (a quantized GGUF, an int4 checkpoint), a
   // non-finite weight. Call before any forward.
   Status quantize_fp8();
+  // For a model only the CPU forward reads from now on (engine setup calls it
+  // after making the CPU runner; a GPU upload would read the rows):
+  // frees the rows quantize() made in memory wherever a packed copy serves
+  // every product (the layer matrices and an untied head, quantized, packed,
+  // on a CPU with the packed kernels), since those rows cannot go back to the
+  // OS the way a file's pages do. Their `data` becomes null. The bytes freed.
+  int64_t drop_packed_sources();
 
   const ForwardProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = ForwardProfile{}; }
