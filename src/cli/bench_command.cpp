@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "base/logging.h"
 #include "cli/commands.h"
@@ -23,10 +25,11 @@
 namespace tern::cli {
 
 void add_bench_command(CLI::App& app, BenchOptions& o) {
-  auto* cmd = app.add_subcommand("bench", "Measure the engine's throughput without HTTP; scenario 'offline': "
-                                          "N requests at once, 'conc': a closed loop of --concurrency streams, "
-                                          "'pp-tg': llama-bench's prompt (-p) and generation (-n) tests on the "
-                                          "CPU model alone, -r runs each");
+  auto* cmd = app.add_subcommand("bench", "Measure the engine's throughput and time to first token without HTTP; "
+                                          "scenario 'offline': N requests at once, 'conc': a closed loop of "
+                                          "--concurrency streams (first tokens timed from each request's "
+                                          "admission), 'pp-tg': llama-bench's prompt (-p) and generation (-n) "
+                                          "tests on the CPU model alone, -r runs each");
   add_engine_options(*cmd, o.engine);
   cmd->add_option("scenario", o.scenario, "offline | conc | pp-tg")
       ->check(CLI::IsMember({"offline", "conc", "pp-tg"}))->capture_default_str();
@@ -91,6 +94,28 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   });
 }
 
+namespace {
+
+// p50 / p90 / p99 (nearest rank) and the mean of `ms`; zeros when empty.
+nlohmann::json percentiles(std::vector<double> ms) {
+  nlohmann::json p = {{"p50", 0.0}, {"p90", 0.0}, {"p99", 0.0}, {"mean", 0.0}};
+  if (ms.empty()) return p;
+  std::sort(ms.begin(), ms.end());
+  const auto rank = [&ms](double q) {
+    const auto i = static_cast<size_t>(std::ceil(q * static_cast<double>(ms.size())));
+    return ms[std::min(ms.size() - 1, i == 0 ? 0 : i - 1)];
+  };
+  double sum = 0;
+  for (double v : ms) sum += v;
+  p["p50"] = rank(0.50);
+  p["p90"] = rank(0.90);
+  p["p99"] = rank(0.99);
+  p["mean"] = sum / static_cast<double>(ms.size());
+  return p;
+}
+
+}  // namespace
+
 int run_bench(const BenchOptions& o) {
   if (o.scenario == "pp-tg") return run_bench_pp_tg(o);
   configure_logging(LogFormat::kText, o.log_level);
@@ -135,6 +160,10 @@ int run_bench(const BenchOptions& o) {
   auto start = std::chrono::steady_clock::now();
   double step_ms_total = 0, prefill_ms = 0, decode_ms = 0;
   int64_t steps = 0, max_batch = 0;
+  // Per request: arrival (all at the start) to its first token, and its first
+  // step to its first token (what a closed-loop client sees: conc admits a
+  // request when a stream frees, so its wait before that is not its own).
+  std::vector<double> ttft_ms, admitted_ttft_ms;
   while (le.engine->has_work()) {
     le.engine->step();
     EngineStats s = le.engine->stats();
@@ -143,7 +172,13 @@ int run_bench(const BenchOptions& o) {
     (s.last_step_tokens == s.last_step_seqs ? decode_ms : prefill_ms) += s.last_step_ms;
     max_batch = std::max(max_batch, s.last_step_seqs);
     ++steps;
-    for (auto& st : streams) st->drain();
+    for (auto& st : streams) {
+      for (const RequestOutput& out : st->drain()) {
+        if (!out.finished || out.ttft_ms <= 0) continue;
+        ttft_ms.push_back(out.ttft_ms);
+        admitted_ttft_ms.push_back(out.ttft_ms - out.queue_ms);
+      }
+    }
   }
   double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EngineStats s = le.engine->stats();
@@ -159,7 +194,8 @@ int run_bench(const BenchOptions& o) {
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
       {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", o.engine.run.max_num_batched_tokens},
-      {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k}};
+      {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k},
+      {"ttft_ms", percentiles(ttft_ms)}, {"ttft_after_admission_ms", percentiles(admitted_ttft_ms)}};
   std::printf("%s: %lld requests, %lld prompt + %lld output tokens in %.2f s\n", label.c_str(),
               static_cast<long long>(o.num_requests), static_cast<long long>(prompt_tokens),
               static_cast<long long>(s.generation_tokens_total), wall_s);
@@ -170,6 +206,10 @@ int run_bench(const BenchOptions& o) {
               steps ? step_ms_total / steps : 0.0, static_cast<long long>(max_batch),
               static_cast<long long>(s.num_preemptions), static_cast<long long>(s.num_overlapped_steps),
               prefill_ms / 1000, decode_ms / 1000);
+  const nlohmann::json& first = j[o.scenario == "conc" ? "ttft_after_admission_ms" : "ttft_ms"];
+  std::printf("  time to first token%s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n",
+              o.scenario == "conc" ? " (from admission)" : "", first["p50"].get<double>(), first["p90"].get<double>(),
+              first["p99"].get<double>());
   if (!o.json_out.empty()) {
     std::ofstream(o.json_out) << j.dump(2) << "\n";
   }

@@ -23,6 +23,7 @@ def test_offline_runs_every_request_to_its_length(tern_bin, tiny_model, tmp_path
     assert 6 * 8 <= j["prompt_tokens"] <= 6 * 24
     assert j["output_tokens_per_s"] > 0 and j["steps"] > 0
     assert text.startswith("offline: 6 requests")
+    assert "time to first token: p50" in text and 0 < j["ttft_ms"]["p50"] <= j["ttft_ms"]["p99"]
 
 
 def test_conc_keeps_its_concurrency_running_with_conc_n_workload(tern_bin, tiny_model, tmp_path):
@@ -36,6 +37,12 @@ def test_conc_keeps_its_concurrency_running_with_conc_n_workload(tern_bin, tiny_
     assert j["output_tokens"] == 32 * 6
     assert 32 * 50 <= j["prompt_tokens"] <= 32 * 500
     assert text.startswith("conc-3: 32 requests")
+    # Time to first token: from arrival (all at the start) and from admission (a closed loop's view).
+    assert "time to first token (from admission): p50" in text
+    for key in ("ttft_ms", "ttft_after_admission_ms"):
+        p = j[key]
+        assert 0 < p["p50"] <= p["p90"] <= p["p99"], (key, p)
+    assert j["ttft_after_admission_ms"]["p99"] <= j["ttft_ms"]["p99"]
     j, _ = bench_json(tern_bin, tiny_model, tmp_path, "conc", "--concurrency", 10, "--num-requests", 12,
                       "--input-min", 4, "--input-max", 4, "--output-min", 2, "--output-max", 2)
     assert (j["requests"], j["prompt_tokens"], j["output_tokens"]) == (12, 48, 24)
