@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backend/cpu/linear_kernels.h"
+#include "linear_shapes.h"
 #include "backend/cpu/quant_pack.h"
 #include "backend/cpu/quant_reference.h"
 #include "backend/cpu/reference_kernels.h"
@@ -48,24 +49,9 @@ using tern::ThreadPool;
 using namespace tern::cpu;
 using Clock = std::chrono::steady_clock;
 
-struct LayerShape {
-  const char* name;
-  int64_t in, out;  // K, N
-};
-
-const LayerShape kShapes[] = {
-    {"qkv", 1024, 1280}, {"o", 1024, 1024}, {"gate_up", 1024, 6144}, {"down", 3072, 1024}, {"lm_head", 1024, 103424},
-};
-
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> v;
-  for (const char* p = s; *p;) {
-    v.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return v;
-}
+using tern::bench::LayerShape;
+using tern::bench::parse_int_list;
+constexpr const auto& kShapes = tern::bench::kLayerShapes;
 
 struct NamedDtype {
   const char* name;
@@ -215,9 +201,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
-      threads_list = parse_list(argv[++i]);
+      threads_list = parse_int_list(argv[++i]);
     } else if (a == "--tokens" && i + 1 < argc) {
-      tokens_list = parse_list(argv[++i]);
+      tokens_list = parse_int_list(argv[++i]);
     } else if (a == "--dtypes" && i + 1 < argc) {
       dtypes = parse_dtypes(argv[++i]);
     } else if (a == "--seconds" && i + 1 < argc) {

@@ -24,6 +24,7 @@
 
 #include "backend/cpu/kernel_set.h"
 #include "backend/cpu/linear_kernels.h"
+#include "linear_shapes.h"
 #include "backend/cpu/quant_pack.h"
 #include "backend/cpu/reference_kernels.h"
 #include "base/bf16.h"
@@ -33,24 +34,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct LayerShape {
-  const char* name;
-  int64_t in, out;  // K, N
-};
-
-const LayerShape kShapes[] = {
-    {"qkv", 1024, 1280}, {"o", 1024, 1024}, {"gate_up", 1024, 6144}, {"down", 3072, 1024}, {"lm_head", 1024, 103424},
-};
-
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> v;
-  for (const char* p = s; *p;) {
-    v.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return v;
-}
+using tern::bench::LayerShape;
+using tern::bench::parse_int_list;
+constexpr const auto& kShapes = tern::bench::kLayerShapes;
 
 // Mean seconds per call of fn over at least `seconds` (after one warm-up call).
 template <typename Fn>
@@ -78,7 +64,7 @@ int main(int argc, char** argv) {
     if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--tokens" && i + 1 < argc) {
-      tokens = parse_list(argv[++i]);
+      tokens = parse_int_list(argv[++i]);
     } else if (a == "--seconds" && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
     } else {

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -20,6 +19,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/percentile.h"
 #include "engine/request_stream.h"
 
 namespace tern::cli {
@@ -96,22 +96,14 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
 
 namespace {
 
-// p50 / p90 / p99 (nearest rank) and the mean of `ms`; zeros when empty.
-nlohmann::json percentiles(std::vector<double> ms) {
-  nlohmann::json p = {{"p50", 0.0}, {"p90", 0.0}, {"p99", 0.0}, {"mean", 0.0}};
-  if (ms.empty()) return p;
-  std::sort(ms.begin(), ms.end());
-  const auto rank = [&ms](double q) {
-    const auto i = static_cast<size_t>(std::ceil(q * static_cast<double>(ms.size())));
-    return ms[std::min(ms.size() - 1, i == 0 ? 0 : i - 1)];
-  };
+// p50 / p90 / p99 (percentile.h) and the mean of `ms`; zeros when empty.
+nlohmann::json percentiles(const std::vector<double>& ms) {
   double sum = 0;
   for (double v : ms) sum += v;
-  p["p50"] = rank(0.50);
-  p["p90"] = rank(0.90);
-  p["p99"] = rank(0.99);
-  p["mean"] = sum / static_cast<double>(ms.size());
-  return p;
+  return {{"p50", percentile(ms, 0.50)},
+          {"p90", percentile(ms, 0.90)},
+          {"p99", percentile(ms, 0.99)},
+          {"mean", ms.empty() ? 0.0 : sum / static_cast<double>(ms.size())}};
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/percentile.h"
 #include "formats/log_prob_file.h"
 #include "setup/engine_setup.h"
 #include "setup/model_source.h"
@@ -44,15 +45,6 @@ Result<std::string> read_file(const std::string& path) {
 Result<Tokenizer> load_tokenizer(const Ernie45Model& model, const std::string& path) {
   if (const GgufFile* gguf = model.gguf()) return Tokenizer::from_gguf(*gguf);
   return Tokenizer::load(path);
-}
-
-double percentile(std::vector<float> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double x = p * static_cast<double>(v.size() - 1);
-  const auto i = static_cast<size_t>(x);
-  const double f = x - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
 }
 
 // Row r of a [rows, width] matrix.

@@ -97,54 +97,49 @@ void PagedKvPool::store(int64_t layer, std::span<const int32_t> block_table, int
   }
 }
 
+template <typename E>
+std::span<const E*> PagedKvPool::block_pointers(int64_t layer, int64_t kind, std::span<const int32_t> block_table,
+                                                std::span<const E*> blocks) const {
+  for (size_t i = 0; i < block_table.size(); ++i) {
+    blocks[i] = reinterpret_cast<const E*>(data_.get()) + block_offset(layer, kind, block_table[i]);
+  }
+  return blocks.first(block_table.size());
+}
+
 cpu::KvRowTable PagedKvPool::key_rows(int64_t layer, std::span<const int32_t> block_table,
                                       std::span<const float*> blocks) const {
   assert(!is_fp8() && !is_bf16());
-  for (size_t i = 0; i < block_table.size(); ++i) {
-    blocks[i] = reinterpret_cast<const float*>(data_.get()) + block_offset(layer, 0, block_table[i]);
-  }
-  return cpu::KvRowTable{blocks.first(block_table.size()), block_size_, kv_dim_, {}, 1.0f, {}};
+  return cpu::KvRowTable{block_pointers(layer, 0, block_table, blocks), block_size_, kv_dim_, {}, 1.0f, {}};
 }
 
 cpu::KvRowTable PagedKvPool::value_rows(int64_t layer, std::span<const int32_t> block_table,
                                         std::span<const float*> blocks) const {
   assert(!is_fp8() && !is_bf16());
-  for (size_t i = 0; i < block_table.size(); ++i) {
-    blocks[i] = reinterpret_cast<const float*>(data_.get()) + block_offset(layer, 1, block_table[i]);
-  }
-  return cpu::KvRowTable{blocks.first(block_table.size()), block_size_, kv_dim_, {}, 1.0f, {}};
+  return cpu::KvRowTable{block_pointers(layer, 1, block_table, blocks), block_size_, kv_dim_, {}, 1.0f, {}};
 }
 
 cpu::KvRowTable PagedKvPool::key_rows(int64_t layer, std::span<const int32_t> block_table,
                                       std::span<const uint8_t*> blocks) const {
   assert(is_fp8());
-  for (size_t i = 0; i < block_table.size(); ++i) blocks[i] = data_.get() + block_offset(layer, 0, block_table[i]);
-  return cpu::KvRowTable{{}, block_size_, kv_dim_, blocks.first(block_table.size()), k_scale(layer), {}};
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, block_pointers(layer, 0, block_table, blocks), k_scale(layer), {}};
 }
 
 cpu::KvRowTable PagedKvPool::value_rows(int64_t layer, std::span<const int32_t> block_table,
                                         std::span<const uint8_t*> blocks) const {
   assert(is_fp8());
-  for (size_t i = 0; i < block_table.size(); ++i) blocks[i] = data_.get() + block_offset(layer, 1, block_table[i]);
-  return cpu::KvRowTable{{}, block_size_, kv_dim_, blocks.first(block_table.size()), v_scale(layer), {}};
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, block_pointers(layer, 1, block_table, blocks), v_scale(layer), {}};
 }
 
 cpu::KvRowTable PagedKvPool::key_rows(int64_t layer, std::span<const int32_t> block_table,
                                       std::span<const uint16_t*> blocks) const {
   assert(is_bf16());
-  for (size_t i = 0; i < block_table.size(); ++i) {
-    blocks[i] = reinterpret_cast<const uint16_t*>(data_.get()) + block_offset(layer, 0, block_table[i]);
-  }
-  return cpu::KvRowTable{{}, block_size_, kv_dim_, {}, 1.0f, blocks.first(block_table.size())};
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, {}, 1.0f, block_pointers(layer, 0, block_table, blocks)};
 }
 
 cpu::KvRowTable PagedKvPool::value_rows(int64_t layer, std::span<const int32_t> block_table,
                                         std::span<const uint16_t*> blocks) const {
   assert(is_bf16());
-  for (size_t i = 0; i < block_table.size(); ++i) {
-    blocks[i] = reinterpret_cast<const uint16_t*>(data_.get()) + block_offset(layer, 1, block_table[i]);
-  }
-  return cpu::KvRowTable{{}, block_size_, kv_dim_, {}, 1.0f, blocks.first(block_table.size())};
+  return cpu::KvRowTable{{}, block_size_, kv_dim_, {}, 1.0f, block_pointers(layer, 1, block_table, blocks)};
 }
 
 void PagedKvPool::copy_block(int32_t src, int32_t dst) {

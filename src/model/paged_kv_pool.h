@@ -102,6 +102,11 @@ class PagedKvPool {
   std::span<const uint8_t> storage_bytes() const { return {data_.get(), size_ * static_cast<size_t>(elem_bytes_)}; }
 
  private:
+  // blocks[i] = `layer`'s K (kind 0) or V (1) block block_table[i] as E
+  // elements; returns the filled first block_table.size() entries.
+  template <typename E>
+  std::span<const E*> block_pointers(int64_t layer, int64_t kind, std::span<const int32_t> block_table,
+                                     std::span<const E*> blocks) const;
   int64_t block_offset(int64_t layer, int64_t kind, int64_t block) const {
     return (((layer * 2 + kind) * num_blocks_ + block) * block_size_) * kv_dim_;
   }
