@@ -183,8 +183,10 @@ Status DeviceModel::Impl::plan_workspace() {
   const int64_t split_tokens =
       (kSplitBlocksPerSm * static_cast<int64_t>(sm_count) + c.num_kv_heads - 1) / c.num_kv_heads;
   max_partial_rows = std::max<int64_t>(2 * split_tokens, kMaxAttentionSplits);
-  const auto T = static_cast<size_t>(max_tokens);
-  const auto R = static_cast<size_t>(max_logit_rows);
+  gemm_capacity = gemm_rows(max_tokens);
+  head_capacity = gemm_rows(max_logit_rows);
+  const auto T = static_cast<size_t>(gemm_capacity);
+  const auto R = static_cast<size_t>(head_capacity);
   const auto H = static_cast<size_t>(c.hidden_size), I = static_cast<size_t>(c.intermediate_size);
   const auto Q = static_cast<size_t>(c.q_dim()), QKV = static_cast<size_t>(qkv_dim());
   const auto V = static_cast<size_t>(c.vocab_size);
@@ -434,6 +436,33 @@ Status DeviceModel::Impl::plan_layers_kernel() {
   return Status::ok();
 }
 
+int64_t DeviceModel::Impl::gemm_rows(int64_t num_tokens) {
+  const int64_t step = num_tokens <= 8 ? 8 : num_tokens <= 256 ? 16 : num_tokens <= 1024 ? 32 : 64;
+  return (num_tokens + step - 1) / step * step;
+}
+
+// Every row count gemm_rows gives up to the buffers' capacity, once, through
+// each layer GEMM's form and the head, on zeroed inputs; the outputs are
+// scratch that every step rewrites before reading.
+Status DeviceModel::Impl::warm_gemms() {
+  const ModelConfig& c = config;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim();
+  for (DeviceBuffer* b : {&h, &attn, &act, &hlog}) TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->as<void>(), 0, b->bytes(), stream));
+  const Layer& w = layers.front();
+  for (int64_t rows = 8; rows <= gemm_capacity; rows = gemm_rows(rows + 1)) {
+    TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.qkv, qkv_dim(), qkv.as<void>(), GemmOut::kBf16));
+    TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), rows, Q, w.o, H, x.as<void>(), GemmOut::kAddF32));
+    TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
+    TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), rows, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
+    if (rows <= head_capacity) {
+      TERN_RETURN_IF_ERROR(linear(cublas, hlog.as<bf16>(), rows, H, lm_head, c.vocab_size, logits.as<void>(),
+                                  GemmOut::kF32));
+    }
+  }
+  TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Status::ok();
+}
+
 Status DeviceModel::Impl::capture_buckets() {
   for (const int64_t bucket : buckets) {
     const int64_t count = pack_decode_meta({}, bucket, options.block_size, pad_block,
@@ -555,6 +584,7 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   TERN_RETURN_IF_ERROR(impl->ensure_meta(4096));
   TERN_RETURN_IF_ERROR(impl->plan_decode());
   TERN_RETURN_IF_ERROR(impl->plan_layers_kernel());
+  TERN_RETURN_IF_ERROR(impl->warm_gemms());
   TERN_RETURN_IF_ERROR(impl->capture_graphs());
   return std::unique_ptr<DeviceModel>(new DeviceModel(std::move(impl)));
 }

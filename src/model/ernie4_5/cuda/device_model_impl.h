@@ -130,6 +130,14 @@ struct DeviceModel::Impl {
 
   // Activations for up to max_tokens tokens.
   int64_t max_tokens = 0, max_logit_rows = 0, max_partial_rows = 0;
+  // cuBLAS chooses its kernel for a GEMM shape the first time it meets it,
+  // which costs milliseconds; a step's token count can be anything, so every
+  // GEMM runs on gemm_rows(T) rows, a few dozen counts that warm_gemms()
+  // shows cuBLAS once at start-up. The rows past T are computed and ignored.
+  // The GEMMs' buffers hold gemm_rows(max_tokens) rows (gemm_capacity), the
+  // head's gemm_rows(max_logit_rows) (head_capacity).
+  static int64_t gemm_rows(int64_t num_tokens);
+  int64_t gemm_capacity = 0, head_capacity = 0;
   int64_t free_at_start = 0;  // GPU memory free before tern allocated anything
   DeviceBuffer x, h, qkv, attn, gate_up, act, partial_out, partial_ml, split_counters, hlog, logits, picks;
 
@@ -209,6 +217,7 @@ struct DeviceModel::Impl {
   Status plan_layers_kernel();
   Status capture_graphs();
   Status capture_buckets();
+  Status warm_gemms();
 
   // device_step.cpp
   // y (+)= x . W^T for a layer's matrix in any form.

@@ -25,8 +25,9 @@
 
 namespace tern::cuda {
 
-Status DeviceModel::Impl::linear_of(const bf16* in, int64_t T, int64_t K, const Matrix& w, int64_t N, void* y,
-                                    GemmOut out) {
+Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t K, const Matrix& w, int64_t N,
+                                    void* y, GemmOut out) {
+  const int64_t T = gemm_rows(num_tokens);
   switch (w.form) {
     case Form::kBf16:
       return linear(cublas, in, T, K, w.w.as<bf16>(), N, y, out);
@@ -262,7 +263,8 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
   } else {
     TERN_CUDA_RETURN_IF_ERROR(
         add_rmsnorm(x.as<float>(), nullptr, final_norm.as<float>(), selected, rows, H, eps, hlog.as<bf16>(), stream));
-    TERN_RETURN_IF_ERROR(linear(cublas, hlog.as<bf16>(), rows, H, lm_head, V, logits.as<void>(), GemmOut::kF32));
+    TERN_RETURN_IF_ERROR(
+        linear(cublas, hlog.as<bf16>(), gemm_rows(rows), H, lm_head, V, logits.as<void>(), GemmOut::kF32));
     if (argmax) {
       TERN_CUDA_RETURN_IF_ERROR(argmax_rows(logits.as<float>(), rows, V, picks.as<uint64_t>() + first, stream));
     }
