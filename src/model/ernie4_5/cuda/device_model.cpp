@@ -216,13 +216,15 @@ Status DeviceModel::Impl::plan_workspace() {
   }
   if (fp8 || int4_matrices > 0) {
     // Fp8Scratch (and int4's): the largest matrix as bf16; for the FP8 tensor cores also the widest input's
-    // codes and a scale per token.
+    // codes and a scale per token, and where cuBLASLt applies no scales the widest output's fp32 sums.
     const size_t widest = std::max({H, Q, I});
     const size_t largest = std::max({QKV * H, H * Q, 2 * I * H, H * I});
     const size_t tc = fp8_tensor_cores ? 1 : 0;
+    const size_t sums = fp8_tensor_cores && fp8_needs_sums ? 1 : 0;
     const Item scratch[] = {
         {&fp8_x_codes, tc * T * widest, "FP8 activation codes"},
         {&fp8_x_scales, tc * T * sizeof(float), "FP8 activation scales"},
+        {&fp8_sums, sums * T * std::max({QKV, H, 2 * I}) * sizeof(float), "FP8 GEMM sums"},
         {&dequantized_w, largest * sizeof(bf16), "dequantized weights"},
     };
     for (const Item& it : scratch) {
@@ -547,6 +549,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
     impl->fp8_tensor_cores = options.fp8_tensor_cores && g.tensor_cores(T, H, impl->qkv_dim(), GemmOut::kBf16) &&
                              g.tensor_cores(T, c.q_dim(), H, GemmOut::kAddF32) &&
                              g.tensor_cores(T, H, 2 * I, GemmOut::kBf16) && g.tensor_cores(T, I, H, GemmOut::kAddF32);
+    impl->fp8_needs_sums = impl->fp8_tensor_cores && (g.needs_sums(T, H, impl->qkv_dim(), GemmOut::kBf16) ||
+                                                      g.needs_sums(T, c.q_dim(), H, GemmOut::kAddF32) ||
+                                                      g.needs_sums(T, H, 2 * I, GemmOut::kBf16) ||
+                                                      g.needs_sums(T, I, H, GemmOut::kAddF32));
   }
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(
