@@ -346,18 +346,20 @@ Status DeviceModel::Impl::capture_graphs() {
 // block per multiprocessor holding a layer's weight slices.
 Status DeviceModel::Impl::plan_layers_kernel() {
   if (!options.decode_kernel) return Status::ok();
-  if (int4_matrices > 0) {
-    // Its blocks stage bf16 or FP8 weight slices in shared memory; int4's block scales and zeros are not planned.
+  const ModelConfig& c = config;
+  if (int4_matrices > 0 && int4_matrices != 4 * c.num_layers) {
+    // Its slots hold one form of weights for every layer.
     layers_kernel_off_reason =
-        "the one-token persistent kernel reads bf16 or FP8 weights; with int4 weights "
-        "one-token steps run the per-layer GEMV kernels";
+        "the one-token persistent kernel takes int4 weights only when every layer matrix is int4 (" +
+        std::to_string(int4_matrices) + " of " + std::to_string(4 * c.num_layers) +
+        " are); one-token steps run the per-layer GEMV kernels";
     return Status::ok();
   }
-  const ModelConfig& c = config;
   DecodeLayersParams& p = layers_params;
   const int grid = sm_count;
   p.num_layers = static_cast<int>(c.num_layers);
   p.fp8 = fp8;
+  p.int4 = int4_matrices > 0;
   p.hidden = static_cast<int>(c.hidden_size);
   p.q_dim = static_cast<int>(c.q_dim());
   p.qkv_dim = static_cast<int>(qkv_dim());
@@ -386,7 +388,12 @@ Status DeviceModel::Impl::plan_layers_kernel() {
     const Layer& w = layers[l];
     table[l].input_norm = w.input_norm.as<float>();
     table[l].post_norm = w.post_norm.as<float>();
-    if (fp8) {
+    if (p.int4) {
+      table[l].qkv4 = w.qkv.int4();
+      table[l].o4 = w.o.int4();
+      table[l].gate_up4 = w.gate_up.int4();
+      table[l].down4 = w.down.int4();
+    } else if (fp8) {
       table[l].qkv8 = w.qkv.w.as<uint8_t>();
       table[l].o8 = w.o.w.as<uint8_t>();
       table[l].gate_up8 = w.gate_up.w.as<uint8_t>();
