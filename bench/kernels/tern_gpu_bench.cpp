@@ -18,7 +18,7 @@
 // offers them), fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
-// weights). With
+// weights), int4-nokernel (int4, no persistent kernel). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     if (config == "pdl") o.pdl = true;
     if (config == "notiles") o.prefill_tiles = false;
     if (config == "norope") o.rope_in_attention = false;  // decode steps' RoPE and KV write in rope_store_kv
-    if (config == "nokernel" || config == "fp8-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
+    if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
     if (config == "fp8-tc") o.fp8_tensor_cores = true;
     size_t free0 = 0, free1 = 0, total = 0;

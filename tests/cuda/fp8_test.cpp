@@ -113,7 +113,7 @@ TEST(CudaFp8, ActivationQuantizerMatchesHostBitForBit) {
 
 TEST(CudaFp8, WeightDequantizerMatchesHost) {
   std::mt19937 rng(22);
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{3, 8}, {37, 1000}, {256, 1024}}) {
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{3, 8}, {37, 1000}, {256, 1024}, {7, 48}, {5, 3072}}) {
     Fp8Case c = random_fp8(rng, n, k);
     DeviceArray<uint8_t> d_q(c.q.values);
     DeviceArray<float> d_s(c.q.scales);
@@ -275,7 +275,8 @@ void check_fp8_linear(cuda::Fp8Gemm& gemm, cublasHandle_t cublas, int64_t T, int
   DeviceArray<float> d_scale(w.q.scales), d_xs(static_cast<size_t>(T));
   DeviceArray<bf16> d_x(x.words), d_wb(static_cast<size_t>(N * K));
   DeviceArray<uint8_t> d_ws(32u << 20);
-  const cuda::Fp8Scratch scratch{d_codes.get(), d_xs.get(), d_wb.get(), d_ws.get()};
+  DeviceArray<float> d_sums(static_cast<size_t>(T * N));
+  const cuda::Fp8Scratch scratch{d_codes.get(), d_xs.get(), d_wb.get(), d_ws.get(), d_sums.get()};
   std::vector<float> got;
   if (out == cuda::GemmOut::kBf16) {
     DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
@@ -319,8 +320,10 @@ TEST(CudaFp8, LinearMatchesReferenceBothWays) {
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   const bool has_tc = (*gemm)->tensor_cores(64, 1024, 2560, cuda::GemmOut::kBf16) &&
                       (*gemm)->tensor_cores(64, 2048, 1024, cuda::GemmOut::kAddF32);
-  std::printf("[fp8 gemm] sm_%d%d: cuBLASLt e4m3 GEMM with outer-vector scales %s\n", major, minor,
-              has_tc ? "available" : "not available");
+  const bool sums = (*gemm)->needs_sums(64, 1024, 2560, cuda::GemmOut::kBf16);
+  std::printf("[fp8 gemm] sm_%d%d: cuBLASLt e4m3 GEMM %s\n", major, minor,
+              !has_tc ? "not available" : sums ? "unscaled, the scales applied to its fp32 sums" : "with outer-vector scales");
+
   double worst = 0;
   struct Shape {
     int64_t T, K, N;

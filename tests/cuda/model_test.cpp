@@ -1065,8 +1065,10 @@ TEST(GpuModel, DecodeGraphsMatchEagerBitForBit) {
 // fp8: the GPU models take --quantization fp8's weights (the prompt's
 // GEMMs dequantized, W8A16, as the reference) and the CPU reference the same
 // FP8 values. dtype: the KV cache's element type on both sides.
+// int4: both sides take the model quantized to Q4_0 on the host (the GPU's
+// layers as int4 weights, the reference kernels reading the same blocks).
 void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32_t seed, bool expect_kernel,
-                         bool fp8 = false, KvCacheDType dtype = KvCacheDType::kAuto) {
+                         bool fp8 = false, KvCacheDType dtype = KvCacheDType::kAuto, bool int4 = false) {
   std::mt19937 rng(seed);
   const double tolerance = dtype == KvCacheDType::kAuto ? kLogitTolerance : kFp8LogitTolerance;
   auto cpu = load_cpu(dir);
@@ -1075,6 +1077,10 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
   ASSERT_NE(weights, nullptr);
   if (fp8) {
     ASSERT_TRUE(cpu->quantize_fp8().is_ok());
+  }
+  if (int4) {
+    ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
+    ASSERT_TRUE(weights->quantize(QuantMix::kQ4_0).is_ok());
   }
   const ModelConfig& c = cpu->config();
   std::uniform_int_distribution<int32_t> tok_d(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -1099,6 +1105,9 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
   auto eager = make_gpu(*weights, bs, blocks, 64, &eager_o);
   auto gemv = make_gpu(*weights, bs, blocks, 64, &gemv_o);
   ASSERT_TRUE(graphs && eager && gemv);
+  if (int4) {
+    EXPECT_EQ(graphs->int4_matrices(), 4 * c.num_layers) << "every layer matrix as int4";
+  }
   EXPECT_EQ(graphs->layers_kernel(), expect_kernel) << graphs->layers_kernel_off_reason();
   EXPECT_EQ(eager->layers_kernel(), expect_kernel) << eager->layers_kernel_off_reason();
   EXPECT_FALSE(gemv->layers_kernel());
@@ -1137,7 +1146,7 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
   }
   EXPECT_EQ(decode_steps, ctx - prompt);
   std::printf("[decode kernel%s %s %s block %ld ctx %ld kernel %d] worst logits rel L2: %.2e vs CPU, %.2e vs GEMV path\n",
-              fp8 ? " fp8" : "", kv_cache_dtype_name(dtype), dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx),
+              fp8 ? " fp8" : int4 ? " int4" : "", kv_cache_dtype_name(dtype), dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx),
               graphs->layers_kernel() ? 1 : 0, worst_ref,
               worst_gemv);
 }
@@ -1196,6 +1205,28 @@ TEST(GpuModel, DecodeKernelOverFp8CacheMatchesCpuAndGemvPath) {
   mqa.head_dim = 64;
   test::TinyModelDir mqa_dir(mqa, 15);
   check_decode_kernel(mqa_dir.path(), 16, 200, 66, true, false, f8);
+}
+
+// The persistent kernel with int4 weights (Q4_0 blocks): at widths of
+// whole 512s (ERNIE-0.3B's head_dim 128 with 4 q heads on 2 kv heads,
+// hidden 512, intermediate 1,536), over a bf16 and an fp8 cache; ernie-tiny's
+// widths (64, 192) are not whole 512s, so it runs the GEMV path and says why.
+TEST(GpuModel, Int4DecodeKernelMatchesCpuAndGemvPath) {
+  test::TinySpec spec = head_dim_128_spec(512);
+  spec.hidden = 512;
+  spec.inter = 1536;
+  spec.heads = 4;
+  test::TinyModelDir dir(spec, 21);
+  check_decode_kernel(dir.path(), 7, 420, 67, true, false, KvCacheDType::kAuto, true);
+  check_decode_kernel(dir.path(), 16, 300, 68, true, false, KvCacheDType::kFp8E4m3, true);
+  test::TinySpec mha = spec;  // head_dim 64, 8 q heads on 8 kv heads
+  mha.heads = 8;
+  mha.kv_heads = 8;
+  mha.head_dim = 64;
+  test::TinyModelDir mha_dir(mha, 22);
+  check_decode_kernel(mha_dir.path(), 16, 1100, 69, true, false, KvCacheDType::kAuto, true);
+  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 40, 70, false, false, KvCacheDType::kAuto,
+                      true);
 }
 
 // The persistent kernel with FP8 weights, at ERNIE-0.3B's attention shape

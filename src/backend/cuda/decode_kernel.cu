@@ -38,19 +38,24 @@
 // holds the grid barrier, the row products, the kernel and its host side.
 // With FP8 weights (p.fp8) the slots hold e4m3 codes, half the bytes, and
 // the row products convert them in registers and multiply each row's sum
-// by its scale: the FP8 GEMV path's math. With an FP8 KV cache (p.kv_fp8)
+// by its scale: the FP8 GEMV path's math. With int4 weights (p.int4) a
+// slot holds each slice's codes, block scales and zeros (a quarter of the
+// bytes and 3 per 32 weights), and the row products are the int4 GEMV's
+// (dot8_int4, the lanes' order the same). With an FP8 KV cache (p.kv_fp8)
 // phase A rounds the token's k and v to e4m3 from the fp32 rotation and
 // phase B converts the codes to bf16 exactly as it loads them (the Cache
 // template parameter; the bf16 instance is the kernel as it was).
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/decode_kernel_attention.cuh"
 #include "backend/cuda/decode_kernel_common.cuh"
 #include "backend/cuda/decode_kernel_weights.cuh"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/fp8_utils.cuh"
+#include "backend/cuda/int4_utils.cuh"
 #include "backend/cuda/key_splits.h"
 
 namespace tern::cuda {
@@ -95,10 +100,46 @@ __device__ __forceinline__ float row_dot(const W* w, const bf16* xs, int K, int 
   return warp_sum(acc);
 }
 
-// Row n's scale (FP8 weights) or 1.
+// Row `row` of an int4 slice of `rows` rows (K weights each, the slot's
+// layout: slice_bytes), weights [k0, k0 + len) against xs[0, len), summed
+// over the warp in row_dot's lane order: lane covers k = lane * 8 + 256 u,
+// 8 weights of one block of 32 at a time, as gemv_kernel's lanes do.
+__device__ __forceinline__ float row_dot_int4(const unsigned char* slice, int rows, int row, int K, int k0, int len,
+                                              const bf16* xs, int lane) {
+  const unsigned char* codes = slice + static_cast<int64_t>(row) * (K / 2) + k0 / 2;
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(slice + static_cast<int64_t>(rows) * (K / 2)) +
+                           static_cast<int64_t>(row) * (K / 32) + k0 / 32;
+  const unsigned char* zeros = slice + static_cast<int64_t>(rows) * (K / 2 + K / 16) +
+                               static_cast<int64_t>(row) * (K / 32) + k0 / 32;
+  float acc = 0.0f;
+  for (int k = lane * 8; k < len; k += 256) {
+    const uint4 x = *reinterpret_cast<const uint4*>(xs + k);
+    const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
+    const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
+    Int4x8 w;
+    w.codes = *reinterpret_cast<const uint32_t*>(codes + k / 2);
+    w.dz = static_cast<uint32_t>(scales[k / 32]) | (static_cast<uint32_t>(zeros[k / 32]) << 16);
+    acc = dot8_int4(w, a, b, acc);
+  }
+  return warp_sum(acc);
+}
+
+// Row `row` of a slice of `rows` rows (K weights each) in a slot, weights
+// [k0, k0 + len) against xs[0, len), summed over the warp.
+template <typename W>
+__device__ __forceinline__ float slot_dot(const unsigned char* slice, int rows, int row, int K, int k0, int len,
+                                          const bf16* xs, int lane) {
+  if constexpr (std::is_same_v<W, Int4Slot>) {
+    return row_dot_int4(slice, rows, row, K, k0, len, xs, lane);
+  } else {
+    return row_dot(reinterpret_cast<const W*>(slice) + static_cast<int64_t>(row) * K + k0, xs, len, lane);
+  }
+}
+
+// Row n's scale (FP8 weights) or 1 (bf16; int4's scales are per block, inside the dot).
 template <typename W>
 __device__ __forceinline__ float row_scale(const float* scales, int64_t n) {
-  if constexpr (sizeof(W) == 1) {
+  if constexpr (std::is_same_v<W, uint8_t>) {
     return __ldg(scales + n);
   } else {
     return 1.0f;
@@ -179,9 +220,8 @@ __device__ __forceinline__ void rmsnorm_input(const float* x, const float* w, in
 // down at ERNIE-0.3B's shapes: 8 rows), two warps share a row, one half of
 // K each, summed through red (kWarps floats).
 template <typename W>
-__device__ __forceinline__ void rows_add(const unsigned char* slot_bytes, Range r, int K, const bf16* xs, float* x,
+__device__ __forceinline__ void rows_add(const unsigned char* slot, Range r, int K, const bf16* xs, float* x,
                                          float* red, const float* scales) {
-  const W* slot = reinterpret_cast<const W*>(slot_bytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows = r.end - r.begin;
   if (2 * rows <= kWarps && K % 16 == 0) {
@@ -189,7 +229,7 @@ __device__ __forceinline__ void rows_add(const unsigned char* slot_bytes, Range 
     const bool mine = row < rows;
     const float old = mine && half == 0 ? __ldcg(x + r.begin + row) : 0.0f;
     // Every warp takes part in its dot's shuffles (rows beyond the block's read slot row 0 and are dropped).
-    const float v = row_dot(slot + static_cast<int64_t>(mine ? row : 0) * K + half * hk, xs + half * hk, hk, lane);
+    const float v = slot_dot<W>(slot, rows, mine ? row : 0, K, half * hk, hk, xs + half * hk, lane);
     if (lane == 0) red[warp] = v;
     __syncthreads();
     if (mine && half == 0 && lane == 0) {
@@ -199,7 +239,7 @@ __device__ __forceinline__ void rows_add(const unsigned char* slot_bytes, Range 
   }
   for (int n = r.begin + warp; n < r.end; n += kWarps) {
     const float old = __ldcg(x + n);
-    const float v = row_dot(slot + static_cast<int64_t>(n - r.begin) * K, xs, K, lane);
+    const float v = slot_dot<W>(slot, rows, n - r.begin, K, 0, K, xs, lane);
     if (lane == 0) x[n] = old + v * row_scale<W>(scales, n);
   }
 }
@@ -207,7 +247,7 @@ __device__ __forceinline__ void rows_add(const unsigned char* slot_bytes, Range 
 template <typename W, typename Cache>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
-  const Smem s = carve(p, reinterpret_cast<unsigned char*>(smem_raw));
+  const Smem s = carve<W>(p, reinterpret_cast<unsigned char*>(smem_raw));
   __shared__ float red[kWarps];
   __shared__ float merge_w[kMaxDecodeLayersHeads * kMaxDecodeLayersSplits];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -259,9 +299,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   Slots sl;
   sl.bars = slot_bars;
   init_slots(sl);
-  load_qkv(p, s, sl, 0);
-  load_gu(p, s, sl, 0);
-  load_down(p, s, sl, 0);
+  load_qkv<W>(p, s, sl, 0);
+  load_gu<W>(p, s, sl, 0);
+  load_down<W>(p, s, sl, 0);
 
   // The block's keys' K and V rows of layer `layer` into L2 (attending
   // blocks, in phase A): phase B's loads then wait for L2, not HBM.
@@ -284,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
     rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
-    if (kCopiesInPhases && l > 0) load_down(p, s, sl, l);  // layer 0's went out before the loop
+    if (kCopiesInPhases && l > 0) load_down<W>(p, s, sl, l);  // layer 0's went out before the loop
     prefetch_kv(l);  // the attention's rows, after the norm's loads
     mark();
     wait_slot<2>(sl, kSlotQkvO);
@@ -292,10 +332,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
     {
       const Range r = share_of(p.qkv_dim / 2);
+      const int rows = 2 * (r.end - r.begin);
       for (int pair = r.begin + warp; pair < r.end; pair += kWarps) {
-        const W* wr = reinterpret_cast<const W*>(s.w_qkv) + static_cast<int64_t>(pair - r.begin) * 2 * H;
-        const float a = row_dot(wr, s.xs, H, lane) * row_scale<W>(w.qkv_scale, 2 * pair);
-        const float b = row_dot(wr + H, s.xs, H, lane) * row_scale<W>(w.qkv_scale, 2 * pair + 1);
+        const int row = 2 * (pair - r.begin);
+        const float a = slot_dot<W>(s.w_qkv, rows, row, H, 0, H, s.xs, lane) * row_scale<W>(w.qkv_scale, 2 * pair);
+        const float b =
+            slot_dot<W>(s.w_qkv, rows, row + 1, H, 0, H, s.xs, lane) * row_scale<W>(w.qkv_scale, 2 * pair + 1);
         if (lane == 0) {
           const int n = 2 * pair;
           if (n >= Q + kv_dim) {  // v
@@ -316,15 +358,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     __syncthreads();
     mark();
     grid_barrier(p.barrier, target, [&] {
-      if (!kCopiesInPhases) load_o(p, s, sl, l);  // into the q|k|v slot, now used
+      if (!kCopiesInPhases) load_o<W>(p, s, sl, l);  // into the q|k|v slot, now used
     });
     mark();
 
     // B: attention partials.
     const auto b_copies = [&] {
       if (kCopiesInPhases) {
-        load_o(p, s, sl, l);  // into the q|k|v slot, now used
-        if (l > 0) load_gu<Pieces::kSecond>(p, s, sl, l);  // layer 0's went out whole before the loop
+        load_o<W>(p, s, sl, l);  // into the q|k|v slot, now used
+        if (l > 0) load_gu<W, Pieces::kSecond>(p, s, sl, l);  // layer 0's went out whole before the loop
       }
     };
     if (attends) {
@@ -337,9 +379,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       }
     } else if (kCopiesInPhases) {
       spin_cycles(p.b_o_delay_cycles);
-      load_o(p, s, sl, l);
+      load_o<W>(p, s, sl, l);
       spin_cycles(p.b_up_delay_cycles);
-      if (l > 0) load_gu<Pieces::kSecond>(p, s, sl, l);
+      if (l > 0) load_gu<W, Pieces::kSecond>(p, s, sl, l);
     }
     ++mark_at;
     mark();
@@ -407,13 +449,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     __syncthreads();
     mark();
     grid_barrier(p.barrier, target, [&] {
-      if (!kCopiesInPhases) load_qkv(p, s, sl, l + 1);  // into the o slot, now used
+      if (!kCopiesInPhases) load_qkv<W>(p, s, sl, l + 1);  // into the o slot, now used
     });
     mark();
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
     rmsnorm_input(p.x, w.post_norm, H, p.eps, s.xs, red);
-    if (kCopiesInPhases) load_qkv(p, s, sl, l + 1);  // into the o slot, now used
+    if (kCopiesInPhases) load_qkv<W>(p, s, sl, l + 1);  // into the o slot, now used
     mark();
     wait_slot<3>(sl, kSlotGu);
     __syncthreads();
@@ -425,8 +467,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       const Range r = share_of(I);
       const int units = r.end - r.begin;
       float* gu_s = merge_w;  // [2][units]
+      const unsigned char* up_slice = s.w_gu + slice_bytes_of<W>(units, H);
       for (int t = warp; t < 2 * units; t += kWarps) {
-        const float v = row_dot(reinterpret_cast<const W*>(s.w_gu) + static_cast<int64_t>(t) * H, s.xs, H, lane);
+        const bool gate = t < units;
+        const float v = slot_dot<W>(gate ? s.w_gu : up_slice, units, gate ? t : t - units, H, 0, H, s.xs, lane);
         const int64_t row = t < units ? r.begin + t : I + r.begin + (t - units);  // gate rows, then up rows
         if (lane == 0) gu_s[t] = round_bf16(v * row_scale<W>(w.gate_up_scale, row));
       }
@@ -439,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     __syncthreads();
     mark();
     grid_barrier(p.barrier, target, [&] {
-      if (!kCopiesInPhases) load_gu(p, s, sl, l + 1);
+      if (!kCopiesInPhases) load_gu<W>(p, s, sl, l + 1);
     });
     mark();
 
@@ -451,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         const int j = threadIdx.x + u * kThreads;
         au[u] = j < I / 2 ? __ldcg(reinterpret_cast<const unsigned int*>(p.act) + j) : 0u;
       }
-      if (kCopiesInPhases) load_gu<Pieces::kFirst>(p, s, sl, l + 1);  // the gate half; up goes out in B(l + 1)
+      if (kCopiesInPhases) load_gu<W, Pieces::kFirst>(p, s, sl, l + 1);  // the gate half; up goes out in B(l + 1)
 #pragma unroll
       for (int u = 0; u < kActLoads; ++u) {
         const int j = threadIdx.x + u * kThreads;
@@ -467,10 +511,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
     if (l + 1 < p.num_layers) {
       grid_barrier(p.barrier, target, [&] {
-        if (!kCopiesInPhases) load_down(p, s, sl, l + 1);
+        if (!kCopiesInPhases) load_down<W>(p, s, sl, l + 1);
       });
     } else if (!kCopiesInPhases) {
-      load_down(p, s, sl, l + 1);  // nothing left to load (the cp.async form's empty group)
+      load_down<W>(p, s, sl, l + 1);  // nothing left to load (the cp.async form's empty group)
     }
     mark();
   }
@@ -479,9 +523,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 }  // namespace
 
 int64_t decode_layers_smem(const DecodeLayersParams& p) {
-  const int64_t weights = (shared_slot_elems(p) + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden +
-                           static_cast<int64_t>(p.cap_down_rows) * p.inter) *
-                          weight_bytes(p);
+  const int64_t weights = shared_slot_bytes(p) + 2 * slice_bytes(p, p.cap_gu_units, p.hidden) +
+                          slice_bytes(p, p.cap_down_rows, p.inter);
   const int64_t group = p.heads.num_kv_heads > 0 ? p.heads.num_heads / p.heads.num_kv_heads : 0;
   const int64_t attention =
       (p.heads.head_dim == 64 || p.heads.head_dim == 128) && group <= kMmaMaxGroup
@@ -553,6 +596,11 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (p.fp8 && (p.hidden % 16 != 0 || p.q_dim % 16 != 0 || p.inter % 16 != 0)) {
     return "FP8 weights with widths not multiples of 16";
   }
+  // int4 slices' zeros (a byte per 32 weights) are copied in 16-byte pieces too.
+  if (p.int4 && (p.hidden % 512 != 0 || p.q_dim % 512 != 0 || p.inter % 512 != 0)) {
+    return "int4 weights with widths not multiples of 512";
+  }
+  if (p.int4 && p.fp8) return "both FP8 and int4 weights";
   if (p.hidden > 4 * kThreads * kNormLoads) return "hidden size larger than the kernel's norm takes";
   if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
   if (p.q_dim > kThreads * kMergeOutputs) return "q width larger than the kernel's merge takes";
@@ -569,11 +617,13 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
     return "device attributes unavailable";
   }
   if (p.fp8) return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, optin) : unsupported_for<uint8_t, bf16>(p, optin);
+  if (p.int4) return p.kv_fp8 ? unsupported_for<Int4Slot, fp8e4m3>(p, optin) : unsupported_for<Int4Slot, bf16>(p, optin);
   return p.kv_fp8 ? unsupported_for<bf16, fp8e4m3>(p, optin) : unsupported_for<bf16, bf16>(p, optin);
 }
 
 cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
   if (p.fp8) return p.kv_fp8 ? launch_layers<uint8_t, fp8e4m3>(p, grid, stream) : launch_layers<uint8_t, bf16>(p, grid, stream);
+  if (p.int4) return p.kv_fp8 ? launch_layers<Int4Slot, fp8e4m3>(p, grid, stream) : launch_layers<Int4Slot, bf16>(p, grid, stream);
   return p.kv_fp8 ? launch_layers<bf16, fp8e4m3>(p, grid, stream) : launch_layers<bf16, bf16>(p, grid, stream);
 }
 

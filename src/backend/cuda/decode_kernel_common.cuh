@@ -4,6 +4,8 @@
 // unit: these live in its unnamed namespace).
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/device_utils.cuh"
 
 namespace tern::cuda {
@@ -22,27 +24,49 @@ __device__ __forceinline__ Range share_of(int units) {  // units * grid < 2^31
   return Range{b * units / g, (b + 1) * units / g};
 }
 
-// The weight slots hold bf16 words or, with p.fp8, e4m3 codes (bytes).
+// The weight slots hold bf16 words or, with p.fp8, e4m3 codes (bytes), or
+// with p.int4 a slice of rows as its codes (rows x K / 2 bytes), then its
+// blocks' fp16 scales (rows x K / 32), then their zeros (bytes): each part
+// a whole number of 16-byte pieces (widths multiples of 512).
 struct Smem {
   unsigned char *w_qkv, *w_o, *w_gu, *w_down;  // w_qkv == w_o: one slot
   bf16* xs;  // the phase's input row; attention's tiles (fp32) share its space
 };
 
-__host__ __device__ __forceinline__ int64_t weight_bytes(const DecodeLayersParams& p) { return p.fp8 ? 1 : 2; }
+// The kernel's weight type for int4 slots (bf16 and FP8 slots: bf16 and uint8_t).
+struct Int4Slot {};
 
-__host__ __device__ __forceinline__ int64_t shared_slot_elems(const DecodeLayersParams& p) {
-  const int64_t qkv = static_cast<int64_t>(p.cap_qkv_pairs) * 2 * p.hidden;
-  const int64_t o = static_cast<int64_t>(p.cap_o_rows) * p.q_dim;
+// Bytes of `rows` rows of K weights in a slot.
+__host__ __device__ __forceinline__ int64_t slice_bytes(const DecodeLayersParams& p, int64_t rows, int64_t K) {
+  if (p.int4) return rows * (K / 2 + K / 32 * 3);
+  return rows * K * (p.fp8 ? 1 : 2);
+}
+
+// The same for the kernel's weight type W (bf16, uint8_t: FP8, Int4Slot).
+template <typename W>
+__device__ __forceinline__ int64_t slice_bytes_of(int64_t rows, int64_t K) {
+  if constexpr (std::is_same_v<W, Int4Slot>) {
+    return rows * (K / 2 + K / 32 * 3);
+  } else {
+    return rows * K * static_cast<int64_t>(sizeof(W));
+  }
+}
+
+__host__ __device__ __forceinline__ int64_t shared_slot_bytes(const DecodeLayersParams& p) {
+  const int64_t qkv = slice_bytes(p, static_cast<int64_t>(p.cap_qkv_pairs) * 2, p.hidden);
+  const int64_t o = slice_bytes(p, p.cap_o_rows, p.q_dim);
   return qkv > o ? qkv : o;
 }
 
+template <typename W>
 __device__ __forceinline__ Smem carve(const DecodeLayersParams& p, unsigned char* base) {
   Smem s;
-  const int64_t e = weight_bytes(p);
   s.w_qkv = s.w_o = base;
-  s.w_gu = s.w_qkv + shared_slot_elems(p) * e;
-  s.w_down = s.w_gu + static_cast<int64_t>(p.cap_gu_units) * 2 * p.hidden * e;
-  s.xs = reinterpret_cast<bf16*>(s.w_down + static_cast<int64_t>(p.cap_down_rows) * p.inter * e);
+  const int64_t qkv = slice_bytes_of<W>(static_cast<int64_t>(p.cap_qkv_pairs) * 2, p.hidden);
+  const int64_t o = slice_bytes_of<W>(p.cap_o_rows, p.q_dim);
+  s.w_gu = s.w_qkv + (qkv > o ? qkv : o);
+  s.w_down = s.w_gu + 2 * slice_bytes_of<W>(p.cap_gu_units, p.hidden);
+  s.xs = reinterpret_cast<bf16*>(s.w_down + slice_bytes_of<W>(p.cap_down_rows, p.inter));
   return s;
 }
 

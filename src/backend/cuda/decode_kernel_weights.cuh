@@ -3,6 +3,8 @@
 // Included by decode_kernel.cu only, after decode_kernel_common.cuh.
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/decode_kernel_common.cuh"
 
 namespace tern::cuda {
@@ -57,45 +59,67 @@ struct Slots {
   unsigned waited[3];  // fills waited for, per slot
 };
 
-// A fill of one or two pieces; on sm_90 the pieces may go out at different
-// times: kFirst arrives with the whole fill's byte count and copies piece
-// 0, kSecond then copies piece 1 (the slot's wait ends when both are in).
-// Before sm_90 kFirst issues both pieces and kSecond nothing.
+// A fill of one or two parts, each a run of a matrix's rows (one piece of
+// bytes, or with int4 weights three: codes, scales, zeros) copied to
+// consecutive bytes of the slot. On sm_90 the parts may go out at
+// different times: kFirst arrives with the whole fill's byte count and
+// copies part 0, kSecond then copies part 1 (the slot's wait ends when
+// both are in). Before sm_90 kFirst issues both parts and kSecond nothing.
 enum class Pieces { kBoth, kFirst, kSecond };
 
-// Pieces of n0 and n1 bytes.
+struct Part {
+  unsigned char* dst = nullptr;
+  const unsigned char* src[3] = {nullptr, nullptr, nullptr};
+  int64_t n[3] = {0, 0, 0};  // bytes, multiples of 16
+  __device__ __forceinline__ int64_t bytes() const { return n[0] + n[1] + n[2]; }
+};
+
+#ifdef TERN_BULK_WEIGHTS
+__device__ __forceinline__ void bulk_copy_part(const Part& part, unsigned bar) {
+  unsigned char* dst = part.dst;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    if (part.n[i] > 0) {
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       smem_addr(dst)),
+                   "l"(part.src[i]), "r"(static_cast<unsigned>(part.n[i])), "r"(bar)
+                   : "memory");
+    }
+    dst += part.n[i];
+  }
+}
+#else
+__device__ __forceinline__ void load_async_part(const Part& part) {
+  unsigned char* dst = part.dst;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    load_async(dst, part.src[i], part.n[i]);
+    dst += part.n[i];
+  }
+}
+#endif
+
 template <Pieces kWhich = Pieces::kBoth>
-__device__ __forceinline__ void fill_slot(Slots& sl, int slot, unsigned char* dst0, const unsigned char* src0,
-                                          int64_t n0, unsigned char* dst1, const unsigned char* src1, int64_t n1) {
+__device__ __forceinline__ void fill_slot(Slots& sl, int slot, const Part& a, const Part& b) {
 #ifdef TERN_BULK_WEIGHTS
   if (threadIdx.x == 0) {
     const unsigned bar = smem_addr(sl.bars + slot);
-    const auto bytes0 = static_cast<unsigned>(n0), bytes1 = static_cast<unsigned>(n1);
     // The slot's last reads (generic proxy, ordered before by a __syncthreads) before the copy's writes.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (kWhich != Pieces::kSecond) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes0 + bytes1)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                   "r"(static_cast<unsigned>(a.bytes() + b.bytes()))
                    : "memory");
+      bulk_copy_part(a, bar);
     }
-    if (bytes0 > 0 && kWhich != Pieces::kSecond) {
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       smem_addr(dst0)),
-                   "l"(src0), "r"(bytes0), "r"(bar)
-                   : "memory");
-    }
-    if (bytes1 > 0 && kWhich != Pieces::kFirst) {
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       smem_addr(dst1)),
-                   "l"(src1), "r"(bytes1), "r"(bar)
-                   : "memory");
-    }
+    if (kWhich != Pieces::kFirst) bulk_copy_part(b, bar);
   }
 #else
   (void)sl;
   (void)slot;
   if (kWhich == Pieces::kSecond) return;
-  load_async(dst0, src0, n0);
-  load_async(dst1, src1, n1);
+  load_async_part(a);
+  load_async_part(b);
   commit_async();
 #endif
 }
@@ -142,48 +166,65 @@ __device__ __forceinline__ void init_slots(Slots& sl) {
   __syncthreads();
 }
 
-// A layer's matrix as bytes (bf16 words or e4m3 codes, weight_bytes each).
-__device__ __forceinline__ const unsigned char* matrix_bytes(const DecodeLayersParams& p, const bf16* w,
-                                                             const uint8_t* w8) {
-  return p.fp8 ? w8 : reinterpret_cast<const unsigned char*>(w);
+// Rows [row0, row0 + rows) of a layer's matrix (K weights a row, of the
+// kernel's weight type W) as a part landing at dst.
+template <typename W>
+__device__ __forceinline__ Part matrix_rows(const bf16* w, const uint8_t* w8, const Int4Weights& w4, int64_t row0,
+                                            int64_t rows, int64_t K, unsigned char* dst) {
+  Part part;
+  part.dst = dst;
+  if constexpr (std::is_same_v<W, Int4Slot>) {
+    part.src[0] = w4.codes + row0 * K / 2;
+    part.n[0] = rows * K / 2;
+    part.src[1] = reinterpret_cast<const unsigned char*>(w4.scales + row0 * K / 32);
+    part.n[1] = rows * K / 32 * 2;
+    part.src[2] = w4.zeros + row0 * K / 32;
+    part.n[2] = rows * K / 32;
+  } else if constexpr (std::is_same_v<W, uint8_t>) {
+    part.src[0] = w8 + row0 * K;
+    part.n[0] = rows * K;
+  } else {
+    part.src[0] = reinterpret_cast<const unsigned char*>(w + row0 * K);
+    part.n[0] = rows * K * 2;
+  }
+  return part;
 }
 
 // Issues the copies of layer l's slices, in phase order.
+template <typename W>
 __device__ __forceinline__ void load_qkv(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) return skip_fill();
   const Range r = share_of(p.qkv_dim / 2);
-  const int64_t e = weight_bytes(p);
-  fill_slot(sl, kSlotQkvO, s.w_qkv,
-            matrix_bytes(p, p.layers[l].qkv, p.layers[l].qkv8) + static_cast<int64_t>(2 * r.begin) * p.hidden * e,
-            static_cast<int64_t>(2 * (r.end - r.begin)) * p.hidden * e, nullptr, nullptr, 0);
+  const DecodeLayerWeights& w = p.layers[l];
+  fill_slot(sl, kSlotQkvO, matrix_rows<W>(w.qkv, w.qkv8, w.qkv4, 2 * r.begin, 2 * (r.end - r.begin), p.hidden, s.w_qkv),
+            Part{});
 }
+template <typename W>
 __device__ __forceinline__ void load_o(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   const Range r = share_of(p.hidden);
-  const int64_t e = weight_bytes(p);
-  fill_slot(sl, kSlotQkvO, s.w_o,
-            matrix_bytes(p, p.layers[l].o, p.layers[l].o8) + static_cast<int64_t>(r.begin) * p.q_dim * e,
-            static_cast<int64_t>(r.end - r.begin) * p.q_dim * e, nullptr, nullptr, 0);
+  const DecodeLayerWeights& w = p.layers[l];
+  fill_slot(sl, kSlotQkvO, matrix_rows<W>(w.o, w.o8, w.o4, r.begin, r.end - r.begin, p.q_dim, s.w_o), Part{});
 }
-template <Pieces kWhich = Pieces::kBoth>  // gate rows, then up rows
+template <typename W, Pieces kWhich = Pieces::kBoth>  // gate rows, then up rows
 __device__ __forceinline__ void load_gu(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) {
     if (kWhich != Pieces::kSecond) skip_fill();
     return;
   }
   const Range r = share_of(p.inter);
-  const int64_t e = weight_bytes(p);
-  const int64_t n = static_cast<int64_t>(r.end - r.begin) * p.hidden * e;
-  const unsigned char* w = matrix_bytes(p, p.layers[l].gate_up, p.layers[l].gate_up8);
-  fill_slot<kWhich>(sl, kSlotGu, s.w_gu, w + static_cast<int64_t>(r.begin) * p.hidden * e, n,  // gate rows
-                    s.w_gu + n, w + static_cast<int64_t>(p.inter + r.begin) * p.hidden * e, n);  // up rows
+  const int64_t units = r.end - r.begin;
+  const DecodeLayerWeights& w = p.layers[l];
+  fill_slot<kWhich>(sl, kSlotGu, matrix_rows<W>(w.gate_up, w.gate_up8, w.gate_up4, r.begin, units, p.hidden, s.w_gu),
+                    matrix_rows<W>(w.gate_up, w.gate_up8, w.gate_up4, p.inter + r.begin, units, p.hidden,
+                                s.w_gu + slice_bytes_of<W>(units, p.hidden)));
 }
+template <typename W>
 __device__ __forceinline__ void load_down(const DecodeLayersParams& p, const Smem& s, Slots& sl, int l) {
   if (l >= p.num_layers) return skip_fill();
   const Range r = share_of(p.hidden);
-  const int64_t e = weight_bytes(p);
-  fill_slot(sl, kSlotDown, s.w_down,
-            matrix_bytes(p, p.layers[l].down, p.layers[l].down8) + static_cast<int64_t>(r.begin) * p.inter * e,
-            static_cast<int64_t>(r.end - r.begin) * p.inter * e, nullptr, nullptr, 0);
+  const DecodeLayerWeights& w = p.layers[l];
+  fill_slot(sl, kSlotDown, matrix_rows<W>(w.down, w.down8, w.down4, r.begin, r.end - r.begin, p.inter, s.w_down),
+            Part{});
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // cuBLASLt's e4m3 GEMM for the FP8 linear layers, and the dequantized
 // fallback. In cuBLASLt's column-major terms, as in gemm.cpp: D^T[N, T] =
 // A^T B with A = the codes stored K x N (op T: the "TN" layout FP8 needs)
-// and B = the tokens' codes stored K x T (op N); the A scale vector runs
-// along N (the weights' rows), the B scale vector along T (the tokens).
+// and B = the tokens' codes stored K x T (op N); with outer-vector scales
+// the A vector runs along N (the weights' rows), the B vector along T (the
+// tokens). Without them D is fp32 sums and scale_e4m3_sums applies both.
 #include "backend/cuda/gemm_fp8.h"
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -18,7 +20,8 @@ struct Fp8Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool ok = false;  // cuBLASLt offered an algorithm
+  bool ok = false;           // cuBLASLt offered an algorithm
+  bool unit_scales = false;  // no outer-vector scales: fp32 sums, scaled after
   ~Plan() {
     if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
     for (cublasLtMatrixLayout_t l : {a, b, c})
@@ -45,22 +48,35 @@ Fp8Gemm::~Fp8Gemm() {
 
 Result<Fp8Gemm::Plan*> Fp8Gemm::plan(int64_t T, int64_t K, int64_t N, GemmOut out) {
   const auto key = std::make_tuple(T, K, N, static_cast<int>(out));
-  size_t workspace = workspace_bytes_;
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (plans_.size() >= 4096) plans_.clear();  // prefill sizes vary; keep the cache bounded
   auto p = std::make_unique<Plan>();
-  const cudaDataType_t c_type = out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  TERN_RETURN_IF_ERROR(describe(T, K, N, out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F, true, p.get()));
+  if (!p->ok) {  // no outer-vector scales here: the unscaled GEMM into fp32 sums
+    p = std::make_unique<Plan>();
+    TERN_RETURN_IF_ERROR(describe(T, K, N, CUDA_R_32F, false, p.get()));
+    p->unit_scales = p->ok;
+  }
+  Plan* raw = p.get();
+  plans_.emplace(key, std::move(p));
+  return raw;
+}
+
+Status Fp8Gemm::describe(int64_t T, int64_t K, int64_t N, cudaDataType_t c_type, bool outer_scales, Plan* p) {
+  size_t workspace = workspace_bytes_;
   TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
   TERN_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
   TERN_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
-  const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  TERN_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof(outer)));
-  TERN_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof(outer)));
+  if (outer_scales) {
+    const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    TERN_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof(outer)));
+    TERN_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof(outer)));
+  }
   const auto k = static_cast<uint64_t>(K), n = static_cast<uint64_t>(N), t = static_cast<uint64_t>(T);
   TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, n, static_cast<int64_t>(k)));
   TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, t, static_cast<int64_t>(k)));
@@ -78,9 +94,7 @@ Result<Fp8Gemm::Plan*> Fp8Gemm::plan(int64_t T, int64_t K, int64_t N, GemmOut ou
   cublasLtMatmulPreferenceDestroy(pref);
   p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (p->ok) p->algo = result.algo;
-  Plan* raw = p.get();
-  plans_.emplace(key, std::move(p));
-  return raw;
+  return Status::ok();
 }
 
 bool Fp8Gemm::tensor_cores(int64_t T, int64_t K, int64_t N, GemmOut out) {
@@ -92,13 +106,30 @@ bool Fp8Gemm::tensor_cores(int64_t T, int64_t K, int64_t N, GemmOut out) {
   return p.is_ok() && (*p)->ok;
 }
 
+bool Fp8Gemm::needs_sums(int64_t T, int64_t K, int64_t N, GemmOut out) {
+  if (!tensor_cores(T, K, N, out)) return false;
+  Result<Plan*> p = plan(T, K, N, out);
+  return p.is_ok() && (*p)->unit_scales;
+}
+
 Status Fp8Gemm::linear(cublasHandle_t cublas, const bf16* x, int64_t T, int64_t K, Fp8Weights w, int64_t N,
                        void* y, GemmOut out_type, const Fp8Scratch& scratch, cudaStream_t stream,
                        bool use_tensor_cores) {
   if (T <= 0) return Status::ok();
   if (use_tensor_cores && tensor_cores(T, K, N, out_type)) {
     TERN_ASSIGN_OR_RETURN(Plan * p, plan(T, K, N, out_type));
-    if (p->ok) {
+    const auto aligned = [](const void* a) { return reinterpret_cast<uintptr_t>(a) % 16 == 0; };
+    if (p->ok && p->unit_scales && aligned(y) && aligned(w.scales)) {
+      if (scratch.sums == nullptr) return internal_error("FP8 linear: no scratch for the GEMM's sums");
+      TERN_CUDA_RETURN_IF_ERROR(quantize_rows_e4m3(x, T, K, scratch.x_codes, scratch.x_scales, stream));
+      const float alpha = 1.0f, beta = 0.0f;
+      TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_, p->desc, &alpha, w.codes, p->a, scratch.x_codes, p->b, &beta,
+                                                 scratch.sums, p->c, scratch.sums, p->c, &p->algo,
+                                                 scratch.workspace, workspace_bytes_, stream));
+      TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(scratch.sums, T, N, scratch.x_scales, w.scales, y, out_type, stream));
+      return Status::ok();
+    }
+    if (p->ok && !p->unit_scales) {
       TERN_CUDA_RETURN_IF_ERROR(quantize_rows_e4m3(x, T, K, scratch.x_codes, scratch.x_scales, stream));
       TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                                  &w.scales, sizeof(w.scales)));

@@ -2,16 +2,19 @@
 // the GEMV's sizes: y[T, N] = x[T, K] . W^T with W[n, k] = e4m3(w[n, k]) *
 // w_scales[n] ([N, K] row-major codes, one fp32 scale per output row), as
 // linear() (gemm.h) does for bf16 W. Two ways:
-//   tensor cores (where cuBLASLt offers the kernel: CUDA 13.0 does not on
-//     sm_90, measured on an H200, so DeviceModel leaves this off): each
-//     token's row of x quantized to e4m3 with its own scale
-//     (quantize_rows_e4m3), then cuBLASLt's e4m3 x e4m3 GEMM with
-//     outer-vector fp32 scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F:
-//     w_scales along N, the tokens' scales along T) applied to the fp32
-//     sums: W8A8 with per-channel weight and per-token activation scales;
-//   dequantized (otherwise): W written out as
-//     bf16 into a scratch matrix (dequantize_e4m3_rows), then linear():
-//     W8A16, weight bytes saved in memory only.
+//   tensor cores (W8A8, where cuBLASLt offers an e4m3 x e4m3 GEMM; never
+//     before sm_89): each token's row of x quantized to e4m3 with its own
+//     scale (quantize_rows_e4m3), then the GEMM of the codes. Both scales
+//     factor out of a dot product, y[t, n] = x_scale[t] * w_scale[n] *
+//     sum_k xq[t, k] wq[n, k], so they are applied to the fp32 sums either
+//     by cuBLASLt itself with outer-vector scales
+//     (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: w_scales along N, the
+//     tokens' scales along T; CUDA 13.0 does not offer it on sm_90,
+//     measured on an H200), or else by a kernel after an unscaled GEMM
+//     into fp32 sums (scale_e4m3_sums);
+//   dequantized (otherwise): W written out as bf16 into a scratch matrix
+//     (dequantize_e4m3_rows), then linear(): W8A16, weight bytes saved in
+//     memory only.
 // Thread: one host thread at a time per Fp8Gemm (its plans are cached and
 // reused); everything is enqueued on the given stream.
 #pragma once
@@ -37,6 +40,11 @@ cudaError_t quantize_rows_e4m3(const bf16* x, int64_t rows, int64_t cols, uint8_
 // out[n, k] = bf16(e4m3(w[n, k]) * scales[n]) for n < rows, k < cols.
 cudaError_t dequantize_e4m3_rows(const uint8_t* w, const float* scales, int64_t rows, int64_t cols, bf16* out,
                                  cudaStream_t stream);
+// y[t, n] = sums[t, n] * x_scales[t] * w_scales[n] for t < rows, n < cols,
+// stored as `out` says (bf16, fp32, or added to fp32). cols a multiple of
+// 4; sums, w_scales and y 16-byte aligned.
+cudaError_t scale_e4m3_sums(const float* sums, int64_t rows, int64_t cols, const float* x_scales,
+                            const float* w_scales, void* y, GemmOut out, cudaStream_t stream);
 
 struct Fp8Weights {
   const uint8_t* codes = nullptr;  // [N, K], 16-byte aligned
@@ -44,13 +52,16 @@ struct Fp8Weights {
 };
 
 // Scratch the calls need, owned by the caller: the quantized activations
-// (x_codes: T x K bytes, x_scales: T floats) for the tensor cores, or the
-// dequantized weights (w_bf16: N x K bf16) otherwise.
+// (x_codes: T x K bytes, x_scales: T floats) and, where the scales are
+// applied after the GEMM (Fp8Gemm::needs_sums), its fp32 sums (sums: T x N
+// floats) for the tensor cores; the dequantized weights (w_bf16: N x K
+// bf16) otherwise.
 struct Fp8Scratch {
   uint8_t* x_codes = nullptr;
   float* x_scales = nullptr;
   bf16* w_bf16 = nullptr;
   void* workspace = nullptr;  // cuBLASLt's, of the size given to Fp8Gemm::create
+  float* sums = nullptr;
 };
 
 class Fp8Gemm {
@@ -62,10 +73,14 @@ class Fp8Gemm {
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
 
-  // Whether cuBLASLt has an e4m3 GEMM with outer-vector scales for these
-  // sizes and output on this device (K a multiple of 16, N of 8); asked once
-  // per shape and remembered. Never true before sm_89.
+  // Whether cuBLASLt has an e4m3 GEMM for these sizes and output on this
+  // device (K a multiple of 16, N of 8), with outer-vector scales or else
+  // unscaled into fp32 sums; asked once per shape and remembered. Never
+  // true before sm_89.
   bool tensor_cores(int64_t num_tokens, int64_t in_features, int64_t out_features, GemmOut out);
+  // Whether that GEMM is the unscaled one, so the call needs Fp8Scratch::sums
+  // (false where tensor_cores is).
+  bool needs_sums(int64_t num_tokens, int64_t in_features, int64_t out_features, GemmOut out);
 
   // y (+)= x . W^T; tensor cores when use_tensor_cores and tensor_cores()
   // says so, else the dequantized form (which needs scratch.w_bf16).
@@ -75,6 +90,10 @@ class Fp8Gemm {
 
  private:
   struct Plan;
+  // Describes the GEMM (outer-vector scales, or none and fp32 output) and
+  // asks cuBLASLt's heuristic for an algorithm; p->ok says whether it gave one.
+  Status describe(int64_t num_tokens, int64_t in_features, int64_t out_features, cudaDataType_t c_type,
+                  bool outer_scales, Plan* p);
   Fp8Gemm() = default;
   Result<Plan*> plan(int64_t num_tokens, int64_t in_features, int64_t out_features, GemmOut out);
 

@@ -76,16 +76,7 @@ __device__ __forceinline__ float dot8(const uint2 w, const float4 a, const float
   return dot8_e4m3(w, a, b, acc);
 }
 __device__ __forceinline__ float dot8(const Int4x8 w, const float4 a, const float4 b, float acc) {
-  const float bias = int4_bias(w.dz);
-  float s = int4_minus_zero(w.codes, 0, bias) * a.x;
-  s = fmaf(int4_minus_zero(w.codes, 1, bias), a.y, s);
-  s = fmaf(int4_minus_zero(w.codes, 2, bias), a.z, s);
-  s = fmaf(int4_minus_zero(w.codes, 3, bias), a.w, s);
-  s = fmaf(int4_minus_zero(w.codes, 4, bias), b.x, s);
-  s = fmaf(int4_minus_zero(w.codes, 5, bias), b.y, s);
-  s = fmaf(int4_minus_zero(w.codes, 6, bias), b.z, s);
-  s = fmaf(int4_minus_zero(w.codes, 7, bias), b.w, s);
-  return fmaf(int4_scale(w.dz), s, acc);
+  return dot8_int4(w, a, b, acc);
 }
 
 // Loads step k0 of the R consecutive rows n .. n + R - 1 (K elements each):

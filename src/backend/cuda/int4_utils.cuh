@@ -40,4 +40,19 @@ __device__ __forceinline__ float int4_minus_zero(uint32_t codes, int j, float bi
   return __uint_as_float(0x4b000000u | ((codes >> (4 * j)) & 15u)) - bias;
 }
 
+// 8 weights (codes, with their block's dz) against the inputs a (4 floats)
+// then b (4 floats): the sum of (q - z) * input in order, times d, added to acc.
+__device__ __forceinline__ float dot8_int4(const Int4x8 w, const float4 a, const float4 b, float acc) {
+  const float bias = int4_bias(w.dz);
+  float s = int4_minus_zero(w.codes, 0, bias) * a.x;
+  s = fmaf(int4_minus_zero(w.codes, 1, bias), a.y, s);
+  s = fmaf(int4_minus_zero(w.codes, 2, bias), a.z, s);
+  s = fmaf(int4_minus_zero(w.codes, 3, bias), a.w, s);
+  s = fmaf(int4_minus_zero(w.codes, 4, bias), b.x, s);
+  s = fmaf(int4_minus_zero(w.codes, 5, bias), b.y, s);
+  s = fmaf(int4_minus_zero(w.codes, 6, bias), b.z, s);
+  s = fmaf(int4_minus_zero(w.codes, 7, bias), b.w, s);
+  return fmaf(int4_scale(w.dz), s, acc);
+}
+
 }  // namespace tern::cuda

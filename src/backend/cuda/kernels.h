@@ -285,10 +285,14 @@ struct DecodeLayerWeights {
   const float* o_scale = nullptr;
   const float* gate_up_scale = nullptr;
   const float* down_scale = nullptr;
+  // With DecodeLayersParams::int4, the four matrices as int4 weights (Int4Weights: codes, a scale and a
+  // zero per block of 32).
+  Int4Weights qkv4, o4, gate_up4, down4;
 };
 struct DecodeLayersParams {
   const DecodeLayerWeights* layers = nullptr;  // device array of num_layers
-  bool fp8 = false;  // the layers' FP8 matrices (widths multiples of 16)
+  bool fp8 = false;   // the layers' FP8 matrices (widths multiples of 16)
+  bool int4 = false;  // the layers' int4 matrices (widths multiples of 512)
   int num_layers = 0, hidden = 0, q_dim = 0, qkv_dim = 0, inter = 0;
   HeadShape heads;
   float eps = 0.0f;

@@ -218,13 +218,15 @@ Status DeviceModel::Impl::plan_workspace() {
   }
   if (fp8 || int4_matrices > 0) {
     // Fp8Scratch (and int4's): the largest matrix as bf16; for the FP8 tensor cores also the widest input's
-    // codes and a scale per token.
+    // codes and a scale per token, and where cuBLASLt applies no scales the widest output's fp32 sums.
     const size_t widest = std::max({H, Q, I});
     const size_t largest = std::max({QKV * H, H * Q, 2 * I * H, H * I});
     const size_t tc = fp8_tensor_cores ? 1 : 0;
+    const size_t sums = fp8_tensor_cores && fp8_needs_sums ? 1 : 0;
     const Item scratch[] = {
         {&fp8_x_codes, tc * T * widest, "FP8 activation codes"},
         {&fp8_x_scales, tc * T * sizeof(float), "FP8 activation scales"},
+        {&fp8_sums, sums * T * std::max({QKV, H, 2 * I}) * sizeof(float), "FP8 GEMM sums"},
         {&dequantized_w, largest * sizeof(bf16), "dequantized weights"},
     };
     for (const Item& it : scratch) {
@@ -348,18 +350,20 @@ Status DeviceModel::Impl::capture_graphs() {
 // block per multiprocessor holding a layer's weight slices.
 Status DeviceModel::Impl::plan_layers_kernel() {
   if (!options.decode_kernel) return Status::ok();
-  if (int4_matrices > 0) {
-    // Its blocks stage bf16 or FP8 weight slices in shared memory; int4's block scales and zeros are not planned.
+  const ModelConfig& c = config;
+  if (int4_matrices > 0 && int4_matrices != 4 * c.num_layers) {
+    // Its slots hold one form of weights for every layer.
     layers_kernel_off_reason =
-        "the one-token persistent kernel reads bf16 or FP8 weights; with int4 weights "
-        "one-token steps run the per-layer GEMV kernels";
+        "the one-token persistent kernel takes int4 weights only when every layer matrix is int4 (" +
+        std::to_string(int4_matrices) + " of " + std::to_string(4 * c.num_layers) +
+        " are); one-token steps run the per-layer GEMV kernels";
     return Status::ok();
   }
-  const ModelConfig& c = config;
   DecodeLayersParams& p = layers_params;
   const int grid = sm_count;
   p.num_layers = static_cast<int>(c.num_layers);
   p.fp8 = fp8;
+  p.int4 = int4_matrices > 0;
   p.hidden = static_cast<int>(c.hidden_size);
   p.q_dim = static_cast<int>(c.q_dim());
   p.qkv_dim = static_cast<int>(qkv_dim());
@@ -388,7 +392,12 @@ Status DeviceModel::Impl::plan_layers_kernel() {
     const Layer& w = layers[l];
     table[l].input_norm = w.input_norm.as<float>();
     table[l].post_norm = w.post_norm.as<float>();
-    if (fp8) {
+    if (p.int4) {
+      table[l].qkv4 = w.qkv.int4();
+      table[l].o4 = w.o.int4();
+      table[l].gate_up4 = w.gate_up.int4();
+      table[l].down4 = w.down.int4();
+    } else if (fp8) {
       table[l].qkv8 = w.qkv.w.as<uint8_t>();
       table[l].o8 = w.o.w.as<uint8_t>();
       table[l].gate_up8 = w.gate_up.w.as<uint8_t>();
@@ -576,6 +585,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
     impl->fp8_tensor_cores = options.fp8_tensor_cores && g.tensor_cores(T, H, impl->qkv_dim(), GemmOut::kBf16) &&
                              g.tensor_cores(T, c.q_dim(), H, GemmOut::kAddF32) &&
                              g.tensor_cores(T, H, 2 * I, GemmOut::kBf16) && g.tensor_cores(T, I, H, GemmOut::kAddF32);
+    impl->fp8_needs_sums = impl->fp8_tensor_cores && (g.needs_sums(T, H, impl->qkv_dim(), GemmOut::kBf16) ||
+                                                      g.needs_sums(T, c.q_dim(), H, GemmOut::kAddF32) ||
+                                                      g.needs_sums(T, H, 2 * I, GemmOut::kBf16) ||
+                                                      g.needs_sums(T, I, H, GemmOut::kAddF32));
   }
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(

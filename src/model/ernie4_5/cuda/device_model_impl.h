@@ -111,12 +111,14 @@ struct DeviceModel::Impl {
   };
   bool fp8 = false;               // options.fp8_weights
   bool fp8_tensor_cores = false;  // FP8 GEMMs on cuBLASLt where it has them (else dequantized to bf16)
+  bool fp8_needs_sums = false;    // ... unscaled, into fp8_sums (Fp8Gemm::needs_sums)
   std::unique_ptr<Fp8Gemm> fp8_gemm;
   // Layer matrices uploaded as int4, and why the first one held in Q4_0 or
   // Q8_0 blocks that was not (uploaded as bf16), if any.
   int64_t int4_matrices = 0;
   std::string int4_declined;
   DeviceBuffer fp8_x_codes, fp8_x_scales;  // Fp8Scratch
+  DeviceBuffer fp8_sums;                   // the unscaled FP8 GEMM's fp32 sums (Fp8Gemm::needs_sums)
   DeviceBuffer dequantized_w;              // the largest FP8 or int4 matrix as bf16, for large steps' GEMM
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
   const bf16* lm_head = nullptr;  // embed or lm_head_own
