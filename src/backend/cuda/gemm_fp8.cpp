@@ -51,8 +51,8 @@ Result<Fp8Gemm::Plan*> Fp8Gemm::plan(int64_t T, int64_t K, int64_t N, GemmOut ou
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (plans_.size() >= 4096) plans_.clear();  // prefill sizes vary; keep the cache bounded
   auto p = std::make_unique<Plan>();
-  TERN_RETURN_IF_ERROR(describe(T, K, N, out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F, true, p.get()));
-  if (!p->ok) {  // no outer-vector scales here: the unscaled GEMM into fp32 sums
+  const Status outer = describe(T, K, N, out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F, true, p.get());
+  if (!outer.is_ok() || !p->ok) {  // no outer-vector scales here: the unscaled GEMM into fp32 sums
     p = std::make_unique<Plan>();
     TERN_RETURN_IF_ERROR(describe(T, K, N, CUDA_R_32F, false, p.get()));
     p->unit_scales = p->ok;
