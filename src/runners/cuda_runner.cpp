@@ -190,6 +190,9 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
   }
   if (!device->int4_declined().empty()) spdlog::info("GPU: {}", device->int4_declined());
   if (!device->layers_kernel_off_reason().empty()) spdlog::info("GPU: {}", device->layers_kernel_off_reason());
+  spdlog::info("GPU: GEMMs at {} row counts shown to cuBLAS in {:.0f} ms (steps of any token count then run on one "
+               "of them)",
+               device->warmed_gemm_rows(), 1000.0 * device->gemm_warmup_seconds());
   return std::unique_ptr<Runner>(new CudaRunner(std::move(device)));
 }
 

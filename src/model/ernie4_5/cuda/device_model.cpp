@@ -4,6 +4,7 @@
 #include "model/ernie4_5/cuda/device_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -458,7 +459,10 @@ Status DeviceModel::Impl::warm_gemms() {
   const int64_t H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim();
   for (DeviceBuffer* b : {&h, &attn, &act, &hlog}) TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->as<void>(), 0, b->bytes(), stream));
   const Layer& w = layers.front();
+  const auto start = std::chrono::steady_clock::now();
+  warmed_gemm_rows = 0;
   for (int64_t rows = 8; rows <= gemm_capacity; rows = gemm_rows(rows + 1)) {
+    ++warmed_gemm_rows;
     TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.qkv, qkv_dim(), qkv.as<void>(), GemmOut::kBf16));
     TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), rows, Q, w.o, H, x.as<void>(), GemmOut::kAddF32));
     TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
@@ -469,6 +473,7 @@ Status DeviceModel::Impl::warm_gemms() {
     }
   }
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  gemm_warmup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return Status::ok();
 }
 
@@ -679,6 +684,8 @@ bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 const std::string& DeviceModel::int4_declined() const { return impl_->int4_declined; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
+int64_t DeviceModel::warmed_gemm_rows() const { return impl_->warmed_gemm_rows; }
+double DeviceModel::gemm_warmup_seconds() const { return impl_->gemm_warmup_seconds; }
 DecodeKernelTimeline DeviceModel::decode_kernel_timeline() const {
   const Impl& m = *impl_;
   DecodeKernelTimeline out;

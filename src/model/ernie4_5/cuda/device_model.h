@@ -193,6 +193,10 @@ class DeviceModel {
   int64_t int4_matrices() const;
   const std::string& int4_declined() const;
   const std::string& layers_kernel_off_reason() const;
+  // The GEMM row counts shown to cuBLAS at start-up (every bucket up to the
+  // step's capacity, device_model_impl.h's gemm_rows) and the time it took.
+  int64_t warmed_gemm_rows() const;
+  double gemm_warmup_seconds() const;
   // With TERN_DECODE_TIMELINE set at creation: the last one-token step's
   // clocks in the decode kernel, else empty.
   DecodeKernelTimeline decode_kernel_timeline() const;

@@ -140,6 +140,8 @@ struct DeviceModel::Impl {
   // head's gemm_rows(max_logit_rows) (head_capacity).
   static int64_t gemm_rows(int64_t num_tokens);
   int64_t gemm_capacity = 0, head_capacity = 0;
+  int64_t warmed_gemm_rows = 0;
+  double gemm_warmup_seconds = 0;
   int64_t free_at_start = 0;  // GPU memory free before tern allocated anything
   DeviceBuffer x, h, qkv, attn, gate_up, act, partial_out, partial_ml, split_counters, hlog, logits, picks;
 
