@@ -511,7 +511,7 @@ __device__ bool draw_if_kept(const float* x, const Slice& sl, const SampleRow& r
 
 // One row per cluster of `blocks` blocks (1 without clusters), each block a slice of the row.
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t vocab, const SampleRow* rows,
-                                                          const LogitOp* ops, uint64_t* keys) {
+                                                          const LogitOp* ops, uint64_t* keys, bool cuts_first) {
   __shared__ Shared s;
   const Cluster cl{};
   const unsigned blocks = cl.size(), rank = cl.rank();
@@ -596,7 +596,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
 
   // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw;
   // with top-p and no top-k, first the draw without the cuts, kept when top-p and min-p keep it.
-  if (r.top_p < 1.0f && !(r.top_k > 0 && r.top_k < num_finite) && draw_if_kept(x, sl, r, w, keys, s, cl)) return;
+  if (!cuts_first && r.top_p < 1.0f && !(r.top_k > 0 && r.top_k < num_finite) && draw_if_kept(x, sl, r, w, keys, s, cl)) {
+    return;
+  }
   uint64_t cut = 0;
   if (binned_cut(x, vocab, sl, r, w, num_finite, s, cl, cut)) {
     draw(x, sl, r, w, cut, best, keys, s, cl);
@@ -621,7 +623,7 @@ int blocks_per_row(int64_t num_rows) {
 }  // namespace
 
 cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int64_t num_rows, const LogitOp* ops,
-                        uint64_t* keys, cudaStream_t stream) {
+                        uint64_t* keys, cudaStream_t stream, bool cuts_first) {
   if (num_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT32_MAX) return cudaErrorInvalidValue;
   const int blocks = blocks_per_row(num_rows);
@@ -637,11 +639,13 @@ cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys) == cudaSuccess) return cudaSuccess;
+    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys, cuts_first) == cudaSuccess) {
+      return cudaSuccess;
+    }
     (void)cudaGetLastError();  // no room for such clusters: one block per row
   }
   return launch_kernel(sample_kernel, dim3(static_cast<unsigned int>(num_rows)), dim3(kThreads), 0, stream, false,
-                       logits, vocab, rows, ops, keys);
+                       logits, vocab, rows, ops, keys, cuts_first);
 }
 
 }  // namespace tern::cuda
