@@ -1030,7 +1030,7 @@ struct SampleCase {
 // Draws `draws` tokens from copies of one row of logits under distinct keys,
 // per_launch rows a launch (a few rows a launch run as clusters on sm_90).
 std::vector<int32_t> device_draws(const std::vector<float>& row, const SampleCase& sc, int draws, uint64_t seed,
-                                  int per_launch = 0) {
+                                  int per_launch = 0, bool cuts_first = false) {
   const auto V = static_cast<int64_t>(row.size());
   std::vector<float> logits;
   std::vector<cuda::SampleRow> rows;
@@ -1053,7 +1053,7 @@ std::vector<int32_t> device_draws(const std::vector<float>& row, const SampleCas
   const int step = per_launch > 0 ? per_launch : draws;
   for (int first = 0; first < draws; first += step) {
     EXPECT_EQ(cuda::sample_rows(d_logits.get(), V, d_rows.get() + first, std::min(step, draws - first), d_ops.get(),
-                                d_keys.get(), nullptr),
+                                d_keys.get(), nullptr, cuts_first),
               cudaSuccess);
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -1122,6 +1122,37 @@ TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
       // One row a launch (a cluster of 8 on sm_90) draws the same tokens.
       const std::vector<int32_t> alone = device_draws(row, sc, 32, seed - 1, 1);
       EXPECT_EQ(alone, std::vector<int32_t>(got.begin(), got.begin() + 32)) << what << ", one row a launch";
+    }
+  }
+}
+
+// Top-p rows without a top-k cut try the draw over every finite logit
+// first and keep it when the cuts would (draw_if_kept): the tokens equal
+// those of cutting first, whether the draw is kept (a wide top-p) or not (a
+// narrow one), with min-p, over a small row with ties, a full-size random
+// vocabulary and a peaked one, a row at a time (clusters) and many.
+TEST(CudaKernels, SampleRowsDrawWithoutCutsGivesTheCutsTokens) {
+  std::mt19937 rng(14);
+  std::vector<float> small = test::random_f32(rng, 48, -3, 3);
+  small[5] = small[9] = small[20] = 2.5f;
+  small[40] = -INFINITY;
+  std::vector<float> full = test::random_f32(rng, 103424, -8, 8);
+  std::vector<float> peaked = test::random_f32(rng, 103424, -12, 2);
+  for (int i = 0; i < 30; ++i) peaked[static_cast<size_t>(7 + 3001 * i)] = 6.0f + 0.2f * static_cast<float>(i % 7);
+  const SampleCase cases[] = {{0.8f, 0, 0.8f, 0.0f}, {1.0f, 0, 0.95f, 0.0f}, {1.0f, 0, 0.1f, 0.0f},
+                              {0.7f, 0, 0.5f, 0.05f}, {1.3f, 0, 0.9f, 0.3f}};
+  uint64_t seed = 400;
+  for (const std::vector<float>* row : {&small, &full, &peaked}) {
+    for (const SampleCase& sc : cases) {
+      const std::string what = "vocab " + std::to_string(row->size()) + " T " + std::to_string(sc.temperature) +
+                               " top_p " + std::to_string(sc.top_p) + " min_p " + std::to_string(sc.min_p);
+      const int draws = 256;
+      const std::vector<int32_t> fast = device_draws(*row, sc, draws, seed, 0, false);
+      const std::vector<int32_t> cuts = device_draws(*row, sc, draws, seed, 0, true);
+      EXPECT_EQ(fast, cuts) << what;
+      EXPECT_EQ(device_draws(*row, sc, 16, seed, 1, false), std::vector<int32_t>(cuts.begin(), cuts.begin() + 16))
+          << what << ", one row a launch";
+      ++seed;
     }
   }
 }

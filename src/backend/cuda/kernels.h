@@ -256,8 +256,11 @@ struct SampleRow {
   uint64_t key = 0;       // the draw's random key
   int32_t greedy = 0;     // nonzero: the argmax after the ops
 };
+// cuts_first: always cut first, never the draw without the cuts that
+// top-p rows try first (sample.cu, draw_if_kept; the same tokens either way,
+// which the kernel tests check with it).
 cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int64_t num_rows, const LogitOp* ops,
-                        uint64_t* keys, cudaStream_t stream);
+                        uint64_t* keys, cudaStream_t stream, bool cuts_first = false);
 
 // All decoder layers of a one-token step in one cooperative launch of
 // `grid` blocks (one per multiprocessor), decode_kernel.cu says how: from

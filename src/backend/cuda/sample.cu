@@ -436,9 +436,82 @@ __device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const 
   cl.sync();  // block 0 has read the others' before any leaves
 }
 
+// A sum of fixed-point masses over the cluster, every thread's `mass` in:
+// the block's total through shared memory, then thread 0 of each block
+// adds up the cluster's into *out (read after the cluster sync that ends
+// this; a second one before return keeps each block's total until all
+// have read it).
+__device__ void cluster_mass_sum(unsigned long long mass, unsigned long long* out, Shared& s, const Cluster& cl) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, offset);
+  if (threadIdx.x == 0) s.block_mass = 0;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0 && mass != 0) atomicAdd(&s.block_mass, mass);
+  cl.sync();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (unsigned q = 0; q < cl.size(); ++q) total += cl.at(&s, q)->block_mass;
+    *out = total;
+  }
+  cl.sync();
+}
+
+// The draw without the cuts, when no top-k cut applies: draw() takes the
+// largest score over the kept entries, so when c, the largest over every
+// finite entry, is itself kept, it is draw()'s answer: the same token,
+// found without the bins, the gather and sort of the cut bin. c is kept
+// when its weight passes min-p and the mass of the entries before it in the
+// host's order (larger logits, lower ids on ties; pick_key) is below top-p's
+// target, ceil(top_p * the finite entries' mass), for then the cut (the
+// first entry at which the running mass reaches the target) is c or after
+// it. Two passes: c and the total mass, then the mass before c. Returns true
+// once block 0 has written c's key; false, alike in every block of the
+// cluster, when c is not kept (the draw then lands outside the nucleus,
+// about 1 - top_p of the time) and the caller cuts and draws.
+__device__ bool draw_if_kept(const float* x, const Slice& sl, const SampleRow& r, const Weights& w, uint64_t* keys,
+                             Shared& s, const Cluster& cl) {
+  uint64_t top = 0;
+  unsigned long long mass = 0;
+  for_each_logit(x, sl, [&](float v, int64_t i) {
+    if (!finite_logit(v)) return;
+    mass += w.mass(v);
+    const uint64_t k = pick_key((v - w.m) * w.inv_t + gumbel(r.key, i), i);
+    top = k > top ? k : top;
+  });
+  __syncthreads();  // every thread has read the row's s.best (sample_kernel) before it is reset
+  if (threadIdx.x == 0) s.best = 0;
+  __syncthreads();
+  top = block_max_u64(top, &s.best);
+  if (threadIdx.x == 0) s.block_top = top;
+  cluster_mass_sum(mass, &s.all_mass, s, cl);  // its first cluster sync also publishes block_top
+  if (threadIdx.x == 0) {
+    uint64_t all = 0;
+    for (unsigned q = 0; q < cl.size(); ++q) {
+      const unsigned long long other = cl.at(&s, q)->block_top;
+      all = other > all ? other : all;
+    }
+    s.all_top = all;
+  }
+  cl.sync();  // every block has read the others' block_top
+  const auto c = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(s.all_top & 0xffffffffu));
+  const float xc = x[c];
+  if (r.min_p > 0.0f && !(w.weight(xc) >= r.min_p)) return false;
+  const uint64_t c_key = pick_key(xc, c);
+  unsigned long long before = 0;
+  for_each_logit(x, sl, [&](float v, int64_t i) {
+    if (finite_logit(v) && pick_key(v, i) > c_key) before += w.mass(v);
+  });
+  cluster_mass_sum(before, &s.all_before, s, cl);
+  const auto target =
+      static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(s.all_mass)));
+  if (s.all_before >= (target > 0 ? target : 1)) return false;
+  if (threadIdx.x == 0 && cl.rank() == 0) keys[r.pick] = c_key;
+  return true;
+}
+
 // One row per cluster of `blocks` blocks (1 without clusters), each block a slice of the row.
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t vocab, const SampleRow* rows,
-                                                          const LogitOp* ops, uint64_t* keys) {
+                                                          const LogitOp* ops, uint64_t* keys, bool cuts_first) {
   __shared__ Shared s;
   const Cluster cl{};
   const unsigned blocks = cl.size(), rank = cl.rank();
@@ -521,7 +594,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   const float span = fminf((m - key_value(s.min_key)) * inv_t, kMaxSpan);
   const Weights w{m, inv_t, span > 0.0f ? (static_cast<float>(kBins) - 1.5f) / span : 1.0f};
 
-  // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw.
+  // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw;
+  // with top-p and no top-k, first the draw without the cuts, kept when top-p and min-p keep it.
+  if (!cuts_first && r.top_p < 1.0f && !(r.top_k > 0 && r.top_k < num_finite) && draw_if_kept(x, sl, r, w, keys, s, cl)) {
+    return;
+  }
   uint64_t cut = 0;
   if (binned_cut(x, vocab, sl, r, w, num_finite, s, cl, cut)) {
     draw(x, sl, r, w, cut, best, keys, s, cl);
@@ -546,7 +623,7 @@ int blocks_per_row(int64_t num_rows) {
 }  // namespace
 
 cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int64_t num_rows, const LogitOp* ops,
-                        uint64_t* keys, cudaStream_t stream) {
+                        uint64_t* keys, cudaStream_t stream, bool cuts_first) {
   if (num_rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab >= INT32_MAX) return cudaErrorInvalidValue;
   const int blocks = blocks_per_row(num_rows);
@@ -562,11 +639,13 @@ cudaError_t sample_rows(float* logits, int64_t vocab, const SampleRow* rows, int
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys) == cudaSuccess) return cudaSuccess;
+    if (cudaLaunchKernelEx(&config, sample_kernel, logits, vocab, rows, ops, keys, cuts_first) == cudaSuccess) {
+      return cudaSuccess;
+    }
     (void)cudaGetLastError();  // no room for such clusters: one block per row
   }
   return launch_kernel(sample_kernel, dim3(static_cast<unsigned int>(num_rows)), dim3(kThreads), 0, stream, false,
-                       logits, vocab, rows, ops, keys);
+                       logits, vocab, rows, ops, keys, cuts_first);
 }
 
 }  // namespace tern::cuda

@@ -156,6 +156,10 @@ struct Shared {
   long long k_need;
   unsigned long long p_need;
   unsigned long long cut;  // the last kept entry's argmax key; 0: none yet
+  // The unrestricted draw (draw_if_kept): this block's mass sum, read by the
+  // cluster's other blocks; the cluster's draw, total mass and mass before it.
+  unsigned long long block_mass;
+  unsigned long long all_top, all_mass, all_before;
 };
 
 __device__ __forceinline__ uint64_t block_max_u64(uint64_t v, unsigned long long* slot) {
