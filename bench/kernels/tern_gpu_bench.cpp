@@ -15,7 +15,7 @@
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
 // fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
 // dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
-// offers them), fp8-nokernel (FP8, no persistent kernel), int4 (the model
+// offers them, the server's default), fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
 // weights), int4-nokernel (int4, no persistent kernel). With
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
     if (config == "norope") o.rope_in_attention = false;  // decode steps' RoPE and KV write in rope_store_kv
     if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
-    if (config == "fp8-tc") o.fp8_tensor_cores = true;
+    o.fp8_tensor_cores = config == "fp8-tc";  // fp8 and fp8-nokernel: the dequantized form
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below

@@ -91,12 +91,12 @@ struct DeviceModelOptions : RunnerOptions {
   // kernel more per layer. Bit-identical either way.
   bool rope_in_attention = true;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
-  // cuBLASLt (activations quantized per token, outer-vector scales) where
-  // cuBLASLt offers them; off, or where it does not: the layer's weights
-  // dequantized to bf16 and the bf16 GEMM (gemm_fp8.h). Off by default:
-  // cuBLASLt 13.0 offers no such GEMM on sm_90 (measured on an H200), so
-  // the tensor-core form has not run on hardware here.
-  bool fp8_tensor_cores = false;
+  // cuBLASLt (activations quantized per token; the scales applied by
+  // cuBLASLt's outer-vector scales or, where it has none, as sm_90's
+  // cuBLASLt 13.0, after its unscaled GEMM) where cuBLASLt offers them; off,
+  // or where it does not: the layer's weights dequantized to bf16 and the
+  // bf16 GEMM (gemm_fp8.h).
+  bool fp8_tensor_cores = true;
   int device = 0;
 };
 
