@@ -91,10 +91,9 @@ template <int R, int H>
       for (int r = 0; r < R; ++r) acc[h * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[h * R + r]);
     }
   }
-  alignas(16) float sums[R * H];
-  for (int i = 0; i < R * H; i += 4) _mm_store_ps(sums + i, _mm_mul_ps(hsum4(acc + i), _mm_set1_ps(scale)));
-  for (int h = 0; h < H; ++h) {
-    for (int r = 0; r < R; ++r) ps[h][j0 + r] = sums[h * R + r];
+  // Accumulators i .. i + 3 are one vector's scores of 4 consecutive rows (R is 4 or 8).
+  for (int i = 0; i < R * H; i += 4) {
+    _mm_storeu_ps(ps[i / R] + j0 + i % R, _mm_mul_ps(hsum4(acc + i), _mm_set1_ps(scale)));
   }
 }
 
@@ -444,13 +443,8 @@ template <int G>
       lo[r] = _mm512_castps512_ps256(acc[p][r]);
       hi[r] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][r]), 1));
     }
-    alignas(16) float a[R], b[R];
-    _mm_store_ps(a, _mm_mul_ps(hsum4(lo), sc));
-    _mm_store_ps(b, _mm_mul_ps(hsum4(hi), sc));
-    for (int r = 0; r < R; ++r) {
-      ps[2 * p][j0 + r] = a[r];
-      ps[2 * p + 1][j0 + r] = b[r];
-    }
+    _mm_storeu_ps(ps[2 * p] + j0, _mm_mul_ps(hsum4(lo), sc));
+    _mm_storeu_ps(ps[2 * p + 1] + j0, _mm_mul_ps(hsum4(hi), sc));
   }
 }
 
