@@ -4,7 +4,9 @@
 // tile, not once per token), attended by AVX2+FMA code (compiled for that ISA
 // in the region below, entered only after checking the CPU). Scores: a block
 // of K rows stays in L1 while every query vector of the tile (tokens x heads
-// of the group) passes over it; softmax: a vectorized exp (degree-7
+// of the group) passes over it (six vectors at a time, two 8-lane dot
+// products per 512-bit register, where the CPU has AVX-512: the same bits);
+// softmax: a vectorized exp (degree-7
 // polynomial after reduction by ln 2, within a few ulp of expf); P V: for
 // each token of the tile in turn, each stopping at its own causal length,
 // three 8-float slices of four heads' outputs in registers while a block of
@@ -267,6 +269,12 @@ void block_rows(const KvRowTable& t, int64_t j0, int64_t j1, int64_t kv_offset, 
   }
 }
 
+// qk_pairs (where the CPU has AVX-512): the scores of six vectors at a
+// time, their slices interleaved by pairs in `pairs` (attend_tile_avx2
+// fills it), with the bits of qk_block's.
+using QkPairsFn = void (*)(const TileVectors& t, int64_t u, const float* const* krows, int64_t j0, float scale,
+                           const float* pairs);
+
 // One unit: tokens 0..n-1 of a query tile (q and out rows `stride` floats
 // apart, `group` query heads of head_dim floats each from there), token i
 // attending to K/V rows 0..lens[i]-1 at kv_offset. head_dim is a multiple of
@@ -275,13 +283,8 @@ void block_rows(const KvRowTable& t, int64_t j0, int64_t j1, int64_t kv_offset, 
 // score is one fixed multiply-add chain, each softmax runs over its own row
 // and each P V accumulator takes its rows in order, so a token has the same
 // bits in a tile as alone. `wide` holds kValueBlock * head_dim floats for a
-// bf16 table's widened rows (block_rows); unused for fp32 tables.
-// qk_pairs (where the CPU has AVX-512): the scores of six vectors at a
-// time, their slices interleaved by pairs in `pairs` (attend_tile_avx2
-// fills it), with the bits of qk_block's.
-using QkPairsFn = void (*)(const TileVectors& t, int64_t u, const float* const* krows, int64_t j0, float scale,
-                           const float* pairs);
-
+// bf16 table's widened rows (block_rows); unused for fp32 tables. `pairs`
+// holds n * group * head_dim floats for qk_pairs (nullptr: AVX2 alone).
 void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* lens, const KvRowTable& k,
                       const KvRowTable& v, int64_t kv_offset, int64_t group, int64_t head_dim, float scale,
                       float* probs, float* out, PvFn pv, float* wide, QkPairsFn qk_pairs, float* pairs) {
