@@ -71,9 +71,9 @@ int run_bench_pp_tg(const BenchOptions& o) {
     std::fprintf(stderr, "tern bench pp-tg: need -p >= 0, -n >= 0, not both 0, and -r >= 1\n");
     return 1;
   }
-  if (o.engine.device == "cuda") {
+  if (o.engine.device == "cuda" || o.engine.device == "null") {
     std::fprintf(stderr, "tern bench pp-tg: runs the CPU forward only (--device cpu); "
-                         "on the GPU use bench offline / conc\n");
+                         "on the GPU, or with --device null, use bench offline / conc\n");
     return 1;
   }
   if (o.engine.kv_cache_dtype != "auto") {

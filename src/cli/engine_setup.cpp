@@ -42,8 +42,11 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
                  "back), optimized (the same kernels with fp32 activations: about half the bf16 prefill rate, "
                  "logits within 1e-4 of the reference) or reference (plain loops, the oracle)")
       ->check(CLI::IsMember({"auto", "optimized", "fast", "reference"}))->capture_default_str()->envname("TERN_CPU_KERNELS");
-  cmd.add_option("--device", o.device, "auto (cuda when this build has CUDA and a GPU is present), cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str()->envname("TERN_DEVICE");
+  cmd.add_option("--device", o.device,
+                 "auto (cuda when this build has CUDA and a GPU is present), cuda, cpu, or null: no model runs and "
+                 "every step picks one fixed token at once, to measure what the server and the engine cost "
+                 "themselves (HTTP, scheduling, detokenization, streaming)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu", "null"}))->capture_default_str()->envname("TERN_DEVICE");
 }
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
@@ -80,6 +83,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                "CUDA: run all layers of a one-token step (a single stream's decode) as one persistent kernel "
                "where the GPU and model shapes allow (default on); off: a few kernels per layer")
       ->envname("TERN_DECODE_KERNEL");
+  cmd.add_option("--null-step-us", o.run.null_step_us,
+                 "With --device null: each step takes this many microseconds (slept, as a GPU step's wait), so "
+                 "each stream gets one token an event as from a device with that step time (default 0: at once)")
+      ->check(CLI::Range(int64_t{0}, int64_t{10000000}))->capture_default_str()->envname("TERN_NULL_STEP_US");
   cmd.add_option("--max-logprobs", o.max_logprobs,
                  "Most logprobs (top_logprobs, prompt_logprobs, TGI's top_n_tokens) a request may ask for "
                  "(400 beyond)")

@@ -224,7 +224,9 @@ int run_perplexity(const PerplexityOptions& o) {
   configure_logging(LogFormat::kText, o.log_level);
   if (o.kl_divergence && o.kl_base.empty()) return fail(invalid_argument("--kl-divergence needs --kl-divergence-base"));
   if (!o.kl_divergence && o.file.empty()) return fail(invalid_argument("--file is required (the text to score)"));
-  if (o.engine.device == "cuda") return fail(unsupported("runs the CPU forward only (--device cpu)"));
+  if (o.engine.device == "cuda" || o.engine.device == "null") {
+    return fail(unsupported("runs the CPU forward only (--device cpu)"));
+  }
   auto kv_dtype = parse_kv_cache_dtype(o.engine.kv_cache_dtype);
   if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.engine.cpu_kernels);

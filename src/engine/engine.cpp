@@ -50,8 +50,8 @@ Status Engine::validate(const Request& r) const {
   if (r.n < 1 || r.n > 128) return invalid_argument("n must be in [1, 128], got " + std::to_string(r.n));
   TERN_RETURN_IF_ERROR(r.params.validate(runner_->vocab_size(), config_.max_logprobs));
   if (r.params.prompt_logprobs && !runner_->scores_prompts()) {
-    return invalid_argument("prompt_logprobs (and echo with logprobs) are computed on the CPU runner only; "
-                       "this server runs on the GPU");
+    return invalid_argument("prompt_logprobs (and echo with logprobs) are computed on the CPU runner only "
+                            "(--device cpu); this server's runner does not score prompts");
   }
   int64_t most = std::min(config_.max_model_len, len + r.params.max_tokens);
   int64_t blocks = (most + runner_->block_size() - 1) / runner_->block_size();

@@ -34,6 +34,9 @@ struct RunnerOptions {
   // fp32 scale per output row (backend/cpu/fp8_quant.h); the embedding and
   // the LM head stay bf16. --quantization fp8.
   bool fp8_weights = false;
+  // --device null: how long each step takes (microseconds, slept), so that
+  // streams get one token an event as from a device with that step time.
+  int64_t null_step_us = 0;
 };
 
 }  // namespace tern

@@ -16,6 +16,7 @@
 #include "engine/runner.h"
 #include "runners/cpu_runner.h"
 #include "runners/cuda_runner.h"
+#include "runners/null_runner.h"
 #include "setup/model_source.h"
 
 namespace tern {
@@ -157,6 +158,32 @@ std::string LoadedEngine::CpuCompute::describe() const {
   return std::to_string(threads) + (threads == 1 ? " thread, " : " threads, ") + kernels + " kernels (" + what + ")";
 }
 
+namespace {
+
+// --device null's runner: as many blocks as the CPU pool would hold, and
+// every token the first of " the" (a plain text piece in any vocabulary
+// that has it; else the first id that is not special).
+Result<std::unique_ptr<Runner>> make_null_runner(const Ernie45Model& model, const Tokenizer& tokenizer,
+                                                 const RunnerOptions& run) {
+  const ModelConfig& c = model.config();
+  const int64_t per_block = PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), run.block_size, run.kv_cache_dtype);
+  const int64_t blocks = run.kv_cache_bytes / per_block;
+  if (blocks < 1) return resource_exhausted("the KV cache budget holds no block; raise --kv-cache-memory");
+  int32_t token = -1;
+  const std::vector<int32_t> ids = tokenizer.encode(" the", false);
+  if (!ids.empty() && ids.front() >= 0 && ids.front() < c.vocab_size) token = ids.front();
+  for (int32_t id = 0; token < 0 && id < c.vocab_size; ++id) {
+    if (!tokenizer.is_special(id)) token = id;
+  }
+  if (token < 0) return invalid_argument("--device null: the vocabulary has no token that is not special");
+  spdlog::info("--device null: no model runs; every step picks token {} after {} us ({} KV blocks planned, none "
+               "held)",
+               token, run.null_step_us, blocks);
+  return std::unique_ptr<Runner>(new NullRunner(c.vocab_size, blocks, run.block_size, token, run.null_step_us));
+}
+
+}  // namespace
+
 Result<LoadedEngine> load_engine(const EngineOptions& o) {
   auto start = std::chrono::steady_clock::now();
   LoadedEngine le;
@@ -235,9 +262,12 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
   TERN_RETURN_IF_ERROR(apply_quantization(*le.model, source.path, o.quantization, device, run));
+  if (run.null_step_us > 0 && device != "null") return invalid_argument("--null-step-us is for --device null");
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));
+  } else if (device == "null") {
+    TERN_ASSIGN_OR_RETURN(runner, make_null_runner(*le.model, *le.tokenizer, run));
   } else {
     TERN_ASSIGN_OR_RETURN(runner, CpuRunner::create(*le.model, run));
     // Only this runner reads the model now: --quantization's rows in memory go where packed copies serve.

@@ -4,7 +4,9 @@
 // tile, not once per token), attended by AVX2+FMA code (compiled for that ISA
 // in the region below, entered only after checking the CPU). Scores: a block
 // of K rows stays in L1 while every query vector of the tile (tokens x heads
-// of the group) passes over it; softmax: a vectorized exp (degree-7
+// of the group) passes over it (six vectors at a time, two 8-lane dot
+// products per 512-bit register, where the CPU has AVX-512: the same bits);
+// softmax: a vectorized exp (degree-7
 // polynomial after reduction by ln 2, within a few ulp of expf); P V: for
 // each token of the tile in turn, each stopping at its own causal length,
 // three 8-float slices of four heads' outputs in registers while a block of
@@ -91,10 +93,9 @@ template <int R, int H>
       for (int r = 0; r < R; ++r) acc[h * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[h * R + r]);
     }
   }
-  alignas(16) float sums[R * H];
-  for (int i = 0; i < R * H; i += 4) _mm_store_ps(sums + i, _mm_mul_ps(hsum4(acc + i), _mm_set1_ps(scale)));
-  for (int h = 0; h < H; ++h) {
-    for (int r = 0; r < R; ++r) ps[h][j0 + r] = sums[h * R + r];
+  // Accumulators i .. i + 3 are one vector's scores of 4 consecutive rows (R is 4 or 8).
+  for (int i = 0; i < R * H; i += 4) {
+    _mm_storeu_ps(ps[i / R] + j0 + i % R, _mm_mul_ps(hsum4(acc + i), _mm_set1_ps(scale)));
   }
 }
 
@@ -268,6 +269,12 @@ void block_rows(const KvRowTable& t, int64_t j0, int64_t j1, int64_t kv_offset, 
   }
 }
 
+// qk_pairs (where the CPU has AVX-512): the scores of six vectors at a
+// time, their slices interleaved by pairs in `pairs` (attend_tile_avx2
+// fills it), with the bits of qk_block's.
+using QkPairsFn = void (*)(const TileVectors& t, int64_t u, const float* const* krows, int64_t j0, float scale,
+                           const float* pairs);
+
 // One unit: tokens 0..n-1 of a query tile (q and out rows `stride` floats
 // apart, `group` query heads of head_dim floats each from there), token i
 // attending to K/V rows 0..lens[i]-1 at kv_offset. head_dim is a multiple of
@@ -276,18 +283,34 @@ void block_rows(const KvRowTable& t, int64_t j0, int64_t j1, int64_t kv_offset, 
 // score is one fixed multiply-add chain, each softmax runs over its own row
 // and each P V accumulator takes its rows in order, so a token has the same
 // bits in a tile as alone. `wide` holds kValueBlock * head_dim floats for a
-// bf16 table's widened rows (block_rows); unused for fp32 tables.
+// bf16 table's widened rows (block_rows); unused for fp32 tables. `pairs`
+// holds n * group * head_dim floats for qk_pairs (nullptr: AVX2 alone).
 void attend_tile_avx2(const float* q, int64_t stride, int64_t n, const int64_t* lens, const KvRowTable& k,
                       const KvRowTable& v, int64_t kv_offset, int64_t group, int64_t head_dim, float scale,
-                      float* probs, float* out, PvFn pv, float* wide) {
+                      float* probs, float* out, PvFn pv, float* wide, QkPairsFn qk_pairs, float* pairs) {
   const int64_t max_len = *std::max_element(lens, lens + n);
   const TileVectors t{q, stride, group, head_dim, lens, probs, max_len};
   const int64_t vecs = n * group;
+  // For qk_pairs: vectors 6s .. 6s + 5 as three pairs, each pair's 8 floats
+  // of d then its second vector's, 16 floats per 8 dims.
+  const int64_t paired = qk_pairs != nullptr ? vecs / 6 * 6 : 0;
+  for (int64_t u = 0; u < paired; u += 2) {
+    float* dst = pairs + u * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      _mm256_storeu_ps(dst + 2 * d, _mm256_loadu_ps(t.query(u) + d));
+      _mm256_storeu_ps(dst + 2 * d + 8, _mm256_loadu_ps(t.query(u + 1) + d));
+    }
+  }
   // Row addresses once per block (KvRowTable::row divides by the block size).
   const float* rows[std::max(kKeyBlock, kValueBlock)];
   for (int64_t j0 = 0; j0 < max_len; j0 += kKeyBlock) {
     block_rows(k, j0, std::min(j0 + kKeyBlock, max_len), kv_offset, head_dim, wide, rows);
     for (int64_t u = 0; u < vecs;) {
+      if (u < paired) {
+        qk_pairs(t, u, rows, j0, scale, pairs + u * head_dim);
+        u += 6;
+        continue;
+      }
       const int64_t h = std::min<int64_t>(3, vecs - u);
       h == 3   ? qk_block<4, 3>(t, u, rows, j0, scale)
       : h == 2 ? qk_block<4, 2>(t, u, rows, j0, scale)
@@ -390,6 +413,61 @@ template <int G>
   }
 }
 
+// Scores of 4 K rows against three pairs of query vectors (pairs: see
+// attend_tile_avx2), each accumulator a pair's two 8-lane chains for one
+// row (the row's 8 floats of d broadcast to both halves): lane i of each
+// half takes q[d + i] k[d + i] over d in order, as qk_tile's, and the halves
+// are summed by hsum4 as qk_tile's are, so every score has qk_tile's bits
+// with half the multiply-add instructions.
+[[gnu::always_inline]] inline void qk_tile_pairs(const float* pairs, float* const (&ps)[6], const float* const* kr,
+                                                 int64_t head_dim, int64_t j0, float scale) {
+  constexpr int R = 4;
+  __m512 acc[3][R];
+  for (auto& a : acc) {
+    for (auto& r : a) r = _mm512_setzero_ps();
+  }
+  for (int64_t d = 0; d < head_dim; d += 8) {
+    __m512 kv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      kv[r] = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(kr[r] + d))));
+    }
+#pragma GCC unroll 3
+    for (int p = 0; p < 3; ++p) {
+      const __m512 qv = _mm512_loadu_ps(pairs + (p * head_dim + d) * 2);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[p][r] = _mm512_fmadd_ps(qv, kv[r], acc[p][r]);
+    }
+  }
+  const __m128 sc = _mm_set1_ps(scale);
+  for (int p = 0; p < 3; ++p) {
+    __m256 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm512_castps512_ps256(acc[p][r]);
+      hi[r] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][r]), 1));
+    }
+    _mm_storeu_ps(ps[2 * p] + j0, _mm_mul_ps(hsum4(lo), sc));
+    _mm_storeu_ps(ps[2 * p + 1] + j0, _mm_mul_ps(hsum4(hi), sc));
+  }
+}
+
+// qk_block for six vectors (QkPairsFn): tiles of 4 rows, then one row at a time.
+void qk_pairs_avx512(const TileVectors& t, int64_t u, const float* const* krows, int64_t j0, float scale,
+                     const float* pairs) {
+  float* ps[6];
+  int64_t len = 0;
+  for (int h = 0; h < 6; ++h) {
+    ps[h] = t.scores(u + h);
+    len = std::max(len, t.len(u + h));
+  }
+  const int64_t j1 = std::min(j0 + kKeyBlock, len);
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) qk_tile_pairs(pairs, ps, krows + (j - j0), t.head_dim, j, scale);
+  for (; j < j1; ++j) {
+    for (int h = 0; h < 6; ++h) ps[h][j] = qk_one(t.query(u + h), krows[j - j0], t.head_dim, scale);
+  }
+}
+
 void pv_avx512(const float* probs, int64_t stride, const float* const* vr, int64_t rows, int64_t head_dim,
                int64_t heads, bool first, float* out) {
   int64_t d = 0;
@@ -428,6 +506,11 @@ std::vector<float>& thread_kv_rows() {
 std::vector<float>& thread_wide_rows() {
   thread_local std::vector<float> rows;
   return rows;
+}
+
+std::vector<float>& thread_query_pairs() {
+  thread_local std::vector<float> pairs;
+  return pairs;
 }
 
 // Most bytes of dequantized K and V one unit may take per thread; longer
@@ -484,10 +567,13 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
     return;
   }
   const int64_t parts = pool.num_threads() * ThreadPool::kChunksPerThread;
-  // P V on AVX-512 where the CPU has it (the same bits as AVX2). The scores
-  // stay on AVX2: 16-lane score sums measured slower (their lane sums take a
-  // larger share of a 128-float dot product).
-  const PvFn pv = std::min(max_isa, best_cpu_isa()) >= CpuIsa::kAvx512 ? pv_avx512 : pv_avx2;
+  // P V and the scores on AVX-512 where the CPU has it (the same bits as
+  // AVX2). The scores keep 8-lane sums, two dot products a register: 16-lane
+  // sums measured slower (their lane sums take a larger share of a 128-float
+  // dot product) and have other bits.
+  const bool avx512 = std::min(max_isa, best_cpu_isa()) >= CpuIsa::kAvx512;
+  const PvFn pv = avx512 ? pv_avx512 : pv_avx2;
+  const QkPairsFn qk_pairs = avx512 ? qk_pairs_avx512 : nullptr;
   pool.parallel_for(parts, 1, [&](int64_t part_begin, int64_t part_end) {
     std::vector<float>& probs = thread_probs();
     if (probs.size() < static_cast<size_t>(kQueryTile * group * max_len)) {
@@ -500,6 +586,10 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
     std::vector<float>& wide_rows = thread_wide_rows();
     if (bf16 && wide_rows.size() < static_cast<size_t>(kValueBlock * head_dim)) {
       wide_rows.resize(static_cast<size_t>(kValueBlock * head_dim));
+    }
+    std::vector<float>& pairs = thread_query_pairs();
+    if (qk_pairs != nullptr && pairs.size() < static_cast<size_t>(kQueryTile * group * head_dim)) {
+      pairs.resize(static_cast<size_t>(kQueryTile * group * head_dim));
     }
     int64_t cost_before = 0;
     for (const AttentionSequence& seq : seqs) {
@@ -526,11 +616,11 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
             const float* v_block[1] = {v_rows};
             const KvRowTable k{k_block, tile_len, head_dim, {}, 1.0f, {}}, v{v_block, tile_len, head_dim, {}, 1.0f, {}};
             attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, k, v, 0, group, head_dim, scale, probs.data(),
-                             out + r * q_dim + offset, pv, nullptr);
+                             out + r * q_dim + offset, pv, nullptr, qk_pairs, pairs.data());
             continue;
           }
           attend_tile_avx2(q + r * q_dim + offset, q_dim, n, lens, seq.k, seq.v, kvh * head_dim, group, head_dim, scale,
-                           probs.data(), out + r * q_dim + offset, pv, wide_rows.data());
+                           probs.data(), out + r * q_dim + offset, pv, wide_rows.data(), qk_pairs, pairs.data());
         }
       }
     }

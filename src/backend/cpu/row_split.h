@@ -29,20 +29,26 @@ void split_rows(ThreadPool& pool, int64_t rows, int64_t cols, int64_t num_tokens
                     [&](int64_t begin, int64_t end) { fn(begin * row_unit, std::min(end * row_unit, rows)); });
 }
 
-// Large steps on many threads: while a thread's share of the rows is wide
-// (kMinRowsPerChunk a chunk), chunks are rows alone and cover every token;
-// past that (a 1,024-row matrix on 16 threads gets 16-row chunks, each
-// streaming all the step's activations through the shared L3) chunks are
-// rows x kTokenBlock tokens, so each chunk's block of activations is reused
-// over wider rows. It costs a re-read of the chunk's weights per token
-// block, which is why wide matrices keep chunks of rows (forced on 2
-// threads, the 6,144-row gate|up lost 8-20% and the 1,024-row o gained
-// 0-15%). The tokens per chunk for a step of num_tokens tokens.
+// Large steps: while a thread's share of the rows is wide (kMinRowsPerChunk
+// a chunk) and the matrix is (kMinRowsForRowChunks rows or more), chunks are
+// rows alone and cover every token; otherwise (a 1,024-row matrix on 16
+// threads gets 16-row chunks, each streaming all the step's activations
+// through the shared L3; on 2 threads a few 144-192-row chunks, the last
+// ones unevenly shared, each streaming the activations from L3 once per
+// 48-row group) chunks are rows x kTokenBlock tokens, so each chunk's block
+// of activations stays in L2 over its rows. It costs a re-read of the
+// chunk's weights per token block, which is why wide matrices keep chunks
+// of rows (forced on 2 threads, the 6,144-row gate|up lost 8-20%). On 2
+// threads at 512 tokens the token blocks took q|k|v 824-896 -> 908-912,
+// o 808-887 -> 864-917, down 805-830 -> 924-944 GFLOP/s (tern_cpu_linear_bench,
+// two alternating runs). The tokens per chunk for a step of num_tokens tokens.
 inline constexpr int64_t kTokenBlock = 64;
 inline constexpr int64_t kMinRowsPerChunk = 64;
+inline constexpr int64_t kMinRowsForRowChunks = 2048;
 inline int64_t tokens_per_chunk(int64_t rows, int64_t num_tokens, int threads) {
   const int64_t chunks = int64_t{threads} * ThreadPool::kChunksPerThread;
-  if (num_tokens < 2 * kTokenBlock || rows >= chunks * kMinRowsPerChunk) return num_tokens;
+  if (num_tokens < 2 * kTokenBlock) return num_tokens;
+  if (rows >= chunks * kMinRowsPerChunk && rows >= kMinRowsForRowChunks) return num_tokens;
   return kTokenBlock;
 }
 

@@ -264,7 +264,10 @@ TEST(LinearKernels, RowByTokenChunksGiveTheBitsOfOneThread) {
   const int64_t cols = 72, tokens = 203;
   const int64_t rows[] = {300, 37};
   ASSERT_LT(tokens_per_chunk(rows[0] + rows[1], tokens, 16), tokens) << "16 threads must take row x token chunks";
-  ASSERT_EQ(tokens_per_chunk(1024, tokens, 2), tokens) << "2 threads keep chunks of rows alone at the model's widths";
+  ASSERT_LT(tokens_per_chunk(1024, tokens, 2), tokens) << "2 threads take row x token chunks below 2,048 rows";
+  ASSERT_EQ(tokens_per_chunk(6144, tokens, 2), tokens) << "2 threads keep chunks of rows alone for gate|up";
+  ASSERT_EQ(tokens_per_chunk(6144, tokens, 16), tokens) << "16 threads keep chunks of rows alone for gate|up";
+  ASSERT_EQ(tokens_per_chunk(1024, 100, 2), 100) << "steps under two token blocks keep chunks of rows alone";
   // The bits to match: one token a call, which always runs chunks of rows alone.
   const auto by_tokens = [&](const WeightMatrix& w, const std::vector<float>& x, const LinearOptions& options) {
     std::vector<float> y(static_cast<size_t>(tokens * w.rows), std::nanf(""));
