@@ -232,7 +232,9 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   }
   // The CPU's auto under the fast set: bf16 K/V (as HF's bf16 forward and
   // llama.cpp's f16 cache keep them), half the bytes of fp32 to write and read.
-  if (device == "cpu" && kv_dtype == KvCacheDType::kAuto && kernels == &cpu::fast_kernel_set()) {
+  // --device null plans the blocks this pool would hold.
+  if ((device == "cpu" || device == "null") && kv_dtype == KvCacheDType::kAuto &&
+      kernels == &cpu::fast_kernel_set()) {
     kv_dtype = KvCacheDType::kBf16;
   }
   // The KV cache's size, and how it was chosen (for the start-up log).
