@@ -8,8 +8,7 @@
 
 namespace tern {
 
-Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, const RunnerOptions& options) {
-  const ModelConfig& c = model.config();
+Result<int64_t> CpuRunner::pool_blocks(const ModelConfig& c, const RunnerOptions& options) {
   const int64_t block_size = options.block_size;
   if (block_size < 1 || block_size > 1024)
     return invalid_argument("block size must be in [1, 1024], got " + std::to_string(block_size));
@@ -20,7 +19,13 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, const 
                               " bytes holds no block of " + std::to_string(per_block) +
                               " bytes; raise --kv-cache-memory");
   }
-  PagedKvPool pool(c.num_layers, c.kv_dim(), blocks, block_size, options.kv_cache_dtype);
+  return blocks;
+}
+
+Result<std::unique_ptr<CpuRunner>> CpuRunner::create(Ernie45Model& model, const RunnerOptions& options) {
+  const ModelConfig& c = model.config();
+  TERN_ASSIGN_OR_RETURN(const int64_t blocks, pool_blocks(c, options));
+  PagedKvPool pool(c.num_layers, c.kv_dim(), blocks, options.block_size, options.kv_cache_dtype);
   return std::unique_ptr<CpuRunner>(new CpuRunner(model, std::move(pool)));
 }
 

@@ -22,6 +22,9 @@ class CpuRunner final : public Runner {
   // scheduler's or the GPU's. The model must outlive the runner.
   static Result<std::unique_ptr<CpuRunner>> create(Ernie45Model& model, const RunnerOptions& options);
   static Result<std::unique_ptr<CpuRunner>> create(Ernie45Model& model, int64_t block_size, int64_t kv_cache_bytes);
+  // The blocks the pool of `options` holds for model `c` (an error when
+  // none, or for a block size outside [1, 1024]).
+  static Result<int64_t> pool_blocks(const ModelConfig& c, const RunnerOptions& options);
 
   Status execute(const StepPlan& plan, StepOutput& out) override;
   bool scores_prompts() const override { return true; }

@@ -166,9 +166,7 @@ namespace {
 Result<std::unique_ptr<Runner>> make_null_runner(const Ernie45Model& model, const Tokenizer& tokenizer,
                                                  const RunnerOptions& run) {
   const ModelConfig& c = model.config();
-  const int64_t per_block = PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), run.block_size, run.kv_cache_dtype);
-  const int64_t blocks = run.kv_cache_bytes / per_block;
-  if (blocks < 1) return resource_exhausted("the KV cache budget holds no block; raise --kv-cache-memory");
+  TERN_ASSIGN_OR_RETURN(const int64_t blocks, CpuRunner::pool_blocks(c, run));
   int32_t token = -1;
   const std::vector<int32_t> ids = tokenizer.encode(" the", false);
   if (!ids.empty() && ids.front() >= 0 && ids.front() < c.vocab_size) token = ids.front();
@@ -196,6 +194,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     bool gpu_present = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
     device = cuda_backend_built() && gpu_present ? "cuda" : "cpu";
   }
+  if (o.run.null_step_us > 0 && device != "null") return invalid_argument("--null-step-us is for --device null");
   // On CUDA the host model is the upload's source: the optimized set, which
   // repacks only quantized matrices, as it always has (the fast set's bf16
   // panels would cost load time and fault the file pages in again).
@@ -233,7 +232,9 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   }
   // The CPU's auto under the fast set: bf16 K/V (as HF's bf16 forward and
   // llama.cpp's f16 cache keep them), half the bytes of fp32 to write and read.
-  if (device == "cpu" && kv_dtype == KvCacheDType::kAuto && kernels == &cpu::fast_kernel_set()) {
+  // --device null plans the blocks this pool would hold.
+  if ((device == "cpu" || device == "null") && kv_dtype == KvCacheDType::kAuto &&
+      kernels == &cpu::fast_kernel_set()) {
     kv_dtype = KvCacheDType::kBf16;
   }
   // The KV cache's size, and how it was chosen (for the start-up log).
@@ -262,7 +263,6 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
   TERN_RETURN_IF_ERROR(apply_quantization(*le.model, source.path, o.quantization, device, run));
-  if (run.null_step_us > 0 && device != "null") return invalid_argument("--null-step-us is for --device null");
   std::unique_ptr<Runner> runner;
   if (device == "cuda") {
     TERN_ASSIGN_OR_RETURN(runner, make_cuda_runner(*le.model, run));

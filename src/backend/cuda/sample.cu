@@ -608,15 +608,23 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
 }
 
-// Blocks per row: on sm_90, a cluster of up to 8 while the rows leave SMs idle.
+// Blocks per row: on sm_90, a cluster of up to 8 while the rows leave SMs
+// idle. The kernel must have been compiled for sm_90 too: code built for an
+// older target (compute_80 PTX run on an H100) treats each block as a row
+// of its own, so it gets one block per row whatever the device.
 int blocks_per_row(int64_t num_rows) {
-  static int major[64] = {};
+  static int clusters[64] = {};  // 0 not asked yet, 1 no, 2 yes
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
-  if (major[device] == 0 && cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    return 1;
+  if (clusters[device] == 0) {
+    int major = 0;
+    cudaFuncAttributes attributes{};
+    const bool asked = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                       cudaFuncGetAttributes(&attributes, sample_kernel) == cudaSuccess;
+    if (!asked) return 1;
+    clusters[device] = major >= 9 && attributes.ptxVersion >= 90 ? 2 : 1;
   }
-  if (major[device] < 9) return 1;
+  if (clusters[device] == 1) return 1;
   return num_rows <= 16 ? 8 : num_rows <= 33 ? 4 : num_rows <= 66 ? 2 : 1;
 }
 

@@ -1,6 +1,7 @@
 // The engine's host-side cost per step, with the forward pass taken out: a
-// NullRunner answers every step at once, so Engine::step() time is all
-// scheduling, post-processing and publishing. At batch 256 this work runs
+// NullRunner (--device null's) answers every step at once with one plain
+// piece, so Engine::step() time is all scheduling, post-processing and
+// publishing. At batch 256 this work runs
 // serially with the GPU, so it must stay small next to the decode kernel.
 #include <gtest/gtest.h>
 
@@ -14,38 +15,13 @@
 
 #include "engine/engine.h"
 #include "engine/runner.h"
+#include "runners/null_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
 namespace {
 
 const std::string kModelDir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-
-// Picks device_greedy tokens itself, deterministically from the last token;
-// computes nothing. Only plain pieces (ids 20..1000) so text is produced.
-class NullRunner final : public Runner {
- public:
-  NullRunner(int64_t vocab, int64_t num_blocks, int64_t block_size)
-      : vocab_(vocab), num_blocks_(num_blocks), block_size_(block_size) {}
-
-  Status execute(const StepPlan& plan, StepOutput& out) override {
-    out.tokens.clear();
-    out.logits.clear();
-    for (const ScheduledChunk& c : plan.chunks) {
-      if (!c.want_logits) continue;
-      if (!c.device_greedy) return internal_error("NullRunner: only device_greedy chunks are supported");
-      int32_t last = c.seq->tokens().back();
-      out.tokens.push_back(static_cast<int32_t>((static_cast<int64_t>(last) * 31 + 7) % 981 + 20));
-    }
-    return Status::ok();
-  }
-  int64_t vocab_size() const override { return vocab_; }
-  int64_t num_kv_blocks() const override { return num_blocks_; }
-  int64_t block_size() const override { return block_size_; }
-
- private:
-  int64_t vocab_, num_blocks_, block_size_;
-};
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -64,7 +40,8 @@ TEST(EngineOverhead, DecodeStepAtBatch256) {
   Tokenizer tokenizer = std::move(tok).value();
 
   const int64_t blocks_per_seq = (prompt_len + max_tokens + block_size - 1) / block_size;
-  auto runner = std::make_unique<NullRunner>(tokenizer.vocab_size(), num_seqs * blocks_per_seq + 64, block_size);
+  auto runner = std::make_unique<NullRunner>(tokenizer.vocab_size(), num_seqs * blocks_per_seq + 64, block_size,
+                                             /*token=*/500, /*step_us=*/0);
   EngineConfig config;
   config.scheduler.max_num_seqs = num_seqs;
   config.scheduler.max_num_batched_tokens = 16384;
