@@ -209,7 +209,10 @@ int main(int argc, char** argv) {
     if (config == "norope") o.rope_in_attention = false;  // decode steps' RoPE and KV write in rope_store_kv
     if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
-    o.fp8_tensor_cores = config == "fp8-tc";  // fp8 and fp8-nokernel: the dequantized form
+    // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,
+    // fp8-tcN up to N tokens.
+    o.fp8_tensor_cores = config.rfind("fp8-tc", 0) == 0;
+    if (config.size() > 6 && config.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(config.substr(6));
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below

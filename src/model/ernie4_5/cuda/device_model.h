@@ -97,6 +97,11 @@ struct DeviceModelOptions : RunnerOptions {
   // or where it does not: the layer's weights dequantized to bf16 and the
   // bf16 GEMM (gemm_fp8.h).
   bool fp8_tensor_cores = true;
+  // ... for steps of up to this many tokens; larger steps (prefill) take the
+  // dequantized form, faster there: the activations' quantization and the
+  // scaling of fp32 sums cost more per token than the FP8 GEMM saves once
+  // the bf16 GEMM runs near its peak.
+  int64_t fp8_tensor_core_max_tokens = 1024;
   int device = 0;
 };
 
