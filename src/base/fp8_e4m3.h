@@ -42,27 +42,22 @@ inline constexpr std::array<float, 256> kFp8E4m3Values = [] {
 inline float fp8_e4m3_to_f32(uint8_t b) { return detail::kFp8E4m3Values[b]; }
 
 inline uint8_t f32_to_fp8_e4m3(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7f);
-  const float a = std::fabs(f);
-  if (a >= kFp8E4m3Max) return static_cast<uint8_t>(sign | 0x7e);
-  // The spacing of e4m3 values around a: 2^(e-3) in the binade [2^e, 2^(e+1)),
-  // 2^-9 for the subnormals below 2^-6. a / spacing is exact (a power-of-two
-  // scaling of a float far from the float range's ends), so one rint (the
-  // default rounding mode: nearest, ties to even) is the whole rounding.
-  int e = std::ilogb(a);
-  if (a == 0.0f || e < -6) e = -6;
-  const float units = std::nearbyint(std::ldexp(a, 3 - e));  // in [0, 16]: 16 carries into the next binade
-  if (units == 0.0f) return sign;
-  if (e == -6 && units < 8.0f) return static_cast<uint8_t>(sign | static_cast<uint8_t>(units));  // subnormal
-  int exp = e + 7;
-  int mant = static_cast<int>(units) - 8;
-  if (mant == 8) {
-    ++exp;
-    mant = 0;
+  const auto u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;  // |f|'s bits
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);  // NaN
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // 448 and beyond, infinity included
+  if (a < 0x3c800000u) {
+    // Below 2^-6, the subnormal codes: |f| in units of 2^-9 (an exact
+    // power-of-two scaling), rounded by rint (nearest, ties to even); 8
+    // units is 2^-6, whose code is 8 too.
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(std::bit_cast<float>(a) * 512.0f)));
   }
-  // a < 448 rounds at most to 448 (exp 15, mant 6), never to the NaN code.
-  return static_cast<uint8_t>(sign | (exp << 3) | mant);
+  // A normal: the float's 23 mantissa bits rounded to 3 (nearest, ties to
+  // even), a carry moving into the exponent; the exponent rebiased from 127
+  // to 7. Below 448 this rounds at most to 448, never to the NaN code.
+  const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+  return static_cast<uint8_t>(sign | static_cast<uint8_t>((r >> 20) - (120u << 3)));
 }
 
 }  // namespace tern

@@ -94,5 +94,32 @@ TEST(Fp8Quant, MatrixRowsAreIndependentAndQuantizedDtypesRefused) {
   EXPECT_NE(nan.status().message().find("row 0"), std::string::npos);
 }
 
+// A matrix large enough to be cut over threads gets every row's own codes
+// and scale, and of two bad rows in different ranges the lower is named.
+TEST(Fp8Quant, LargeMatrixMatchesRowByRowAndNamesTheFirstBadRow) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  const int64_t rows = 4099, cols = 40;
+  std::vector<uint16_t> words(static_cast<size_t>(rows * cols));
+  for (uint16_t& v : words) v = f32_to_bf16(d(rng));
+  WeightMatrix w{DType::kBF16, words.data(), rows, cols};
+  auto m = quantize_fp8_matrix(w, "big.weight");
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> q(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = bf16_to_f32(words[static_cast<size_t>(r * cols + c)]);
+    float scale = 0;
+    ASSERT_TRUE(quantize_fp8_row(row.data(), cols, q.data(), &scale).is_ok());
+    ASSERT_EQ(m->scales[static_cast<size_t>(r)], scale) << r;
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(m->values[static_cast<size_t>(r * cols + c)], q[static_cast<size_t>(c)]) << r;
+  }
+  words[static_cast<size_t>(4000 * cols + 3)] = 0x7f80;  // +inf
+  words[static_cast<size_t>(1500 * cols + 9)] = 0x7fc0;  // NaN
+  auto bad = quantize_fp8_matrix(w, "big.weight");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("big.weight row 1500:"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace tern::cpu
