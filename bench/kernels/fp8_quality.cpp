@@ -1,8 +1,9 @@
 // tern_fp8_quality: how far --quantization fp8 moves a model, on the CPU
 // reference forward with the FP8 values the GPU kernels compute with
-// (Ernie45Model::quantize_fp8; activations stay as the reference keeps
-// them, which is the GPU's GEMV and persistent-kernel math; its FP8
-// tensor-core GEMMs also quantize activations per token). For each prompt
+// (Ernie45Model::quantize_fp8), twice: W8A16, activations as the reference
+// keeps them (the GPU's GEMV, persistent-kernel and dequantized-GEMM math),
+// and W8A8, each layer matrix's input rounded to e4m3 per token as the FP8
+// tensor-core GEMMs do (set_fp8_activations). For each prompt
 // of the model's golden.json (its token ids): the bf16 model's greedy
 // continuation of --tokens tokens, then over prompt + continuation, at
 // every position, KL(bf16 || fp8) of the next-token distributions (nats)
@@ -90,31 +91,35 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto V = static_cast<size_t>(base.value()->config().vocab_size);
-  double kl_sum = 0, greedy_sum = 0;
-  int64_t positions = 0, same_top = 0, prompts = 0;
-  for (const auto& p : golden["prompts"]) {
-    std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
-    const std::vector<int32_t> cont = greedy(*base.value(), ids, tokens);
-    const std::vector<int32_t> cont8 = greedy(*fp8.value(), ids, tokens);
-    size_t agree = 0;
-    while (agree < cont.size() && agree < cont8.size() && cont[agree] == cont8[agree]) ++agree;
-    greedy_sum += static_cast<double>(agree) / static_cast<double>(tokens);
-    ids.insert(ids.end(), cont.begin(), cont.end() - 1);  // the last token's next is not scored
-    const std::vector<float> a = all_logits(*base.value(), ids), b = all_logits(*fp8.value(), ids);
-    if (a.empty() || b.empty()) return 1;
-    for (size_t t = 0; t < ids.size(); ++t) {
-      const std::vector<double> la = log_softmax(a.data() + t * V, V), lb = log_softmax(b.data() + t * V, V);
-      double kl = 0;
-      for (size_t i = 0; i < V; ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
-      kl_sum += kl;
-      same_top += argmax(a.data() + t * V, V) == argmax(b.data() + t * V, V) ? 1 : 0;
-      ++positions;
+  // W8A16 (GEMV, persistent kernel, dequantized GEMMs), then W8A8 (the tensor-core GEMMs).
+  for (const bool w8a8 : {false, true}) {
+    fp8.value()->set_fp8_activations(w8a8);
+    double kl_sum = 0, greedy_sum = 0;
+    int64_t positions = 0, same_top = 0, prompts = 0;
+    for (const auto& p : golden["prompts"]) {
+      std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+      const std::vector<int32_t> cont = greedy(*base.value(), ids, tokens);
+      const std::vector<int32_t> cont8 = greedy(*fp8.value(), ids, tokens);
+      size_t agree = 0;
+      while (agree < cont.size() && agree < cont8.size() && cont[agree] == cont8[agree]) ++agree;
+      greedy_sum += static_cast<double>(agree) / static_cast<double>(tokens);
+      ids.insert(ids.end(), cont.begin(), cont.end() - 1);  // the last token's next is not scored
+      const std::vector<float> a = all_logits(*base.value(), ids), b = all_logits(*fp8.value(), ids);
+      if (a.empty() || b.empty()) return 1;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        const std::vector<double> la = log_softmax(a.data() + t * V, V), lb = log_softmax(b.data() + t * V, V);
+        double kl = 0;
+        for (size_t i = 0; i < V; ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
+        kl_sum += kl;
+        same_top += argmax(a.data() + t * V, V) == argmax(b.data() + t * V, V) ? 1 : 0;
+        ++positions;
+      }
+      ++prompts;
     }
-    ++prompts;
+    std::printf("%s %s: %ld prompts, %ld positions: mean KL(bf16 || fp8) %.5f nats, top-1 %.3f, greedy %.3f (%d tokens)\n",
+                dir.c_str(), w8a8 ? "W8A8" : "W8A16", static_cast<long>(prompts), static_cast<long>(positions),
+                kl_sum / static_cast<double>(positions), static_cast<double>(same_top) / static_cast<double>(positions),
+                greedy_sum / static_cast<double>(prompts), tokens);
   }
-  std::printf("%s: %ld prompts, %ld positions: mean KL(bf16 || fp8) %.5f nats, top-1 %.3f, greedy %.3f (%d tokens)\n",
-              dir.c_str(), static_cast<long>(prompts), static_cast<long>(positions),
-              kl_sum / static_cast<double>(positions), static_cast<double>(same_top) / static_cast<double>(positions),
-              greedy_sum / static_cast<double>(prompts), tokens);
   return 0;
 }

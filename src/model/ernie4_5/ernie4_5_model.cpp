@@ -681,6 +681,22 @@ void Ernie45Model::by_tokens(int64_t n, int64_t width, const Fn& fn) {
   pool_.parallel_for(n, grain, [&](int64_t begin, int64_t end) { fn(begin, end - begin); });
 }
 
+// set_fp8_activations: rows of `width` floats rounded to their e4m3 form
+// with per-row scales, in place (a row with a non-finite value is left as
+// it is).
+void Ernie45Model::round_rows_to_fp8(float* x, int64_t n, int64_t width) {
+  if (!fp8_activations_) return;
+  by_tokens(n, width, [&](int64_t t, int64_t m) {
+    std::vector<uint8_t> codes(static_cast<size_t>(width));
+    for (int64_t r = t; r < t + m; ++r) {
+      float scale = 0;
+      if (cpu::quantize_fp8_row(x + r * width, width, codes.data(), &scale).is_ok()) {
+        cpu::dequantize_fp8_row(codes.data(), scale, width, x + r * width);
+      }
+    }
+  });
+}
+
 // One decoder layer over all tokens of the step: the linear layers see every
 // token at once; attention runs per sequence over its own K/V.
 void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
@@ -700,6 +716,7 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
 
   // Attention block.
   by_tokens(n, H, [&](int64_t t, int64_t m) { kernels_->rmsnorm(x + t * H, m, w.input_norm, eps, h + t * H); });
+  round_rows_to_fp8(h, n, H);
   lap(prof.other_s);
   project(h, n, {&w.q, &w.k, &w.v}, {q_.data(), k_.data(), v_.data()});
   lap(prof.linear_s);
@@ -712,6 +729,7 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
   kv.bind(layer, seqs_);
   const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
   kernels_->attention_batch(pool_, q_.data(), positions_, seqs_, shape, attn_.data());
+  round_rows_to_fp8(attn_.data(), n, Q);
   lap(prof.attention_s);
   kernels_->linear(pool_, attn_.data(), n, w.o, out);
   lap(prof.linear_s);
@@ -721,12 +739,14 @@ void Ernie45Model::run_layer(int64_t layer, KvAccess& kv) {
     add_in_place(x + t * H, out + t * H, m * H);
     kernels_->rmsnorm(x + t * H, m, w.post_attention_norm, eps, h + t * H);
   });
+  round_rows_to_fp8(h, n, H);
   lap(prof.other_s);
   project(h, n, {&w.gate, &w.up}, {gate_.data(), up_.data()});
   lap(prof.linear_s);
   float* gate = gate_.data();
   const float* up = up_.data();
   by_tokens(n, I, [&](int64_t t, int64_t m) { kernels_->silu_mul(gate + t * I, up + t * I, m * I, gate + t * I); });
+  round_rows_to_fp8(gate, n, I);
   lap(prof.other_s);
   kernels_->linear(pool_, gate, n, w.down, out);
   lap(prof.linear_s);

@@ -110,6 +110,11 @@ class Ernie45Model {
   // a matrix that is not float (a quantized GGUF, an int4 checkpoint), a
   // non-finite weight. Call before any forward.
   Status quantize_fp8();
+  // With quantize_fp8, the reference of FP8 tensor-core GEMMs (W8A8): each
+  // decoder layer matrix's input rows, one token each, rounded to e4m3 with
+  // the row's own scale (amax / 448, cpu::quantize_fp8_row, as the GPU's
+  // activation quantizer) before the product. Off (W8A16) by default.
+  void set_fp8_activations(bool on) { fp8_activations_ = on; }
   // For a model only the CPU forward reads from now on (engine setup calls it
   // after making the CPU runner; a GPU upload would read the rows):
   // frees the rows quantize() made in memory wherever a packed copy serves
@@ -177,6 +182,7 @@ class Ernie45Model {
   // The step planned in tokens_, positions_, seqs_ and logit_rows_: embed,
   // every layer, then the head for the logit rows.
   void run_step(KvAccess& kv, std::span<float> logits);
+  void round_rows_to_fp8(float* x, int64_t n, int64_t width);
   void run_layer(int64_t layer, KvAccess& kv);
   // fn(first_token, count) over the step's n tokens: split over the pool by
   // token rows of `width` floats when they are enough to pay for a hand-off
@@ -205,6 +211,7 @@ class Ernie45Model {
   std::vector<float> inv_freq_;
   const cpu::KernelSet* kernels_;
   ThreadPool pool_;
+  bool fp8_activations_ = false;  // set_fp8_activations
   ForwardProfile profile_;
 
   // The step in flight, rebuilt per call in buffers that keep their

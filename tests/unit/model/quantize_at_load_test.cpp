@@ -101,5 +101,25 @@ TEST(QuantizeAtLoad, Fp8MatricesHoldTheDequantizedValues) {
   }
 }
 
+// set_fp8_activations (W8A8, the FP8 tensor-core GEMMs' reference): the
+// layer matrices' inputs rounded to e4m3 move the logits a little further
+// from bf16 than the FP8 weights alone, and turning it off restores W8A16.
+TEST(QuantizeAtLoad, Fp8ActivationsMoveTheLogitsALittleMore) {
+  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
+  auto plain = Ernie45Model::load(dir, 2);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  const std::vector<float> want = last_logits(*plain.value());
+  auto m = Ernie45Model::load(dir, 2);
+  ASSERT_TRUE(m.is_ok());
+  ASSERT_TRUE(m.value()->quantize_fp8().is_ok());
+  const std::vector<float> w8a16 = last_logits(*m.value());
+  m.value()->set_fp8_activations(true);
+  const std::vector<float> w8a8 = last_logits(*m.value());
+  m.value()->set_fp8_activations(false);
+  EXPECT_EQ(last_logits(*m.value()), w8a16);
+  EXPECT_GT(relative_error(w8a8, w8a16), 0.0) << "the activations were rounded";
+  EXPECT_LT(relative_error(w8a8, want), 0.15);
+}
+
 }  // namespace
 }  // namespace tern
