@@ -683,6 +683,7 @@ const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_r
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
 bool DeviceModel::fp8_weights() const { return impl_->fp8; }
 bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
+int64_t DeviceModel::fp8_tensor_core_tokens() const { return impl_->fp8_tc_rows; }
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 const std::string& DeviceModel::int4_declined() const { return impl_->int4_declined; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }

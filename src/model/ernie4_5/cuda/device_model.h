@@ -188,10 +188,12 @@ class DeviceModel {
   // Whether one-token steps run as one persistent kernel (decode_kernel),
   // and if it was asked for but not taken, why.
   bool layers_kernel() const;
-  // Whether the layers hold FP8 weights, and whether large steps use FP8
-  // tensor-core GEMMs for them (at the model's shapes, for a 64-token step).
+  // Whether the layers hold FP8 weights, whether large steps use FP8
+  // tensor-core GEMMs for them (at the model's shapes, for a 64-token step),
+  // and up to how many tokens a step does (0 when none does).
   bool fp8_weights() const;
   bool fp8_tensor_core_gemms() const;
+  int64_t fp8_tensor_core_tokens() const;
   // How many layer matrices (fused ones counted once) hold int4 weights, and
   // why the first layer matrix held in Q4_0 / Q8_0 blocks that did not was
   // uploaded as bf16 (empty if none was).
