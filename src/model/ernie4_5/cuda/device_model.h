@@ -100,8 +100,9 @@ struct DeviceModelOptions : RunnerOptions {
   // ... for steps of up to this many tokens; larger steps (prefill) take the
   // dequantized form, faster there: the activations' quantization and the
   // scaling of fp32 sums cost more per token than the FP8 GEMM saves once
-  // the bf16 GEMM runs near its peak.
-  int64_t fp8_tensor_core_max_tokens = 1024;
+  // the bf16 GEMM runs near its peak (on an H200: even at 512 and 1,024
+  // tokens, bench/kernels/NOTES.md).
+  int64_t fp8_tensor_core_max_tokens = 256;
   int device = 0;
 };
 
