@@ -222,13 +222,14 @@ Status DeviceModel::Impl::plan_workspace() {
     // codes and a scale per token, and where cuBLASLt applies no scales the widest output's fp32 sums.
     const size_t widest = std::max({H, Q, I});
     const size_t largest = std::max({QKV * H, H * Q, 2 * I * H, H * I});
-    const size_t tc = fp8_tensor_cores ? 1 : 0;
-    const size_t sums = fp8_tensor_cores && fp8_needs_sums ? 1 : 0;
-    fp8_tc_rows = fp8_tensor_cores ? std::min(gemm_capacity, gemm_rows(std::max<int64_t>(options.fp8_tensor_core_max_tokens, 1))) : 0;
-    const auto TC = static_cast<size_t>(fp8_tc_rows);
+    fp8_tc_rows = fp8_tensor_cores
+                      ? std::min(gemm_capacity, gemm_rows(std::max<int64_t>(options.fp8_tensor_core_max_tokens, 1)))
+                      : 0;
+    const auto TC = static_cast<size_t>(fp8_tc_rows);  // 0 without tensor cores
+    const size_t sums = fp8_needs_sums ? 1 : 0;
     const Item scratch[] = {
-        {&fp8_x_codes, tc * TC * widest, "FP8 activation codes"},
-        {&fp8_x_scales, tc * TC * sizeof(float), "FP8 activation scales"},
+        {&fp8_x_codes, TC * widest, "FP8 activation codes"},
+        {&fp8_x_scales, TC * sizeof(float), "FP8 activation scales"},
         {&fp8_sums, sums * TC * std::max({QKV, H, 2 * I}) * sizeof(float), "FP8 GEMM sums"},
         {&dequantized_w, largest * sizeof(bf16), "dequantized weights"},
     };

@@ -112,7 +112,7 @@ struct DeviceModel::Impl {
   bool fp8 = false;               // options.fp8_weights
   bool fp8_tensor_cores = false;  // FP8 GEMMs on cuBLASLt where it has them (else dequantized to bf16)
   bool fp8_needs_sums = false;    // ... unscaled, into fp8_sums (Fp8Gemm::needs_sums)
-  int64_t fp8_tc_rows = 0;         // ... for GEMMs of up to this many rows (gemm_rows), else dequantized
+  int64_t fp8_tc_rows = 0;        // ... for GEMMs of up to this many rows (gemm_rows; 0 without), else dequantized
   std::unique_ptr<Fp8Gemm> fp8_gemm;
   // Layer matrices uploaded as int4, and why the first one held in Q4_0 or
   // Q8_0 blocks that was not (uploaded as bf16), if any.

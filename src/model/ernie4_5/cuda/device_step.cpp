@@ -41,7 +41,7 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
   const Fp8Scratch scratch{fp8_x_codes.as<uint8_t>(), fp8_x_scales.as<float>(), dequantized_w.as<bf16>(),
                            cublas_workspace.as<void>(), fp8_sums.as<float>()};
   return fp8_gemm->linear(cublas, in, T, K, Fp8Weights{w.w.as<uint8_t>(), w.scale.as<float>()}, N, y, out, scratch,
-                          stream, fp8_tensor_cores && T <= fp8_tc_rows);
+                          stream, T <= fp8_tc_rows);
 }
 
 void DeviceModel::Impl::gemv_weights(GemvParams& g, const Matrix& w) const {
