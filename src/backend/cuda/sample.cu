@@ -18,10 +18,14 @@
 //      bin of more than kCandidates entries (a nearly flat row) falls back to
 //      a radix select over the logits' order-preserving 32-bit keys;
 //   5. min-p: w >= min_p;
-//   6. the draw: the kept token with the largest (x - m) / T + Gumbel noise,
+//   6. the draw: the kept token with the largest x / T + Gumbel noise,
 //      the noise a hash of (row key, id). That is an exact draw from the
 //      kept tokens' renormalised softmax; the key comes from the sequence's
 //      own generator, so a seeded request repeats its tokens.
+// A top-p row without top-k (the models' default) first draws over every
+// finite logit, in the same pass as step 2's maximum, and keeps that token
+// when the cuts would keep it (about top_p of the time; draw_if_kept): two
+// passes over the row instead of four or more.
 // On sm_90 a few rows share the GPU as clusters of up to 8 blocks, each
 // block a slice of its row, the sums and maxima joined through distributed
 // shared memory; the results do not depend on the slicing.
@@ -392,23 +396,8 @@ __device__ __forceinline__ bool kept(float v, int64_t i, uint64_t cut, const Sam
   return finite_logit(v) && pick_key(v, i) >= cut && (r.min_p <= 0.0f || w.weight(v) >= r.min_p);
 }
 
-// Standard Gumbel noise for (key, id): -log(-log(u)), u uniform in (0, 1)
-// at 24 bits, from a hash of the row key and the id (the same noise
-// whichever block of a cluster reads the id).
-__device__ __forceinline__ float gumbel(uint64_t key, int64_t id) {
-  uint32_t h = static_cast<uint32_t>(key) ^ (static_cast<uint32_t>(key >> 32) * 0x9e3779b9u);
-  h ^= static_cast<uint32_t>(id) * 0x85ebca6bu;
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  const float u = (static_cast<float>(h >> 8) + 0.5f) * 0x1.0p-24f;
-  return -logf(-logf(u));
-}
-
-// The draw: the kept entry with the largest (x - m) / T + Gumbel noise,
-// which is an exact draw from the kept entries' renormalised softmax and
+// The draw: the kept entry with the largest score, x / T + Gumbel noise
+// (draw_score), which is an exact draw from the kept entries' renormalised softmax and
 // does not depend on how the row is sliced (a seeded request draws the same
 // token in any batch). Block 0 writes its argmax key to keys[r.pick]
 // (`fallback` if nothing is kept).
@@ -417,7 +406,7 @@ __device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const 
   uint64_t top = 0;  // the score's order key above (2^32 - 1 - id), as pick_key
   for_each_logit(x, sl, [&](float v, int64_t i) {
     if (!kept(v, i, cut, r, w)) return;
-    const uint64_t k = pick_key((v - w.m) * w.inv_t + gumbel(r.key, i), i);
+    const uint64_t k = pick_key(draw_score(v, w.log2e_inv_t, r.key, i), i);
     top = k > top ? k : top;
   });
   if (threadIdx.x == 0) s.best = 0;
@@ -436,72 +425,66 @@ __device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const 
   cl.sync();  // block 0 has read the others' before any leaves
 }
 
-// A sum of fixed-point masses over the cluster, every thread's `mass` in:
-// the block's total through shared memory, then thread 0 of each block
-// adds up the cluster's into *out (read after the cluster sync that ends
-// this; a second one before return keeps each block's total until all
-// have read it).
-__device__ void cluster_mass_sum(unsigned long long mass, unsigned long long* out, Shared& s, const Cluster& cl) {
+// Two sums of fixed-point masses over the cluster, every thread's share of
+// each in: the block's totals through shared memory, then thread 0 of each
+// block adds up the cluster's into s.all_mass and s.all_before (read after
+// the cluster sync that ends this; a second one before return keeps each
+// block's totals until all have read them).
+__device__ void cluster_mass_sums(unsigned long long mass, unsigned long long before, Shared& s, const Cluster& cl) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) mass += __shfl_xor_sync(0xffffffffu, mass, offset);
-  if (threadIdx.x == 0) s.block_mass = 0;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    mass += __shfl_xor_sync(0xffffffffu, mass, offset);
+    before += __shfl_xor_sync(0xffffffffu, before, offset);
+  }
+  if (threadIdx.x == 0) {
+    s.block_mass = 0;
+    s.block_before = 0;
+  }
   __syncthreads();
-  if ((threadIdx.x & 31) == 0 && mass != 0) atomicAdd(&s.block_mass, mass);
+  if ((threadIdx.x & 31) == 0) {
+    if (mass != 0) atomicAdd(&s.block_mass, mass);
+    if (before != 0) atomicAdd(&s.block_before, before);
+  }
   cl.sync();
   if (threadIdx.x == 0) {
-    unsigned long long total = 0;
-    for (unsigned q = 0; q < cl.size(); ++q) total += cl.at(&s, q)->block_mass;
-    *out = total;
+    unsigned long long total = 0, total_before = 0;
+    for (unsigned q = 0; q < cl.size(); ++q) {
+      total += cl.at(&s, q)->block_mass;
+      total_before += cl.at(&s, q)->block_before;
+    }
+    s.all_mass = total;
+    s.all_before = total_before;
   }
   cl.sync();
 }
 
 // The draw without the cuts, when no top-k cut applies: draw() takes the
 // largest score over the kept entries, so when c, the largest over every
-// finite entry, is itself kept, it is draw()'s answer: the same token,
-// found without the bins, the gather and sort of the cut bin. c is kept
-// when its weight passes min-p and the mass of the entries before it in the
-// host's order (larger logits, lower ids on ties; pick_key) is below top-p's
-// target, ceil(top_p * the finite entries' mass), for then the cut (the
-// first entry at which the running mass reaches the target) is c or after
-// it. Two passes: c and the total mass, then the mass before c. Returns true
-// once block 0 has written c's key; false, alike in every block of the
-// cluster, when c is not kept (the draw then lands outside the nucleus,
-// about 1 - top_p of the time) and the caller cuts and draws.
+// finite entry (s.all_top, found by the first pass over the row), is itself
+// kept, it is draw()'s answer: the same token, found without the bins, the
+// gather and sort of the cut bin. c is kept when its weight passes min-p
+// and the mass of the entries before it in the host's order (larger logits,
+// lower ids on ties; pick_key) is below top-p's target, ceil(top_p * the
+// finite entries' mass), for then the cut (the first entry at which the
+// running mass reaches the target) is c or after it. One pass: the total
+// mass and the mass before c. Returns true once block 0 has written c's
+// key; false, alike in every block of the cluster, when c is not kept (the
+// draw then lands outside the nucleus, about 1 - top_p of the time) and the
+// caller cuts and draws.
 __device__ bool draw_if_kept(const float* x, const Slice& sl, const SampleRow& r, const Weights& w, uint64_t* keys,
                              Shared& s, const Cluster& cl) {
-  uint64_t top = 0;
-  unsigned long long mass = 0;
-  for_each_logit(x, sl, [&](float v, int64_t i) {
-    if (!finite_logit(v)) return;
-    mass += w.mass(v);
-    const uint64_t k = pick_key((v - w.m) * w.inv_t + gumbel(r.key, i), i);
-    top = k > top ? k : top;
-  });
-  __syncthreads();  // every thread has read the row's s.best (sample_kernel) before it is reset
-  if (threadIdx.x == 0) s.best = 0;
-  __syncthreads();
-  top = block_max_u64(top, &s.best);
-  if (threadIdx.x == 0) s.block_top = top;
-  cluster_mass_sum(mass, &s.all_mass, s, cl);  // its first cluster sync also publishes block_top
-  if (threadIdx.x == 0) {
-    uint64_t all = 0;
-    for (unsigned q = 0; q < cl.size(); ++q) {
-      const unsigned long long other = cl.at(&s, q)->block_top;
-      all = other > all ? other : all;
-    }
-    s.all_top = all;
-  }
-  cl.sync();  // every block has read the others' block_top
   const auto c = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(s.all_top & 0xffffffffu));
   const float xc = x[c];
   if (r.min_p > 0.0f && !(w.weight(xc) >= r.min_p)) return false;
   const uint64_t c_key = pick_key(xc, c);
-  unsigned long long before = 0;
+  unsigned long long mass = 0, before = 0;
   for_each_logit(x, sl, [&](float v, int64_t i) {
-    if (finite_logit(v) && pick_key(v, i) > c_key) before += w.mass(v);
+    if (!finite_logit(v)) return;
+    const unsigned long long m = w.mass(v);
+    mass += m;
+    before += pick_key(v, i) > c_key ? m : 0;
   });
-  cluster_mass_sum(before, &s.all_before, s, cl);
+  cluster_mass_sums(mass, before, s, cl);
   const auto target =
       static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(s.all_mass)));
   if (s.all_before >= (target > 0 ? target : 1)) return false;
@@ -541,16 +524,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
   if (threadIdx.x == 0) {
     s.best = 0;
+    s.top = 0;
     s.finite = 0;
     s.min_key = UINT_MAX;
   }
   __syncthreads();
 
   // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.
-  uint64_t best = 0;
+  // A top-p row without top-k also finds its draw over every finite entry here (draw_if_kept keeps it or not).
+  const bool draw_first = !cuts_first && !r.greedy && r.top_p < 1.0f && r.top_k <= 0;
+  const float log2e_inv_t = r.greedy ? 0.0f : kLog2e / r.temperature;
+  uint64_t best = 0, top = 0;
   int finite = 0;
   uint32_t min_key = UINT_MAX;
-  for_each_logit(x, sl, [&](float v, int64_t i) {
+  const auto extremes = [&](float v, int64_t i) {
     if (v == v) {
       const uint64_t k = pick_key(v, i);
       best = k > best ? k : best;
@@ -559,7 +546,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
       ++finite;
       min_key = min(min_key, order_key(v));
     }
-  });
+  };
+  if (draw_first) {
+    for_each_logit(x, sl, [&](float v, int64_t i) {
+      extremes(v, i);
+      if (!finite_logit(v)) return;
+      const uint64_t k = pick_key(draw_score(v, log2e_inv_t, r.key, i), i);
+      top = k > top ? k : top;
+    });
+  } else {
+    for_each_logit(x, sl, extremes);
+  }
   finite = __reduce_add_sync(0xffffffffu, finite);
   min_key = __reduce_min_sync(0xffffffffu, min_key);
   if ((threadIdx.x & 31) == 0 && finite > 0) {
@@ -567,16 +564,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     atomicMin(&s.min_key, min_key);
   }
   best = block_max_u64(best, &s.best);
+  if (draw_first) top = block_max_u64(top, &s.top);
   if (threadIdx.x == 0) {
     s.block_best = best;
+    s.block_top = top;
     s.block_finite = s.finite;
     s.block_min_key = s.min_key;
   }
   cl.sync();
   if (threadIdx.x == 0) {
+    s.all_top = 0;
     for (unsigned q = 0; q < blocks; ++q) {
       const Shared* other = cl.at(&s, q);
       s.best = other->block_best > s.best ? other->block_best : s.best;
+      s.all_top = other->block_top > s.all_top ? other->block_top : s.all_top;
       s.min_key = min(s.min_key, other->block_min_key);
       if (q != rank) s.finite += other->block_finite;
     }
@@ -592,13 +593,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   // logit, or kMaxSpan nats (a nearly flat row gets narrow bins, a peaked one wide bins and a long tail).
   const float m = key_value(static_cast<uint32_t>(best >> 32)), inv_t = 1.0f / r.temperature;
   const float span = fminf((m - key_value(s.min_key)) * inv_t, kMaxSpan);
-  const Weights w{m, inv_t, span > 0.0f ? (static_cast<float>(kBins) - 1.5f) / span : 1.0f};
+  const Weights w{m, inv_t, span > 0.0f ? (static_cast<float>(kBins) - 1.5f) / span : 1.0f, log2e_inv_t};
 
   // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw;
   // with top-p and no top-k, first the draw without the cuts, kept when top-p and min-p keep it.
-  if (!cuts_first && r.top_p < 1.0f && !(r.top_k > 0 && r.top_k < num_finite) && draw_if_kept(x, sl, r, w, keys, s, cl)) {
-    return;
-  }
+  if (draw_first && draw_if_kept(x, sl, r, w, keys, s, cl)) return;
   uint64_t cut = 0;
   if (binned_cut(x, vocab, sl, r, w, num_finite, s, cl, cut)) {
     draw(x, sl, r, w, cut, best, keys, s, cl);

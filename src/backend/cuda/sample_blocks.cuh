@@ -35,11 +35,29 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 
 __device__ __forceinline__ bool finite_logit(float v) { return v > -INFINITY && v == v; }
 
-// The row's weights as fixed-point masses: exp((v - m) / T) * 2^40, rounded down.
+// 2^x and log2(x) on the special-function units (PTX ex2/lg2.approx,
+// relative errors near 2^-22; lg2's absolute error near x = 1 is about
+// 2^-22.6, and subnormals flush to zero).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The row's weights as fixed-point masses: exp((v - m) / T) * 2^40, rounded
+// down, with exp((v - m) / T) = 2^((v - m) * log2(e) / T) on the
+// special-function unit (at most 1: a weight's mass is at most 2^40).
 struct Weights {
   float m, inv_t;
   float scale;  // bins per nat: the bins below the last span the row's finite range, at most kMaxSpan nats
-  __device__ __forceinline__ float weight(float v) const { return expf((v - m) * inv_t); }
+  float log2e_inv_t;  // log2(e) / T
+  __device__ __forceinline__ float weight(float v) const { return fminf(fast_exp2((v - m) * log2e_inv_t), 1.0f); }
   // w * 2^40 is exact in float (a power-of-two scale), so this equals the double product.
   __device__ __forceinline__ uint64_t mass(float v) const { return static_cast<uint64_t>(weight(v) * kMassScaleF); }
   // The bin of (m - v) / T; NaN and the tail past kMaxSpan go to the last bin.
@@ -48,6 +66,39 @@ struct Weights {
     return d < static_cast<float>(kBins - 1) ? (d > 0.0f ? static_cast<int>(d) : 0) : kBins - 1;
   }
 };
+
+// The draw's score of logit v at id: (v / T + Gumbel noise) * log2(e), the
+// noise a hash of (row key, id), so the same whichever block of a cluster
+// reads the id and whatever the batch. With u uniform on 2^23 points in
+// (0, 1) and E = -log2(u) (an exponential variate, in bits), the noise is
+// -log2(E) up to a constant shift, which no argmax sees. E comes from the
+// series -ln(1 - t) = t + t^2/2 + ... (t = 1 - u) where u > 7/8, as lg2's
+// absolute error there would be large against E; elsewhere from lg2. The
+// scores' errors are then a few units in the float's last place, as the
+// sum's own rounding. log2e_inv_t = log2(e) / T.
+__device__ __forceinline__ float draw_score(float v, float log2e_inv_t, uint64_t key, int64_t id) {
+  uint32_t h = static_cast<uint32_t>(key) ^ (static_cast<uint32_t>(key >> 32) * 0x9e3779b9u);
+  h ^= static_cast<uint32_t>(id) * 0x85ebca6bu;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  const float j = static_cast<float>(h >> 9);
+  const float u = (j + 0.5f) * 0x1.0p-23f;        // exact
+  const float t = (8388607.5f - j) * 0x1.0p-23f;  // 1 - u, exact
+  // log2(e) * (1 + t/2 + t^2/3 + ... + t^7/8): its truncation is below t^8 / 9 < 2^-24 of the sum for t < 1/8.
+  float p = kLog2e / 8.0f;
+  p = fmaf(p, t, kLog2e / 7.0f);
+  p = fmaf(p, t, kLog2e / 6.0f);
+  p = fmaf(p, t, kLog2e / 5.0f);
+  p = fmaf(p, t, kLog2e / 4.0f);
+  p = fmaf(p, t, kLog2e / 3.0f);
+  p = fmaf(p, t, kLog2e / 2.0f);
+  p = fmaf(p, t, kLog2e);
+  const float e = t < 0.125f ? p * t : -fast_log2(u);
+  return fmaf(v, log2e_inv_t, -fast_log2(e));
+}
 
 // Below this vocabulary, per-bin masses are summed in three 32-bit limbs
 // (14 + 14 + 12 bits of a mass <= 2^40) with native shared-memory atomics,
@@ -156,10 +207,11 @@ struct Shared {
   long long k_need;
   unsigned long long p_need;
   unsigned long long cut;  // the last kept entry's argmax key; 0: none yet
-  // The unrestricted draw (draw_if_kept): this block's mass sum, read by the
-  // cluster's other blocks; the cluster's draw, total mass and mass before it.
-  unsigned long long block_mass;
-  unsigned long long all_top, all_mass, all_before;
+  // The unrestricted draw (draw_if_kept): this block's sums of the masses,
+  // read by the cluster's other blocks; the block's and the cluster's draw,
+  // the cluster's total mass and mass before the draw.
+  unsigned long long block_mass, block_before;
+  unsigned long long top, all_top, all_mass, all_before;
 };
 
 __device__ __forceinline__ uint64_t block_max_u64(uint64_t v, unsigned long long* slot) {
