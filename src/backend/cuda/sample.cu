@@ -22,10 +22,11 @@
 //      the noise a hash of (row key, id). That is an exact draw from the
 //      kept tokens' renormalised softmax; the key comes from the sequence's
 //      own generator, so a seeded request repeats its tokens.
-// A top-p row without top-k (the models' default) first draws over every
-// finite logit, in the same pass as step 2's maximum, and keeps that token
-// when the cuts would keep it (about top_p of the time; draw_if_kept): two
-// passes over the row instead of four or more.
+// A top-p row without top-k (the models' default) first finds the best few
+// scores over every finite logit, in the same pass as step 2's maximum, and
+// draws the first of them that the cuts would keep (all but about
+// (1 - top_p)^4 of the time; draw_if_kept): two passes over the row instead
+// of four or more.
 // On sm_90 a few rows share the GPU as clusters of up to 8 blocks, each
 // block a slice of its row, the sums and maxima joined through distributed
 // shared memory; the results do not depend on the slicing.
@@ -425,71 +426,119 @@ __device__ void draw(const float* x, const Slice& sl, const SampleRow& r, const 
   cl.sync();  // block 0 has read the others' before any leaves
 }
 
-// Two sums of fixed-point masses over the cluster, every thread's share of
-// each in: the block's totals through shared memory, then thread 0 of each
-// block adds up the cluster's into s.all_mass and s.all_before (read after
-// the cluster sync that ends this; a second one before return keeps each
-// block's totals until all have read them).
-__device__ void cluster_mass_sums(unsigned long long mass, unsigned long long before, Shared& s, const Cluster& cl) {
+// Inserts argmax key k into t, largest first, when it beats t's last.
+__device__ __forceinline__ void insert_top(uint64_t (&t)[kDrawCandidates], uint64_t k) {
+  if (k <= t[kDrawCandidates - 1]) return;
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    mass += __shfl_xor_sync(0xffffffffu, mass, offset);
-    before += __shfl_xor_sync(0xffffffffu, before, offset);
+  for (int j = kDrawCandidates - 1; j >= 0; --j) {
+    const uint64_t above = j > 0 ? t[j - 1] : ~0ull;
+    if (k > t[j]) t[j] = k > above ? above : k;
   }
-  if (threadIdx.x == 0) {
-    s.block_mass = 0;
-    s.block_before = 0;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    if (mass != 0) atomicAdd(&s.block_mass, mass);
-    if (before != 0) atomicAdd(&s.block_before, before);
+}
+
+// The cluster's kDrawCandidates largest argmax keys into s.all_tops, from
+// every thread's own, largest first (t): the block's by rounds of the block
+// maximum (each round's winner, one thread as the keys are distinct, moves
+// past it), then thread 0 of each block joins the cluster's blocks'. The
+// slots s.block_tops are 0 on entry. Ends with a cluster sync after which
+// every block may read s.all_tops.
+__device__ void cluster_tops(uint64_t (&t)[kDrawCandidates], Shared& s, const Cluster& cl) {
+#pragma unroll
+  for (int r = 0; r < kDrawCandidates; ++r) {
+    const uint64_t m = block_max_u64(t[0], &s.block_tops[r]);
+    if (m != 0 && t[0] == m) {
+#pragma unroll
+      for (int j = 0; j + 1 < kDrawCandidates; ++j) t[j] = t[j + 1];
+      t[kDrawCandidates - 1] = 0;
+    }
   }
   cl.sync();
   if (threadIdx.x == 0) {
-    unsigned long long total = 0, total_before = 0;
-    for (unsigned q = 0; q < cl.size(); ++q) {
-      total += cl.at(&s, q)->block_mass;
-      total_before += cl.at(&s, q)->block_before;
+    int next[8] = {};  // each block's first key not yet taken (clusters are at most 8 blocks)
+    for (int r = 0; r < kDrawCandidates; ++r) {
+      unsigned long long m = 0;
+      unsigned from = 0;
+      for (unsigned q = 0; q < cl.size(); ++q) {
+        const unsigned long long k = next[q] < kDrawCandidates ? cl.at(&s, q)->block_tops[next[q]] : 0;
+        if (k > m) {
+          m = k;
+          from = q;
+        }
+      }
+      s.all_tops[r] = m;
+      if (m != 0) ++next[from];
     }
-    s.all_mass = total;
-    s.all_before = total_before;
+  }
+  cl.sync();
+}
+
+// Sums of fixed-point masses over the cluster, every thread's share of each
+// in: the block's totals through shared memory, then thread 0 of each block
+// adds up the cluster's into s.all_sums (read after the cluster sync that
+// ends this; a second one before return keeps each block's totals until
+// all have read them).
+__device__ void cluster_mass_sums(unsigned long long (&sums)[kDrawCandidates + 1], Shared& s, const Cluster& cl) {
+  if (threadIdx.x <= kDrawCandidates) s.block_sums[threadIdx.x] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j <= kDrawCandidates; ++j) {
+    unsigned long long v = sums[j];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if ((threadIdx.x & 31) == 0 && v != 0) atomicAdd(&s.block_sums[j], v);
+  }
+  cl.sync();
+  if (threadIdx.x <= kDrawCandidates) {
+    unsigned long long total = 0;
+    for (unsigned q = 0; q < cl.size(); ++q) total += cl.at(&s, q)->block_sums[threadIdx.x];
+    s.all_sums[threadIdx.x] = total;
   }
   cl.sync();
 }
 
 // The draw without the cuts, when no top-k cut applies: draw() takes the
-// largest score over the kept entries, so when c, the largest over every
-// finite entry (s.all_top, found by the first pass over the row), is itself
-// kept, it is draw()'s answer: the same token, found without the bins, the
-// gather and sort of the cut bin. c is kept when its weight passes min-p
-// and the mass of the entries before it in the host's order (larger logits,
-// lower ids on ties; pick_key) is below top-p's target, ceil(top_p * the
-// finite entries' mass), for then the cut (the first entry at which the
-// running mass reaches the target) is c or after it. One pass: the total
-// mass and the mass before c. Returns true once block 0 has written c's
-// key; false, alike in every block of the cluster, when c is not kept (the
-// draw then lands outside the nucleus, about 1 - top_p of the time) and the
-// caller cuts and draws.
+// largest score over the kept entries. The first pass over the row found
+// the kDrawCandidates largest scores over every finite entry (s.all_tops);
+// the first of them that is kept is draw()'s answer (every larger score is
+// not kept): the same token, found without the bins, the gather and sort of
+// the cut bin, and the draw's own pass. A candidate c is kept when its
+// weight passes min-p and the mass of the entries before it in the host's
+// order (larger logits, lower ids on ties; pick_key) is below top-p's
+// target, ceil(top_p * the finite entries' mass), for then the cut (the
+// first entry at which the running mass reaches the target) is c or after
+// it. One pass: the total mass and the mass before each candidate. Returns
+// true once block 0 has written the draw's key; false, alike in every block
+// of the cluster, when no candidate is kept (about (1 - top_p)^4 of the
+// time) and the caller cuts and draws.
 __device__ bool draw_if_kept(const float* x, const Slice& sl, const SampleRow& r, const Weights& w, uint64_t* keys,
                              Shared& s, const Cluster& cl) {
-  const auto c = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(s.all_top & 0xffffffffu));
-  const float xc = x[c];
-  if (r.min_p > 0.0f && !(w.weight(xc) >= r.min_p)) return false;
-  const uint64_t c_key = pick_key(xc, c);
-  unsigned long long mass = 0, before = 0;
+  uint64_t c_key[kDrawCandidates];
+#pragma unroll
+  for (int j = 0; j < kDrawCandidates; ++j) {
+    const uint64_t top = s.all_tops[j];
+    const auto c = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(top & 0xffffffffu));
+    c_key[j] = top != 0 ? pick_key(x[c], c) : ~0ull;  // no candidate: nothing is before it, never kept
+  }
+  unsigned long long sums[kDrawCandidates + 1] = {};
   for_each_logit(x, sl, [&](float v, int64_t i) {
     if (!finite_logit(v)) return;
     const unsigned long long m = w.mass(v);
-    mass += m;
-    before += pick_key(v, i) > c_key ? m : 0;
+    const uint64_t k = pick_key(v, i);
+    sums[0] += m;
+#pragma unroll
+    for (int j = 0; j < kDrawCandidates; ++j) sums[j + 1] += k > c_key[j] ? m : 0;
   });
-  cluster_mass_sums(mass, before, s, cl);
-  const auto target =
-      static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(s.all_mass)));
-  if (s.all_before >= (target > 0 ? target : 1)) return false;
-  if (threadIdx.x == 0 && cl.rank() == 0) keys[r.pick] = c_key;
-  return true;
+  cluster_mass_sums(sums, s, cl);
+  auto target = static_cast<unsigned long long>(ceil(static_cast<double>(r.top_p) * static_cast<double>(s.all_sums[0])));
+  target = target > 0 ? target : 1;
+  for (int j = 0; j < kDrawCandidates; ++j) {
+    if (c_key[j] == ~0ull) return false;
+    if (r.min_p > 0.0f && !(w.weight(key_value(static_cast<uint32_t>(c_key[j] >> 32))) >= r.min_p)) continue;
+    if (s.all_sums[j + 1] >= target) continue;
+    if (threadIdx.x == 0 && cl.rank() == 0) keys[r.pick] = c_key[j];
+    return true;
+  }
+  return false;
 }
 
 // One row per cluster of `blocks` blocks (1 without clusters), each block a slice of the row.
@@ -524,17 +573,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
   if (threadIdx.x == 0) {
     s.best = 0;
-    s.top = 0;
     s.finite = 0;
     s.min_key = UINT_MAX;
   }
+  if (threadIdx.x < kDrawCandidates) s.block_tops[threadIdx.x] = 0;
   __syncthreads();
 
   // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.
   // A top-p row without top-k also finds its draw over every finite entry here (draw_if_kept keeps it or not).
   const bool draw_first = !cuts_first && !r.greedy && r.top_p < 1.0f && r.top_k <= 0;
   const float log2e_inv_t = r.greedy ? 0.0f : kLog2e / r.temperature;
-  uint64_t best = 0, top = 0;
+  uint64_t best = 0, tops[kDrawCandidates] = {};
   int finite = 0;
   uint32_t min_key = UINT_MAX;
   const auto extremes = [&](float v, int64_t i) {
@@ -551,8 +600,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     for_each_logit(x, sl, [&](float v, int64_t i) {
       extremes(v, i);
       if (!finite_logit(v)) return;
-      const uint64_t k = pick_key(draw_score(v, log2e_inv_t, r.key, i), i);
-      top = k > top ? k : top;
+      insert_top(tops, pick_key(draw_score(v, log2e_inv_t, r.key, i), i));
     });
   } else {
     for_each_logit(x, sl, extremes);
@@ -564,20 +612,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     atomicMin(&s.min_key, min_key);
   }
   best = block_max_u64(best, &s.best);
-  if (draw_first) top = block_max_u64(top, &s.top);
+  if (draw_first) cluster_tops(tops, s, cl);
   if (threadIdx.x == 0) {
     s.block_best = best;
-    s.block_top = top;
     s.block_finite = s.finite;
     s.block_min_key = s.min_key;
   }
   cl.sync();
   if (threadIdx.x == 0) {
-    s.all_top = 0;
     for (unsigned q = 0; q < blocks; ++q) {
       const Shared* other = cl.at(&s, q);
       s.best = other->block_best > s.best ? other->block_best : s.best;
-      s.all_top = other->block_top > s.all_top ? other->block_top : s.all_top;
       s.min_key = min(s.min_key, other->block_min_key);
       if (q != rank) s.finite += other->block_finite;
     }

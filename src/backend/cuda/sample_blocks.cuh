@@ -22,6 +22,10 @@ constexpr int kBins = 256;
 constexpr float kMaxSpan = 32.0f;    // nats of (m - x) / T the bins cover at most; the last bin takes the rest
 constexpr int kCandidates = 2048;    // entries of one cut bin sorted in shared memory
 constexpr float kMassScaleF = 1099511627776.0f;  // 2^40: a weight in (0, 1] as an integer
+// The unrestricted draw keeps the row's this many best scores: the first of
+// them that the cuts keep is the draw, and all of them fall outside a
+// nucleus of mass top_p about (1 - top_p)^4 of the time.
+constexpr int kDrawCandidates = 4;
 
 __device__ __forceinline__ uint32_t order_key(float v) {
   const uint32_t u = __float_as_uint(v + 0.0f);
@@ -207,11 +211,12 @@ struct Shared {
   long long k_need;
   unsigned long long p_need;
   unsigned long long cut;  // the last kept entry's argmax key; 0: none yet
-  // The unrestricted draw (draw_if_kept): this block's sums of the masses,
-  // read by the cluster's other blocks; the block's and the cluster's draw,
-  // the cluster's total mass and mass before the draw.
-  unsigned long long block_mass, block_before;
-  unsigned long long top, all_top, all_mass, all_before;
+  // The unrestricted draw (draw_if_kept): the block's and the cluster's
+  // best scores (argmax keys, largest first; 0 where fewer entries), the
+  // block's sums of the masses (the row's, then before each candidate),
+  // read by the cluster's other blocks, and the cluster's.
+  unsigned long long block_tops[kDrawCandidates], all_tops[kDrawCandidates];
+  unsigned long long block_sums[kDrawCandidates + 1], all_sums[kDrawCandidates + 1];
 };
 
 __device__ __forceinline__ uint64_t block_max_u64(uint64_t v, unsigned long long* slot) {
