@@ -23,8 +23,8 @@
 //      kept tokens' renormalised softmax; the key comes from the sequence's
 //      own generator, so a seeded request repeats its tokens.
 // A top-p row without top-k (the models' default) first finds the best few
-// scores over every finite logit, in the same pass as step 2's maximum, and
-// draws the first of them that the cuts would keep (all but about
+// scores over every finite logit and the maximum m in one pass, and in a
+// second draws the first of them that the cuts would keep (all but about
 // (1 - top_p)^4 of the time; draw_if_kept): two passes over the row instead
 // of four or more.
 // On sm_90 a few rows share the GPU as clusters of up to 8 blocks, each
@@ -521,8 +521,7 @@ __device__ bool draw_if_kept(const float* x, const Slice& sl, const SampleRow& r
   }
   unsigned long long sums[kDrawCandidates + 1] = {};
   for_each_logit(x, sl, [&](float v, int64_t i) {
-    if (!finite_logit(v)) return;
-    const unsigned long long m = w.mass(v);
+    const unsigned long long m = finite_logit(v) ? w.mass(v) : 0;  // no branch: a thread's four logits interleave
     const uint64_t k = pick_key(v, i);
     sums[0] += m;
 #pragma unroll
@@ -571,40 +570,73 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     }
     __syncthreads();
   }
+  const float inv_t = r.greedy ? 1.0f : 1.0f / r.temperature, log2e_inv_t = kLog2e * inv_t;
+
+  // A top-p row without top-k (not cutting first) first finds its draw's
+  // candidates, the best scores over every finite logit, and the row's
+  // maximum m, in one pass; draw_if_kept draws from them in a second. Only
+  // when no candidate is kept does the row take the full path below.
+  if (!cuts_first && !r.greedy && r.top_p < 1.0f && r.top_k <= 0) {
+    if (threadIdx.x == 0) s.max_key = 0;
+    if (threadIdx.x < kDrawCandidates) s.block_tops[threadIdx.x] = 0;
+    __syncthreads();
+    uint64_t tops[kDrawCandidates] = {};
+    float mx = -INFINITY;  // fmaxf passes NaN by
+    // The draw's argmax key of logit v (0 if not finite); no branches, so a thread's four logits interleave.
+    const auto score_key = [&](float v, int64_t i) -> uint64_t {
+      const uint64_t k = pick_key(draw_score(v, log2e_inv_t, r.key, i), i);
+      return finite_logit(v) ? k : 0;
+    };
+    for_each_quad(
+        x, sl,
+        [&](const float4 v, int64_t i) {
+          mx = fmaxf(fmaxf(mx, v.x), fmaxf(fmaxf(v.y, v.z), v.w));
+          const uint64_t k0 = score_key(v.x, i), k1 = score_key(v.y, i + 1), k2 = score_key(v.z, i + 2),
+                         k3 = score_key(v.w, i + 3);
+          const uint64_t hi = max(max(k0, k1), max(k2, k3));
+          if (hi > tops[kDrawCandidates - 1]) {  // rare once the thread has seen a few groups
+            insert_top(tops, k0);
+            insert_top(tops, k1);
+            insert_top(tops, k2);
+            insert_top(tops, k3);
+          }
+        },
+        [&](float v, int64_t i) {
+          mx = fmaxf(mx, v);
+          insert_top(tops, score_key(v, i));
+        });
+    const uint32_t mk = __reduce_max_sync(0xffffffffu, order_key(mx));
+    if ((threadIdx.x & 31) == 0) atomicMax(&s.max_key, mk);
+    cluster_tops(tops, s, cl);  // its syncs also publish s.max_key to the block and the cluster
+    if (threadIdx.x == 0) {
+      uint32_t all = 0;
+      for (unsigned q = 0; q < blocks; ++q) all = max(all, cl.at(&s, q)->max_key);
+      s.block_max_key = all;
+    }
+    __syncthreads();
+    // A candidate means a finite logit, so m is finite or +inf, as the full path's. The bins are not used.
+    const Weights w{key_value(s.block_max_key), inv_t, 1.0f, log2e_inv_t};
+    if (s.all_tops[0] != 0 && draw_if_kept(x, sl, r, w, keys, s, cl)) return;  // its syncs follow the reads above
+    cl.sync();  // every block has read the others' max_key before any goes on
+  }
+
+  // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.
   if (threadIdx.x == 0) {
     s.best = 0;
     s.finite = 0;
     s.min_key = UINT_MAX;
   }
-  if (threadIdx.x < kDrawCandidates) s.block_tops[threadIdx.x] = 0;
   __syncthreads();
-
-  // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.
-  // A top-p row without top-k also finds its draw over every finite entry here (draw_if_kept keeps it or not).
-  const bool draw_first = !cuts_first && !r.greedy && r.top_p < 1.0f && r.top_k <= 0;
-  const float log2e_inv_t = r.greedy ? 0.0f : kLog2e / r.temperature;
-  uint64_t best = 0, tops[kDrawCandidates] = {};
+  uint64_t best = 0;
   int finite = 0;
   uint32_t min_key = UINT_MAX;
-  const auto extremes = [&](float v, int64_t i) {
-    if (v == v) {
-      const uint64_t k = pick_key(v, i);
-      best = k > best ? k : best;
-    }
-    if (finite_logit(v)) {
-      ++finite;
-      min_key = min(min_key, order_key(v));
-    }
-  };
-  if (draw_first) {
-    for_each_logit(x, sl, [&](float v, int64_t i) {
-      extremes(v, i);
-      if (!finite_logit(v)) return;
-      insert_top(tops, pick_key(draw_score(v, log2e_inv_t, r.key, i), i));
-    });
-  } else {
-    for_each_logit(x, sl, extremes);
-  }
+  for_each_logit(x, sl, [&](float v, int64_t i) {
+    const uint64_t k = v == v ? pick_key(v, i) : 0;  // no branches, so a thread's four logits interleave
+    best = k > best ? k : best;
+    const bool f = finite_logit(v);
+    finite += f ? 1 : 0;
+    min_key = f ? min(min_key, order_key(v)) : min_key;
+  });
   finite = __reduce_add_sync(0xffffffffu, finite);
   min_key = __reduce_min_sync(0xffffffffu, min_key);
   if ((threadIdx.x & 31) == 0 && finite > 0) {
@@ -612,7 +644,6 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     atomicMin(&s.min_key, min_key);
   }
   best = block_max_u64(best, &s.best);
-  if (draw_first) cluster_tops(tops, s, cl);
   if (threadIdx.x == 0) {
     s.block_best = best;
     s.block_finite = s.finite;
@@ -636,13 +667,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
   // The largest value is finite here. The bins below the last span the row from m down to its smallest
   // logit, or kMaxSpan nats (a nearly flat row gets narrow bins, a peaked one wide bins and a long tail).
-  const float m = key_value(static_cast<uint32_t>(best >> 32)), inv_t = 1.0f / r.temperature;
+  const float m = key_value(static_cast<uint32_t>(best >> 32));
   const float span = fminf((m - key_value(s.min_key)) * inv_t, kMaxSpan);
   const Weights w{m, inv_t, span > 0.0f ? (static_cast<float>(kBins) - 1.5f) / span : 1.0f, log2e_inv_t};
 
-  // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw;
-  // with top-p and no top-k, first the draw without the cuts, kept when top-p and min-p keep it.
-  if (draw_first && draw_if_kept(x, sl, r, w, keys, s, cl)) return;
+  // 4. The cuts (bins, else the radix select by the first block over the whole row), 5-6. min-p and the draw.
   uint64_t cut = 0;
   if (binned_cut(x, vocab, sl, r, w, num_finite, s, cl, cut)) {
     draw(x, sl, r, w, cut, best, keys, s, cl);

@@ -100,7 +100,8 @@ __device__ __forceinline__ float draw_score(float v, float log2e_inv_t, uint64_t
   p = fmaf(p, t, kLog2e / 3.0f);
   p = fmaf(p, t, kLog2e / 2.0f);
   p = fmaf(p, t, kLog2e);
-  const float e = t < 0.125f ? p * t : -fast_log2(u);
+  const float from_log = -fast_log2(u);  // computed for every lane: no branch between a warp's lanes
+  const float e = t < 0.125f ? p * t : from_log;
   return fmaf(v, log2e_inv_t, -fast_log2(e));
 }
 
@@ -156,30 +157,38 @@ struct Slice {
   }
 };
 
-// f(value, id) for every id of the slice, in no particular order, each
-// thread its own ids (no warp-wide steps inside f). The passes over a row
-// are bound by the latency of their loads, so each thread keeps two 16-byte
-// loads in flight.
-template <class F>
-__device__ __forceinline__ void for_each_logit(const float* x, const Slice& sl, F&& f) {
+// The slice's logits, each thread its own ids, in no particular order:
+// quad(v, i) for each 16-byte group of four (ids i .. i + 3), one(v, i)
+// for the ids past them (no warp-wide steps inside either). The passes over
+// a row are bound by the latency of their loads, so each thread keeps two
+// 16-byte loads in flight.
+template <class Quad, class One>
+__device__ __forceinline__ void for_each_quad(const float* x, const Slice& sl, Quad&& quad, One&& one) {
   const int64_t nvec = sl.vectors(x);
   const auto* v4 = reinterpret_cast<const float4*>(x + sl.lo);
   const auto step = static_cast<int64_t>(blockDim.x);
   int64_t j = threadIdx.x;
-  const auto four = [&](const float4 v, int64_t g) {
-    const int64_t i = sl.lo + 4 * g;
-    f(v.x, i);
-    f(v.y, i + 1);
-    f(v.z, i + 2);
-    f(v.w, i + 3);
-  };
   for (; j + step < nvec; j += 2 * step) {
     const float4 a = v4[j], b = v4[j + step];
-    four(a, j);
-    four(b, j + step);
+    quad(a, sl.lo + 4 * j);
+    quad(b, sl.lo + 4 * (j + step));
   }
-  if (j < nvec) four(v4[j], j);
-  for (int64_t i = sl.lo + 4 * nvec + threadIdx.x; i < sl.hi; i += step) f(x[i], i);
+  if (j < nvec) quad(v4[j], sl.lo + 4 * j);
+  for (int64_t i = sl.lo + 4 * nvec + threadIdx.x; i < sl.hi; i += step) one(x[i], i);
+}
+
+// f(value, id) for every id of the slice (for_each_quad, one id at a time).
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float* x, const Slice& sl, F&& f) {
+  for_each_quad(
+      x, sl,
+      [&](const float4 v, int64_t i) {
+        f(v.x, i);
+        f(v.y, i + 1);
+        f(v.z, i + 2);
+        f(v.w, i + 3);
+      },
+      f);
 }
 
 struct Shared {
@@ -216,6 +225,7 @@ struct Shared {
   // block's sums of the masses (the row's, then before each candidate),
   // read by the cluster's other blocks, and the cluster's.
   unsigned long long block_tops[kDrawCandidates], all_tops[kDrawCandidates];
+  unsigned int max_key, block_max_key;  // order keys of the block's largest logit, then the cluster's
   unsigned long long block_sums[kDrawCandidates + 1], all_sums[kDrawCandidates + 1];
 };
 
