@@ -1127,15 +1127,17 @@ TEST(CudaKernels, SampleRowsCutsAFullVocabulary) {
 }
 
 // Top-p rows without a top-k cut try the draw over every finite logit
-// first and keep it when the cuts would (draw_if_kept): the tokens equal
-// those of cutting first, whether the draw is kept (a wide top-p) or not (a
-// narrow one), with min-p, over a small row with ties, a full-size random
+// first and keep it when the cuts would (draw_if_kept: the first kept of
+// the row's best few scores): the tokens equal those of cutting first,
+// whether a candidate is kept (a wide top-p) or none (a narrow one), with
+// min-p, over a small row with ties, -inf and NaN, a full-size random
 // vocabulary and a peaked one, a row at a time (clusters) and many.
 TEST(CudaKernels, SampleRowsDrawWithoutCutsGivesTheCutsTokens) {
   std::mt19937 rng(14);
   std::vector<float> small = test::random_f32(rng, 48, -3, 3);
   small[5] = small[9] = small[20] = 2.5f;
   small[40] = -INFINITY;
+  small[41] = NAN;  // no weight in either form's sums
   std::vector<float> full = test::random_f32(rng, 103424, -8, 8);
   std::vector<float> peaked = test::random_f32(rng, 103424, -12, 2);
   for (int i = 0; i < 30; ++i) peaked[static_cast<size_t>(7 + 3001 * i)] = 6.0f + 0.2f * static_cast<float>(i % 7);

@@ -521,7 +521,7 @@ __device__ bool draw_if_kept(const float* x, const Slice& sl, const SampleRow& r
   }
   unsigned long long sums[kDrawCandidates + 1] = {};
   for_each_logit(x, sl, [&](float v, int64_t i) {
-    const unsigned long long m = finite_logit(v) ? w.mass(v) : 0;  // no branch: a thread's four logits interleave
+    const unsigned long long m = w.mass(v);  // 0 for NaN and -inf
     const uint64_t k = pick_key(v, i);
     sums[0] += m;
 #pragma unroll
@@ -581,29 +581,33 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
     if (threadIdx.x < kDrawCandidates) s.block_tops[threadIdx.x] = 0;
     __syncthreads();
     uint64_t tops[kDrawCandidates] = {};
-    float mx = -INFINITY;  // fmaxf passes NaN by
-    // The draw's argmax key of logit v (0 if not finite); no branches, so a thread's four logits interleave.
-    const auto score_key = [&](float v, int64_t i) -> uint64_t {
-      const uint64_t k = pick_key(draw_score(v, log2e_inv_t, r.key, i), i);
-      return finite_logit(v) ? k : 0;
+    float mx = -INFINITY;    // fmaxf passes NaN by
+    float last = -INFINITY;  // the score of tops' last key, -inf while tops has room
+    // Inserts the draw's argmax key of logit v at id i, score sc, if v is finite.
+    const auto insert = [&](float v, float sc, int64_t i) {
+      if (finite_logit(v)) insert_top(tops, pick_key(sc, i));
     };
+    // The scores as floats, so the common case (no score of the group reaches tops' last) takes one
+    // comparison and no branch between a thread's four logits: a key above tops' last has a score at
+    // least its score (keys order scores, then ids), and NaN scores (NaN logits) are never kept.
     for_each_quad(
         x, sl,
         [&](const float4 v, int64_t i) {
           mx = fmaxf(fmaxf(mx, v.x), fmaxf(fmaxf(v.y, v.z), v.w));
-          const uint64_t k0 = score_key(v.x, i), k1 = score_key(v.y, i + 1), k2 = score_key(v.z, i + 2),
-                         k3 = score_key(v.w, i + 3);
-          const uint64_t hi = max(max(k0, k1), max(k2, k3));
-          if (hi > tops[kDrawCandidates - 1]) {  // rare once the thread has seen a few groups
-            insert_top(tops, k0);
-            insert_top(tops, k1);
-            insert_top(tops, k2);
-            insert_top(tops, k3);
+          const float s0 = draw_score(v.x, log2e_inv_t, r.key, i), s1 = draw_score(v.y, log2e_inv_t, r.key, i + 1),
+                      s2 = draw_score(v.z, log2e_inv_t, r.key, i + 2), s3 = draw_score(v.w, log2e_inv_t, r.key, i + 3);
+          if (fmaxf(fmaxf(s0, s1), fmaxf(s2, s3)) >= last) {  // rare once the thread has seen a few groups
+            insert(v.x, s0, i);
+            insert(v.y, s1, i + 1);
+            insert(v.z, s2, i + 2);
+            insert(v.w, s3, i + 3);
+            const uint64_t k = tops[kDrawCandidates - 1];
+            last = k != 0 ? key_value(static_cast<uint32_t>(k >> 32)) : -INFINITY;
           }
         },
         [&](float v, int64_t i) {
           mx = fmaxf(mx, v);
-          insert_top(tops, score_key(v, i));
+          insert(v, draw_score(v, log2e_inv_t, r.key, i), i);
         });
     const uint32_t mk = __reduce_max_sync(0xffffffffu, order_key(mx));
     if ((threadIdx.x & 31) == 0) atomicMax(&s.max_key, mk);

@@ -56,12 +56,17 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // The row's weights as fixed-point masses: exp((v - m) / T) * 2^40, rounded
 // down, with exp((v - m) / T) = 2^((v - m) * log2(e) / T) on the
-// special-function unit (at most 1: a weight's mass is at most 2^40).
+// special-function unit (at most 1: a weight's mass is at most 2^40). A NaN
+// logit's weight is NaN and its mass 0 (a float-to-integer conversion takes
+// NaN to 0), as is -inf's, so sums need not test for them.
 struct Weights {
   float m, inv_t;
   float scale;  // bins per nat: the bins below the last span the row's finite range, at most kMaxSpan nats
   float log2e_inv_t;  // log2(e) / T
-  __device__ __forceinline__ float weight(float v) const { return fminf(fast_exp2((v - m) * log2e_inv_t), 1.0f); }
+  __device__ __forceinline__ float weight(float v) const {
+    const float e = fast_exp2((v - m) * log2e_inv_t);
+    return e > 1.0f ? 1.0f : e;  // keeps NaN
+  }
   // w * 2^40 is exact in float (a power-of-two scale), so this equals the double product.
   __device__ __forceinline__ uint64_t mass(float v) const { return static_cast<uint64_t>(weight(v) * kMassScaleF); }
   // The bin of (m - v) / T; NaN and the tail past kMaxSpan go to the last bin.
