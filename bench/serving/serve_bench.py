@@ -45,6 +45,9 @@ from server_proc import (ROOT, LaunchedServer, ResourceSampler, commit_id, http_
                          read_proc_status)
 
 CHOICE = re.compile(rb'"choices"\s*:\s*\[\s*\{')
+# tern's request log line (one per finished request, at info level): the server's own queue and TTFT times.
+REQUEST_LOG = re.compile(rb"request \S+ api=\S+ .*?queue_ms=([0-9.]+) ttft_ms=([0-9.]+)")
+STREAMS_PER_WORKER = 8  # client processes: one per this many streams (at most half the CPUs)
 STALE_RETRIES = 8  # tries again of a request whose connection was found closed before any reply
 PERCENTILES = (50, 90, 95, 99)
 
@@ -354,7 +357,7 @@ def split_job(requests, concurrency, workers):
 
 def run_scenario(scenario, args, base_url, model, deadline, pool):
     requests = make_requests(scenario, args.seed, pool)
-    workers = args.workers or max(1, min((os.cpu_count() or 2) // 2, math.ceil(scenario.concurrency / 32)))
+    workers = args.workers or max(1, min((os.cpu_count() or 2) // 2, math.ceil(scenario.concurrency / STREAMS_PER_WORKER)))
     jobs = split_job(requests, scenario.concurrency, workers)
     for j in jobs:
         j.update(base_url=base_url, model=model, deadline=deadline, request_timeout=args.request_timeout,
@@ -373,6 +376,40 @@ def run_scenario(scenario, args, base_url, model, deadline, pool):
     t1 = max(ends + ([min(time.perf_counter(), deadline)] if any(not r["finished"] for r in results) else []),
              default=time.perf_counter())
     return scenario_metrics(scenario, results, t0, t1, sum(o["cpu_s"] for o in outs), len(jobs))
+
+
+def server_times(log_path, start, end):
+    """The server's own times of the requests that finished while a scenario
+    ran: tern's request log lines between byte offsets start and end of its
+    log, queue_ms (arrival to its first step) and ttft_ms (arrival to its
+    first token), requests that produced a token only. Beside the client's
+    TTFT they tell the server's share of it from the client's and HTTP's.
+    Empty for a server that writes no such lines."""
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        data = f.read(max(0, end - start))
+    queue, ttft = [], []
+    for m in REQUEST_LOG.finditer(data):
+        if float(m.group(2)) > 0:
+            queue.append(float(m.group(1)))
+            ttft.append(float(m.group(2)))
+    if not ttft:
+        return {}
+    return {"server_requests": len(ttft), "server_queue_ms": summary(queue, 1.0), "server_ttft_ms": summary(ttft, 1.0)}
+
+
+def server_times_lines(run):
+    """One line per scenario with the server's own times, for the markdown."""
+    lines = []
+    for m in run["scenarios"]:
+        if m.get("server_ttft_ms"):
+            t, q = m["server_ttft_ms"], m["server_queue_ms"]
+            lines.append(f"- {run['label']} {m['scenario']}: the server's request log ({m['server_requests']} "
+                         f"requests): TTFT p50 / p99 {fmt(t['p50'])} / {fmt(t['p99'])} ms, queue p50 / p99 "
+                         f"{fmt(q['p50'])} / {fmt(q['p99'])} ms (the client's TTFT p50 / p99: "
+                         f"{pct(m, 'ttft_ms', 'p50')} / {pct(m, 'ttft_ms', 'p99')} ms; client processes: "
+                         f"{m['client']['workers']})")
+    return lines
 
 
 def warmup(base_url, model, pool):
@@ -461,8 +498,8 @@ def parse_args(argv=None):
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds for all scenarios; a scenario still running then is cut, later ones skipped")
     ap.add_argument("--request-timeout", type=float, default=600.0, help="seconds without a byte before failing")
-    ap.add_argument("--workers", type=int, default=0, help="client processes (default: one per 32 streams, "
-                    "at most half the CPUs)")
+    ap.add_argument("--workers", type=int, default=0, help=f"client processes (default: one per {STREAMS_PER_WORKER} "
+                    "streams, at most half the CPUs)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the one short unmeasured request")
     ap.add_argument("--label", default="serve", help="name of this run: OUT_DIR/LABEL.json and .md")
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
@@ -524,9 +561,13 @@ def main(argv=None):
                                          "num_requests": sc.num_requests, "skipped": "time budget spent"})
                 print(f"serve_bench: {sc.name}: skipped (time budget spent)", file=sys.stderr)
                 continue
+            log_start = os.path.getsize(server.log_path) if server else 0
             with ResourceSampler(pid, server.idle_gpu_total if server else None) as sampler:
                 m = run_scenario(sc, args, base_url, model, deadline, pool)
             m["resources"] = sampler.report()
+            if server:
+                time.sleep(0.2)  # the last requests' log lines follow their last bytes
+                m.update(server_times(server.log_path, log_start, os.path.getsize(server.log_path)))
             run["scenarios"].append(m)
             print(f"serve_bench: {sc.name}: {m['completed']}/{m['started']} ok, {m['output_throughput']:,.0f} out "
                   f"tok/s, TTFT p50 {pct(m, 'ttft_ms', 'p50')} ms, TPOT p50 {pct(m, 'tpot_ms', 'p50')} ms"
@@ -539,8 +580,12 @@ def main(argv=None):
             run.setdefault("server", {})["exit_code"] = server.stop()
             pid_file.unlink(missing_ok=True)
     (out_dir / f"{args.label}.json").write_text(json.dumps(run, indent=1) + "\n")
-    (out_dir / f"{args.label}.md").write_text(run_header(run) + "\n\n" + markdown_table([run]) + "\n")
+    notes = server_times_lines(run)
+    (out_dir / f"{args.label}.md").write_text(run_header(run) + "\n\n" + markdown_table([run]) + "\n"
+                                              + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     print(markdown_table([run]))
+    for line in notes:
+        print(line)
     print(f"serve_bench: wrote {out_dir / (args.label + '.json')} and .md", file=sys.stderr)
     return exit_code
 

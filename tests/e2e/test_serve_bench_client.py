@@ -70,3 +70,26 @@ def test_requests_on_closed_keepalive_connections_go_again(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_launched_tern_reports_its_own_times_beside_the_clients(tmp_path, tern_bin, tiny_model):
+    """With --launch, serve_bench reads the server's request log: each
+    scenario's requests' queue and TTFT as tern measured them, which fit
+    inside the client's (a request reaches the server after the client
+    starts its clock, and its first token leaves before the client sees it)."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench/serving/serve_bench.py"), "--launch",
+                          f"{tern_bin} serve --model {tiny_model} --device cpu --host 127.0.0.1 --port 0",
+                          "--launch-timeout", "60", "--label", "own", "--out-dir", str(tmp_path),
+                          "--scenarios", "single:3,conc-4:8", "--output-len", "8", "--single-input", "32",
+                          "--conc-input", "8:40", "--time-budget", "90"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    scenarios = json.loads((tmp_path / "own.json").read_text())["scenarios"]
+    for s in scenarios:
+        assert s["server_requests"] == s["completed"], s["scenario"]
+        assert 0 <= s["server_queue_ms"]["p50"] <= s["server_ttft_ms"]["p50"]
+        assert s["server_ttft_ms"]["min"] <= s["ttft_ms"]["min"]
+        assert s["server_ttft_ms"]["max"] <= s["ttft_ms"]["max"]
+    assert scenarios[1]["client"]["workers"] == 1  # 4 streams: one client process
+    md = (tmp_path / "own.md").read_text()
+    assert "- own conc-4: the server's request log (8 requests): TTFT p50 / p99" in md
