@@ -27,23 +27,12 @@
 #include "backend/cpu/reference_kernels.h"
 #include "base/fp8_e4m3.h"
 #include "base/thread_pool.h"
+#include "comma_list.h"
 
 namespace {
 
 using tern::ThreadPool;
 using namespace tern::cpu;
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const size_t end = comma == std::string::npos ? s.size() : comma;
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
 
 double now_s(bool cpu_clock, int threads) {
   if (cpu_clock) {
@@ -68,11 +57,11 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (a == "--threads" && has_value) {
       threads.clear();
-      for (const std::string& t : split(argv[++i])) threads.push_back(std::atoi(t.c_str()));
+      for (const std::string& t : tern::bench::comma_list(argv[++i])) threads.push_back(std::atoi(t.c_str()));
     } else if (a == "--tokens" && has_value) {
       tokens = std::atoll(argv[++i]);
     } else if (a == "--cache" && has_value) {
-      caches = split(argv[++i]);
+      caches = tern::bench::comma_list(argv[++i]);
     } else if (a == "--seconds" && has_value) {
       seconds = std::atof(argv[++i]);
     } else if (a == "--rounds" && has_value) {

@@ -19,22 +19,11 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "comma_list.h"
 
 namespace {
 
 namespace cuda = tern::cuda;
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
 
 bool check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
@@ -110,8 +99,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<int> row_counts;
-  for (const std::string& s : split(rows_arg)) row_counts.push_back(std::atoi(s.c_str()));
-  const std::vector<std::string> modes = split(modes_arg);
+  for (const std::string& s : tern::bench::comma_list(rows_arg)) row_counts.push_back(std::atoi(s.c_str()));
+  const std::vector<std::string> modes = tern::bench::comma_list(modes_arg);
   int max_rows = 1;
   for (int n : row_counts) max_rows = n > max_rows ? n : max_rows;
 

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "comma_list.h"
 #include "model/ernie4_5/cuda/device_model.h"
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "runners/cuda_runner.h"
@@ -45,18 +46,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
 
 int fail(const tern::Status& s) {
   std::fprintf(stderr, "tern_gpu_bench: %s\n", s.to_string().c_str());
@@ -154,7 +143,7 @@ int main(int argc, char** argv) {
       model_dir = value;
     } else if (flag == "--batch") {
       batches.clear();
-      for (const std::string& b : split(value)) batches.push_back(std::stoll(b));
+      for (const std::string& b : tern::bench::comma_list(value)) batches.push_back(std::stoll(b));
     } else if (flag == "--prompt") {
       prompt = std::stoll(value);
     } else if (flag == "--steps") {
@@ -182,7 +171,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<tern::Ernie45Model> q4_0;  // the int4 configurations' model, made when first asked for
   std::vector<Row> table;
-  for (const std::string& config : split(configs_arg)) {
+  for (const std::string& config : tern::bench::comma_list(configs_arg)) {
     const bool int4 = config.rfind("int4", 0) == 0;
     if (int4 && q4_0 == nullptr) {
       const auto t_quant = Clock::now();
