@@ -577,7 +577,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   // maximum m, in one pass; draw_if_kept draws from them in a second. Only
   // when no candidate is kept does the row take the full path below.
   if (!cuts_first && !r.greedy && r.top_p < 1.0f && r.top_k <= 0) {
-    if (threadIdx.x == 0) s.max_key = 0;
+    if (threadIdx.x == 0) s.block_max_key = 0;
     if (threadIdx.x < kDrawCandidates) s.block_tops[threadIdx.x] = 0;
     __syncthreads();
     uint64_t tops[kDrawCandidates] = {};
@@ -610,18 +610,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
           insert(v, draw_score(v, log2e_inv_t, r.key, i), i);
         });
     const uint32_t mk = __reduce_max_sync(0xffffffffu, order_key(mx));
-    if ((threadIdx.x & 31) == 0) atomicMax(&s.max_key, mk);
-    cluster_tops(tops, s, cl);  // its syncs also publish s.max_key to the block and the cluster
+    if ((threadIdx.x & 31) == 0) atomicMax(&s.block_max_key, mk);
+    cluster_tops(tops, s, cl);  // its syncs also publish s.block_max_key to the block and the cluster
     if (threadIdx.x == 0) {
       uint32_t all = 0;
-      for (unsigned q = 0; q < blocks; ++q) all = max(all, cl.at(&s, q)->max_key);
-      s.block_max_key = all;
+      for (unsigned q = 0; q < blocks; ++q) all = max(all, cl.at(&s, q)->block_max_key);
+      s.max_key = all;
     }
     __syncthreads();
     // A candidate means a finite logit, so m is finite or +inf, as the full path's. The bins are not used.
-    const Weights w{key_value(s.block_max_key), inv_t, 1.0f, log2e_inv_t};
+    const Weights w{key_value(s.max_key), inv_t, 1.0f, log2e_inv_t};
     if (s.all_tops[0] != 0 && draw_if_kept(x, sl, r, w, keys, s, cl)) return;  // its syncs follow the reads above
-    cl.sync();  // every block has read the others' max_key before any goes on
+    cl.sync();  // every block has read the others' block_max_key before any goes on
   }
 
   // 2-3. The argmax (greedy, or nothing finite), the finite maximum and minimum: the slice's, then the row's.

@@ -230,7 +230,7 @@ struct Shared {
   // block's sums of the masses (the row's, then before each candidate),
   // read by the cluster's other blocks, and the cluster's.
   unsigned long long block_tops[kDrawCandidates], all_tops[kDrawCandidates];
-  unsigned int max_key, block_max_key;  // order keys of the block's largest logit, then the cluster's
+  unsigned int block_max_key, max_key;  // order keys of the block's largest logit, then the cluster's
   unsigned long long block_sums[kDrawCandidates + 1], all_sums[kDrawCandidates + 1];
 };
 
