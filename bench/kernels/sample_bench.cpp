@@ -99,7 +99,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<int> row_counts;
-  for (const std::string& s : tern::bench::comma_list(rows_arg)) row_counts.push_back(std::atoi(s.c_str()));
+  for (const std::string& s : tern::bench::comma_list(rows_arg)) {
+    const int n = std::atoi(s.c_str());
+    if (n < 1) {
+      std::fprintf(stderr, "tern_sample_bench: --rows takes positive counts, not '%s'\n", s.c_str());
+      return 2;
+    }
+    row_counts.push_back(n);
+  }
   const std::vector<std::string> modes = tern::bench::comma_list(modes_arg);
   int max_rows = 1;
   for (int n : row_counts) max_rows = n > max_rows ? n : max_rows;
