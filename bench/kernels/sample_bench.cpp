@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
     row_counts.push_back(n);
   }
   const std::vector<std::string> modes = tern::bench::comma_list(modes_arg);
+  for (const std::string& mode : modes) mode_row(mode);  // an unknown mode exits here, before any GPU work
   int max_rows = 1;
   for (int n : row_counts) max_rows = n > max_rows ? n : max_rows;
 
