@@ -145,8 +145,10 @@ cuda::RopeKvParams rope_params(const Shape& s, int64_t T, bf16* qkv, int64_t str
 
 TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
   std::mt19937 rng(4);
-  // 64/8 heads of 128: 4,608 pairs and 512 v words per token, more than one round of each per thread.
-  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}, Shape{64, 8, 128, 16}}) {
+  // 64/8 heads of 128: 1,280 16-byte units per token, eight rounds of loads per lane.
+  // head_dim 6 takes the one-pair units; the others 16-byte ones.
+  for (const Shape s :
+       {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}, Shape{64, 8, 128, 16}, Shape{4, 2, 6, 3}}) {
     const int64_t T = 23, q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
     const int64_t stride = q_dim + 2 * kv_dim;
     const int64_t num_slots = 64 * s.block_size;
@@ -223,7 +225,9 @@ TEST(CudaKernels, RopeStoreKvMatchesReferenceAndWritesOnlyItsSlots) {
 // saturate.
 TEST(CudaKernels, RopeStoreKvIntoFp8MatchesReference) {
   std::mt19937 rng(44);
-  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}, Shape{64, 8, 128, 16}}) {
+  // head_dim 6 takes the one-pair units; the others 16-byte ones.
+  for (const Shape s :
+       {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}, Shape{64, 8, 128, 16}, Shape{4, 2, 6, 3}}) {
     const int64_t T = 23, q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
     const int64_t stride = q_dim + 2 * kv_dim;
     const int64_t num_slots = 64 * s.block_size;
@@ -232,6 +236,11 @@ TEST(CudaKernels, RopeStoreKvIntoFp8MatchesReference) {
       qkv.values[i] *= 50.0f;
       qkv.words[i] = f32_to_bf16(qkv.values[i]);
       qkv.values[i] = bf16_to_f32(qkv.words[i]);
+    }
+    // Token 0's first k pair (1000, 1000): one of its rotated values is past 448 at any angle.
+    for (int64_t j = q_dim; j < q_dim + 2; ++j) {
+      qkv.words[static_cast<size_t>(j)] = f32_to_bf16(1000.0f);
+      qkv.values[static_cast<size_t>(j)] = 1000.0f;
     }
     std::vector<int32_t> positions(static_cast<size_t>(T)), slots(static_cast<size_t>(num_slots));
     std::uniform_int_distribution<int32_t> pos_d(0, 131071);
