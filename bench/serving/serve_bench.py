@@ -47,6 +47,11 @@ from server_proc import (ROOT, LaunchedServer, ResourceSampler, commit_id, http_
 CHOICE = re.compile(rb'"choices"\s*:\s*\[\s*\{')
 # tern's request log line (one per finished request, at info level): the server's own queue and TTFT times.
 REQUEST_LOG = re.compile(rb"request \S+ api=\S+ .*?queue_ms=([0-9.]+) ttft_ms=([0-9.]+)")
+# tern's --log-level debug line of each request: its arrival, first token and that token's handing to the
+# HTTP writer on the steady clock, which is time.perf_counter()'s (CLOCK_MONOTONIC) on Linux.
+REQUEST_CLOCK = re.compile(rb"request (\S+) clock: arrival ([0-9.]+) s, first token ([0-9.]+) s, "
+                           rb"first token out ([0-9.]+) s")
+RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([^"]+)"')
 STREAMS_PER_WORKER = 8  # client processes: one per this many streams (at most half the CPUs)
 STALE_RETRIES = 8  # tries again of a request whose connection was found closed before any reply
 PERCENTILES = (50, 90, 95, 99)
@@ -158,6 +163,9 @@ def scan_events(buf, res, start, now):
         if CHOICE.search(data):
             if res["ttft"] is None:
                 res["ttft"] = now - start
+                m = RESPONSE_ID.search(data)
+                if m:
+                    res["id"] = m.group(1).decode(errors="replace")
             else:
                 res["itl"].append(now - res["last"])
             res["last"] = now
@@ -185,7 +193,7 @@ def finish_result(res, end):
 
 async def send_aiohttp(session, url, payload, res):
     res["started"] = start = time.perf_counter()
-    async with session.post(url, json=payload) as resp:
+    async with session.post(url, json=payload, trace_request_ctx=res) as resp:
         if resp.status != 200:
             res["error"] = f"HTTP {resp.status}: {(await resp.text())[:300]}"
             res["e2e"] = time.perf_counter() - start
@@ -196,6 +204,18 @@ async def send_aiohttp(session, url, payload, res):
             if done:
                 break
     finish_result(res, time.perf_counter())
+
+
+def sent_trace():
+    """aiohttp tracing that stamps each request's result with "sent", when
+    its body has gone to the socket (the client's own share of its TTFT
+    ends there)."""
+    async def on_chunk_sent(session, ctx, params):
+        ctx.trace_request_ctx["sent"] = time.perf_counter()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(on_chunk_sent)
+    return trace
 
 
 async def send_httpx(client, url, payload, res):
@@ -265,7 +285,7 @@ async def run_closed_loop(job):
     if aiohttp is not None:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=job["request_timeout"])
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector, trace_configs=[sent_trace()]) as session:
             await asyncio.gather(*(stream(send_aiohttp, session) for _ in range(job["concurrency"])))
     else:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -375,16 +395,25 @@ def run_scenario(scenario, args, base_url, model, deadline, pool):
     t0 = min(starts) if starts else t_start
     t1 = max(ends + ([min(time.perf_counter(), deadline)] if any(not r["finished"] for r in results) else []),
              default=time.perf_counter())
-    return scenario_metrics(scenario, results, t0, t1, sum(o["cpu_s"] for o in outs), len(jobs))
+    return scenario_metrics(scenario, results, t0, t1, sum(o["cpu_s"] for o in outs), len(jobs)), results
 
 
-def server_times(log_path, start, end):
+def server_times(log_path, start, end, results=()):
     """The server's own times of the requests that finished while a scenario
     ran: tern's request log lines between byte offsets start and end of its
     log, queue_ms (arrival to its first step) and ttft_ms (arrival to its
     first token), requests that produced a token only. Beside the client's
     TTFT they tell the server's share of it from the client's and HTTP's.
-    Empty for a server that writes no such lines."""
+    With tern's debug lines (`--log-level debug`), each of the client's
+    requests (results) is matched by its response id and its TTFT split
+    into client_ttft_split_ms: "client_send" (the client's clock start to
+    its request's body written to the socket, connecting included; aiohttp
+    only, else 0), "to_arrival" (from there to the server's session start:
+    the server's read and parsing),
+    "server" (arrival to the first token), "to_writer" (that token to the
+    HTTP handler) and "to_client" (the handler to the client's read of the
+    chunk), with every request's parts in client_ttft_split_rows. Empty
+    for a server that writes no such lines."""
     with open(log_path, "rb") as f:
         f.seek(start)
         data = f.read(max(0, end - start))
@@ -395,7 +424,29 @@ def server_times(log_path, start, end):
             ttft.append(float(m.group(2)))
     if not ttft:
         return {}
-    return {"server_requests": len(ttft), "server_queue_ms": summary(queue, 1.0), "server_ttft_ms": summary(ttft, 1.0)}
+    out = {"server_requests": len(ttft), "server_queue_ms": summary(queue, 1.0), "server_ttft_ms": summary(ttft, 1.0)}
+    clocks = {m.group(1).decode(errors="replace"): [float(x) for x in m.groups()[1:]]
+              for m in REQUEST_CLOCK.finditer(data)}
+    parts = {"client_send": [], "to_arrival": [], "server": [], "to_writer": [], "to_client": []}
+    rows = []
+    t0 = min((r["started"] for r in results if r.get("started")), default=0.0)
+    for r in results:
+        c = clocks.get(r.get("id"))
+        if c is None or r.get("ttft") is None or not c[2]:
+            continue
+        arrival, first, handed = c
+        got = r["started"] + r["ttft"]
+        sent = r.get("sent", r["started"])  # aiohttp's trace; without it the send counts in to_arrival
+        split = (sent - r["started"], arrival - sent, first - arrival, handed - first, got - handed)
+        for k, v in zip(parts, split):
+            parts[k].append(v * 1000)
+        rows.append([round((r["started"] - t0) * 1000, 2)] + [round(v * 1000, 2) for v in split])
+    if parts["server"]:
+        out["client_ttft_split_requests"] = len(parts["server"])
+        out["client_ttft_split_ms"] = {k: summary(v, 1.0) for k, v in parts.items()}
+        # Each request: its start (ms after the scenario's first) and its five parts, in start order.
+        out["client_ttft_split_rows"] = {"columns": ["start", *parts], "rows": sorted(rows)}
+    return out
 
 
 def server_times_lines(run):
@@ -409,6 +460,11 @@ def server_times_lines(run):
                          f"{fmt(q['p50'])} / {fmt(q['p99'])} ms (the client's TTFT p50 / p99: "
                          f"{pct(m, 'ttft_ms', 'p50')} / {pct(m, 'ttft_ms', 'p99')} ms; client processes: "
                          f"{m['client']['workers']})")
+        split = m.get("client_ttft_split_ms")
+        if split:
+            lines.append(f"  - the client's TTFT of {m['client_ttft_split_requests']} requests matched in the debug log, "
+                         "p50 / p99 ms: " + "; ".join(f"{k.replace('_', ' ')} {fmt(v['p50'])} / {fmt(v['p99'])}"
+                                                      for k, v in split.items()))
     return lines
 
 
@@ -500,6 +556,9 @@ def parse_args(argv=None):
     ap.add_argument("--request-timeout", type=float, default=600.0, help="seconds without a byte before failing")
     ap.add_argument("--workers", type=int, default=0, help=f"client processes (default: one per {STREAMS_PER_WORKER} "
                     "streams, at most half the CPUs)")
+    ap.add_argument("--gpu-sample-interval", type=float, default=1.0,
+                    help="seconds between GPU memory samples (nvidia-smi) while a scenario runs, the first one "
+                    "interval in; 0: only after each scenario (default 1)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the one short unmeasured request")
     ap.add_argument("--label", default="serve", help="name of this run: OUT_DIR/LABEL.json and .md")
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
@@ -562,12 +621,12 @@ def main(argv=None):
                 print(f"serve_bench: {sc.name}: skipped (time budget spent)", file=sys.stderr)
                 continue
             log_start = os.path.getsize(server.log_path) if server else 0
-            with ResourceSampler(pid, server.idle_gpu_total if server else None) as sampler:
-                m = run_scenario(sc, args, base_url, model, deadline, pool)
+            with ResourceSampler(pid, server.idle_gpu_total if server else None, args.gpu_sample_interval) as sampler:
+                m, results = run_scenario(sc, args, base_url, model, deadline, pool)
             m["resources"] = sampler.report()
             if server:
                 time.sleep(0.2)  # the last requests' log lines follow their last bytes
-                m.update(server_times(server.log_path, log_start, os.path.getsize(server.log_path)))
+                m.update(server_times(server.log_path, log_start, os.path.getsize(server.log_path), results))
             run["scenarios"].append(m)
             print(f"serve_bench: {sc.name}: {m['completed']}/{m['started']} ok, {m['output_throughput']:,.0f} out "
                   f"tok/s, TTFT p50 {pct(m, 'ttft_ms', 'p50')} ms, TPOT p50 {pct(m, 'tpot_ms', 'p50')} ms"

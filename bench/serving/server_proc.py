@@ -102,11 +102,14 @@ def server_gpu_mib(pid, idle_total):
 
 
 class ResourceSampler:
-    """Samples the server's RSS (every 0.2 s) and GPU memory (every 1 s) on a
-    thread while a scenario runs; peaks are what gets reported."""
+    """Samples the server's RSS (every 0.2 s) and GPU memory (every
+    gpu_interval s, first after one interval, and once more at the end; 0:
+    at the end only) on a thread while a scenario runs; peaks are what gets
+    reported. Each GPU sample runs nvidia-smi, which can stall the server's
+    threads for tens of milliseconds, so none is taken as a scenario starts."""
 
-    def __init__(self, pid, idle_gpu_total=None):
-        self.pid, self.idle_gpu_total = pid, idle_gpu_total
+    def __init__(self, pid, idle_gpu_total=None, gpu_interval=1.0):
+        self.pid, self.idle_gpu_total, self.gpu_interval = pid, idle_gpu_total, gpu_interval
         self.stop_event = threading.Event()
         self.peak_rss = self.peak_gpu = None
         self.thread = None
@@ -122,10 +125,10 @@ class ResourceSampler:
             self.peak_gpu = max(self.peak_gpu or 0.0, mib)
 
     def _run(self):
-        last_gpu = 0.0
+        last_gpu = time.monotonic()
         while not self.stop_event.is_set():
             self.sample_once()
-            if time.monotonic() - last_gpu >= 1.0:
+            if self.gpu_interval > 0 and time.monotonic() - last_gpu >= self.gpu_interval:
                 self.gpu_once()
                 last_gpu = time.monotonic()
             self.stop_event.wait(0.2)

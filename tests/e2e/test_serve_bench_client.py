@@ -93,3 +93,29 @@ def test_a_launched_tern_reports_its_own_times_beside_the_clients(tmp_path, tern
     assert scenarios[1]["client"]["workers"] == 1  # 4 streams: one client process
     md = (tmp_path / "own.md").read_text()
     assert "- own conc-4: the server's request log (8 requests): TTFT p50 / p99" in md
+
+
+def test_with_tern_debug_lines_each_clients_ttft_splits_into_four_parts(tmp_path, tern_bin, tiny_model):
+    """tern's `--log-level debug` writes each request's arrival, first token
+    and that token's handing to the HTTP handler on the steady clock; the
+    client matches its requests by response id and splits each TTFT at those
+    instants: four parts, none negative, whose sum is the client's TTFT."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench/serving/serve_bench.py"), "--launch",
+                          f"{tern_bin} serve --model {tiny_model} --device cpu --host 127.0.0.1 --port 0 "
+                          "--log-level debug", "--launch-timeout", "60", "--label", "split", "--out-dir",
+                          str(tmp_path), "--scenarios", "conc-4:8", "--output-len", "4", "--conc-input", "8:40",
+                          "--time-budget", "90"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    s = json.loads((tmp_path / "split.json").read_text())["scenarios"][0]
+    assert s["client_ttft_split_requests"] == s["completed"] == 8
+    split = s["client_ttft_split_ms"]
+    assert list(split) == ["client_send", "to_arrival", "server", "to_writer", "to_client"]
+    rows = s["client_ttft_split_rows"]
+    assert rows["columns"] == ["start", *split] and len(rows["rows"]) == 8
+    for part in split.values():
+        assert part["min"] >= 0, split
+    total_mean = sum(part["mean"] for part in split.values())
+    assert abs(total_mean - s["ttft_ms"]["mean"]) < 0.01 + 0.001 * s["ttft_ms"]["mean"], (split, s["ttft_ms"])
+    md = (tmp_path / "split.md").read_text()
+    assert "  - the client's TTFT of 8 requests matched in the debug log, p50 / p99 ms: client send " in md

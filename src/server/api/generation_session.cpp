@@ -49,6 +49,7 @@ std::optional<ApiError> GenerationSession::start() {
     last_.emplace_back();
     prompt_logprobs_.emplace_back();
     last_token_at_.push_back(start_);
+    first_token_out_.push_back(start_);
     itl_s_.emplace_back();
   }
   return std::nullopt;
@@ -78,6 +79,18 @@ void GenerationSession::finish_request(size_t i, const RequestOutput& e) {
                  requests_[i].id, api_, e.num_prompt_tokens, e.num_cached_tokens, e.num_output_tokens, e.queue_ms,
                  e.ttft_ms, e.elapsed_ms, reason, e.error.is_ok() ? "" : " error=" + e.error.message());
   }
+  if (e.ttft_ms > 0 && spdlog::should_log(spdlog::level::debug)) {
+    // On the steady clock (CLOCK_MONOTONIC), so that a client on the same
+    // machine can split its own TTFT into before arrival, the server's part,
+    // and after the token left the engine (bench/serving/serve_bench.py).
+    auto seconds = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    const double arrival = seconds(start_);
+    spdlog::debug("request {} clock: arrival {:.6f} s, first token {:.6f} s, first token out {:.6f} s (steady clock)",
+                  requests_[i].id, arrival, arrival + e.ttft_ms / 1000,
+                  first_token_out_[i] == start_ ? 0.0 : seconds(first_token_out_[i]));
+  }
 }
 
 void GenerationSession::drain(std::vector<ChoiceUpdate>& out) {
@@ -91,6 +104,7 @@ void GenerationSession::drain(std::vector<ChoiceUpdate>& out) {
             itl_s_[i].push_back(std::chrono::duration<double>(now - last_token_at_[i]).count() /
                                 static_cast<double>(s.token_ids.size()));
           last_token_at_[i] = now;
+          if (first_token_out_[i] == start_) first_token_out_[i] = now;
         }
         ChoiceUpdate u;
         u.choice = static_cast<int>(i) * n_ + s.index;

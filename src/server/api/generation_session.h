@@ -83,6 +83,7 @@ class GenerationSession {
   std::vector<RequestOutput> last_;
   std::vector<std::vector<SampleResult>> prompt_logprobs_;
   std::vector<std::chrono::steady_clock::time_point> last_token_at_;
+  std::vector<std::chrono::steady_clock::time_point> first_token_out_;  // when drain() handed it on (start_: not yet)
   std::vector<std::vector<double>> itl_s_;
   int finished_ = 0;
   std::optional<ApiError> error_;
