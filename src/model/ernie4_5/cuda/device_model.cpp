@@ -602,7 +602,17 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   TERN_CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(impl->cublas, impl->cublas_workspace.as<void>(), impl->cublas_workspace.bytes()));
   TERN_RETURN_IF_ERROR(impl->allocate_kv());
-  TERN_RETURN_IF_ERROR(impl->ensure_meta(4096));
+  // The step metadata and sampling staging at the size of the largest step
+  // up front: growing them in a step frees the old buffers (cudaFree and
+  // cudaFreeHost wait for the whole device) and pins new pages while the
+  // first requests wait. Table entries past the pool's blocks (prefixes
+  // shared by many sequences) and logit ops past 4,096 still grow them.
+  {
+    const int64_t T = impl->max_tokens, R = impl->max_logit_rows;
+    const StepMetaLayout most = StepMetaLayout::of(T, R, T, impl->num_blocks + T, T, T, R);
+    TERN_RETURN_IF_ERROR(impl->ensure_meta(static_cast<size_t>(most.end)));
+    TERN_RETURN_IF_ERROR(impl->ensure_sampling(static_cast<size_t>(R), 4096));
+  }
   TERN_RETURN_IF_ERROR(impl->plan_decode());
   TERN_RETURN_IF_ERROR(impl->plan_layers_kernel());
   TERN_RETURN_IF_ERROR(impl->warm_gemms());
