@@ -606,10 +606,12 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   // up front: growing them in a step frees the old buffers (cudaFree and
   // cudaFreeHost wait for the whole device) and pins new pages while the
   // first requests wait. Table entries past the pool's blocks (prefixes
-  // shared by many sequences) and logit ops past 4,096 still grow them.
+  // shared by many sequences) or past 2^20 (4 MiB), and logit ops past
+  // 4,096, still grow them.
   {
     const int64_t T = impl->max_tokens, R = impl->max_logit_rows;
-    const StepMetaLayout most = StepMetaLayout::of(T, R, T, impl->num_blocks + T, T, T, R);
+    const int64_t tables = std::min<int64_t>(impl->num_blocks + T, int64_t{1} << 20);
+    const StepMetaLayout most = StepMetaLayout::of(T, R, T, tables, T, T, R);
     TERN_RETURN_IF_ERROR(impl->ensure_meta(static_cast<size_t>(most.end)));
     TERN_RETURN_IF_ERROR(impl->ensure_sampling(static_cast<size_t>(R), 4096));
   }
