@@ -18,7 +18,9 @@
 // offers them, the server's default), fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
-// weights), int4-nokernel (int4, no persistent kernel). With
+// weights), int4-nokernel (int4, no persistent kernel), tokensN (graphs
+// with prefill steps of up to N tokens, max_num_batched_tokens; 2,048 or
+// the largest batch otherwise). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -185,6 +187,9 @@ int main(int argc, char** argv) {
     tern::cuda::DeviceModelOptions o;
     o.block_size = bs;
     o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
+    if (config.rfind("tokens", 0) == 0) {  // tokens8192: prefill steps of up to 8,192 tokens
+      o.max_num_batched_tokens = std::max<int64_t>(std::atoll(config.c_str() + 6), max_batch);
+    }
     o.max_num_seqs = std::max<int64_t>(max_batch, 1);
     o.max_model_len = prompt + steps;
     if (config == "kv-fp8") o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
