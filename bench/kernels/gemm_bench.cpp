@@ -1,0 +1,310 @@
+// tern_gemm_bench: the bf16 linear layers' GEMMs alone at prefill sizes. For
+// each shape (rows x in -> out; the output bf16, or added into fp32 as the
+// residual stream takes it) and row count: linear() (cublasGemmEx with the
+// default algorithm, what a step runs) against every algorithm cuBLASLt's
+// heuristic offers for the same problem (up to --candidates), each timed as
+// --reps calls captured in one CUDA graph (the host's launch cost is not
+// timed) over --copies weight copies taken in turn (the weights come from
+// memory, as in a step, not from L2). Each line: the algorithm's id, tile,
+// stages, cluster shape, split-K and the heuristic's wave count, then
+// microseconds a call, TFLOP/s and the largest difference from linear()'s
+// output relative to its largest magnitude.
+// Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down] [--candidates 64] [--reps 20]
+//                        [--copies 8] [--hidden 1024] [--q-dim 1024] [--kv-dim 128] [--intermediate 3072]
+// The defaults are ERNIE-4.5-0.3B's layers: q|k|v 1024 -> 1280, o 1024 -> 1024 (added), gate|up 1024 ->
+// 6144, down 3072 -> 1024 (added).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "base/bf16.h"
+#include "comma_list.h"
+
+namespace {
+
+namespace cuda = tern::cuda;
+using cuda::bf16;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "tern_gemm_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) die(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+struct Shape {
+  std::string name;
+  int64_t in = 0, out = 0;
+  cuda::GemmOut kind = cuda::GemmOut::kBf16;
+};
+
+// Device copies of the problem: x [rows][in], `copies` weights [out][in], y [rows][out] and a reference y.
+struct Problem {
+  int64_t rows = 0;
+  Shape shape;
+  bf16* x = nullptr;
+  std::vector<bf16*> w;
+  void* y = nullptr;
+  size_t y_bytes = 0;
+};
+
+std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, float scale) {
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<bf16> v(n);
+  for (bf16& e : v) e = tern::f32_to_bf16(d(rng));
+  return v;
+}
+
+void* upload(const void* data, size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  check(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), "upload");
+  return p;
+}
+
+// Microseconds a call of `call(i)` (weights copy i % copies), `reps` calls in one graph, best of 3 launches.
+template <typename Call>
+double time_graph(cudaStream_t stream, int reps, const Call& call) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  bool ok = true;
+  for (int i = 0; i < reps && ok; ++i) ok = call(i);
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  if (!ok) {
+    cudaGraphDestroy(graph);
+    return -1;
+  }
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  check(cudaGraphLaunch(exec, stream), "warm-up launch");
+  double best = 1e30;
+  for (int k = 0; k < 3; ++k) {
+    check(cudaEventRecord(start, stream), "record");
+    check(cudaGraphLaunch(exec, stream), "launch");
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "graph run");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    best = std::min(best, 1000.0 * ms / reps);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return best;
+}
+
+// y as floats (bf16 or fp32 output).
+std::vector<float> download_y(const Problem& p) {
+  std::vector<float> out(static_cast<size_t>(p.rows * p.shape.out));
+  if (p.shape.kind == cuda::GemmOut::kBf16) {
+    std::vector<bf16> raw(out.size());
+    check(cudaMemcpy(raw.data(), p.y, p.y_bytes, cudaMemcpyDeviceToHost), "download");
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = tern::bf16_to_f32(raw[i]);
+  } else {
+    check(cudaMemcpy(out.data(), p.y, p.y_bytes, cudaMemcpyDeviceToHost), "download");
+  }
+  return out;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& ref) {
+  double top = 0, diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    top = std::max(top, static_cast<double>(std::fabs(ref[i])));
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - ref[i])));
+  }
+  return top > 0 ? diff / top : diff;
+}
+
+template <typename T>
+T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written) != CUBLAS_STATUS_SUCCESS) {
+    return T{};
+  }
+  return value;
+}
+
+void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, void* workspace, size_t ws_bytes,
+                 cudaStream_t stream, int candidates, int reps) {
+  const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
+  const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
+  const int copies = static_cast<int>(p.w.size());
+  const auto clear_y = [&] { check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y"); };
+
+  // linear() as a step runs it: the reference output first, then its time.
+  clear_y();
+  if (!cuda::linear(blas, p.x, T, K, p.w[0], N, p.y, p.shape.kind).is_ok()) die("linear() failed");
+  check(cudaStreamSynchronize(stream), "linear()");
+  const std::vector<float> ref = download_y(p);
+  const double base_us = time_graph(stream, reps, [&](int i) {
+    return cuda::linear(blas, p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, p.shape.kind).is_ok();
+  });
+  const char* kind = p.shape.kind == cuda::GemmOut::kBf16 ? "bf16" : "add f32";
+  std::printf("%-8s %5ld x %5ld -> %5ld (%s)\n", p.shape.name.c_str(), static_cast<long>(T), static_cast<long>(K),
+              static_cast<long>(N), kind);
+  std::printf("  %-34s %9.2f us %7.1f TFLOP/s\n", "linear() (cublasGemmEx, default)", base_us,
+              flops / base_us * 1e-6);
+
+  // cuBLASLt's view of the same problem (gemm_tuned's layout: D[N, T] = op_T(W) . x).
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)), "transa");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), "transb");
+  const cudaDataType_t c_type = p.shape.kind == cuda::GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K), "a");
+  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(T), K), "b");
+  check(cublasLtMatrixLayoutCreate(&lc, c_type, static_cast<uint64_t>(N), static_cast<uint64_t>(T), N), "c");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                             sizeof(ws_bytes)),
+        "workspace preference");
+  std::vector<cublasLtMatmulHeuristicResult_t> found(static_cast<size_t>(candidates));
+  int count = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, candidates, found.data(), &count),
+        "heuristic");
+  const float alpha = 1.0f, beta = p.shape.kind == cuda::GemmOut::kAddF32 ? 1.0f : 0.0f;
+  double best_us = 1e30;
+  int best = -1;
+  for (int i = 0; i < count; ++i) {
+    const cublasLtMatmulHeuristicResult_t& h = found[static_cast<size_t>(i)];
+    if (h.state != CUBLAS_STATUS_SUCCESS) continue;
+    const auto run = [&](int copy) {
+      return cublasLtMatmul(lt, desc, &alpha, p.w[static_cast<size_t>(copy % copies)], la, p.x, lb, &beta, p.y, lc,
+                            p.y, lc, &h.algo, workspace, ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    clear_y();
+    if (!run(0) || cudaStreamSynchronize(stream) != cudaSuccess) {
+      std::printf("  candidate %2d: does not run\n", i);
+      continue;
+    }
+    const double diff = max_rel_diff(download_y(p), ref);
+    const double us = time_graph(stream, reps, run);
+    if (us > 0 && us < best_us) {
+      best_us = us;
+      best = i;
+    }
+    std::printf("  candidate %2d: id %3d tile %3u stages %3u cluster %3u split-k %2u waves %5.2f %9.2f us %7.1f "
+                "TFLOP/s  diff %.1e\n",
+                i, algo_attr<int>(h.algo, CUBLASLT_ALGO_CONFIG_ID), algo_attr<uint32_t>(h.algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                algo_attr<uint32_t>(h.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                static_cast<unsigned>(algo_attr<uint16_t>(h.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)),
+                algo_attr<uint32_t>(h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), h.wavesCount, us,
+                us > 0 ? flops / us * 1e-6 : 0.0, diff);
+  }
+  if (best >= 0) {
+    std::printf("  best: candidate %d, %.2f us against %.2f (%.2fx)\n", best, best_us, base_us, base_us / best_us);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+}
+
+int64_t positive(const char* flag, const std::string& value) {
+  const int64_t v = std::atoll(value.c_str());
+  if (v < 1) die(std::string(flag) + " takes a positive number, not '" + value + "'");
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string rows_arg = "2048,4096", shapes_arg = "qkv,o,gate_up,down";
+  int64_t candidates = 64, reps = 20, copies = 8, hidden = 1024, q_dim = 1024, kv_dim = 128, inter = 3072;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help") {
+      std::printf("usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down] [--candidates 64] "
+                  "[--reps 20] [--copies 8] [--hidden 1024] [--q-dim 1024] [--kv-dim 128] [--intermediate 3072]\n");
+      return 0;
+    }
+    if (i + 1 >= argc) die("unknown or incomplete argument '" + a + "' (--help)");
+    const std::string v = argv[++i];
+    if (a == "--rows") rows_arg = v;
+    else if (a == "--shapes") shapes_arg = v;
+    else if (a == "--candidates") candidates = positive("--candidates", v);
+    else if (a == "--reps") reps = positive("--reps", v);
+    else if (a == "--copies") copies = positive("--copies", v);
+    else if (a == "--hidden") hidden = positive("--hidden", v);
+    else if (a == "--q-dim") q_dim = positive("--q-dim", v);
+    else if (a == "--kv-dim") kv_dim = positive("--kv-dim", v);
+    else if (a == "--intermediate") inter = positive("--intermediate", v);
+    else die("unknown argument '" + a + "' (--help)");
+  }
+  std::vector<int64_t> row_counts;
+  for (const std::string& s : tern::bench::comma_list(rows_arg)) row_counts.push_back(positive("--rows", s));
+  std::vector<Shape> shapes;
+  for (const std::string& s : tern::bench::comma_list(shapes_arg)) {
+    if (s == "qkv") shapes.push_back({s, hidden, q_dim + 2 * kv_dim, cuda::GemmOut::kBf16});
+    else if (s == "o") shapes.push_back({s, q_dim, hidden, cuda::GemmOut::kAddF32});
+    else if (s == "gate_up") shapes.push_back({s, hidden, 2 * inter, cuda::GemmOut::kBf16});
+    else if (s == "down") shapes.push_back({s, inter, hidden, cuda::GemmOut::kAddF32});
+    else die("unknown shape '" + s + "' (qkv, o, gate_up, down)");
+  }
+
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  check(cublasCreate(&blas), "cublasCreate");
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  void* workspace = nullptr;
+  check(cudaMalloc(&workspace, kWorkspace), "workspace");
+  check(cublasSetStream(blas, stream), "cublasSetStream");
+  check(cublasSetWorkspace(blas, workspace, kWorkspace), "cublasSetWorkspace");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  std::printf("%s, %d SMs; %ld graph-captured calls a time, %ld weight copies\n", prop.name, prop.multiProcessorCount,
+              static_cast<long>(reps), static_cast<long>(copies));
+
+  std::mt19937 rng(11);
+  for (const Shape& s : shapes) {
+    std::vector<bf16*> weights;
+    for (int64_t c = 0; c < copies; ++c) {
+      const std::vector<bf16> w = random_bf16(static_cast<size_t>(s.in * s.out), rng, 0.05f);
+      weights.push_back(static_cast<bf16*>(upload(w.data(), w.size() * sizeof(bf16))));
+    }
+    for (int64_t rows : row_counts) {
+      const std::vector<bf16> x = random_bf16(static_cast<size_t>(rows * s.in), rng, 1.0f);
+      Problem p;
+      p.rows = rows;
+      p.shape = s;
+      p.x = static_cast<bf16*>(upload(x.data(), x.size() * sizeof(bf16)));
+      p.w = weights;
+      p.y_bytes = static_cast<size_t>(rows * s.out) * (s.kind == cuda::GemmOut::kBf16 ? sizeof(bf16) : sizeof(float));
+      check(cudaMalloc(&p.y, p.y_bytes), "y");
+      run_problem(p, blas, lt, workspace, kWorkspace, stream, static_cast<int>(candidates), static_cast<int>(reps));
+      cudaFree(p.x);
+      cudaFree(p.y);
+    }
+    for (bf16* w : weights) cudaFree(w);
+  }
+  cudaFree(workspace);
+  cublasLtDestroy(lt);
+  cublasDestroy(blas);
+  cudaStreamDestroy(stream);
+  return 0;
+}
