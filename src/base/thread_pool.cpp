@@ -14,11 +14,14 @@
 #include <chrono>
 #include <fstream>
 #include <set>
+#include <string>
 #include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "base/thread_name.h"
 
 namespace tern {
 namespace {
@@ -65,7 +68,12 @@ bool spin_until(const Pred& pred) {
 ThreadPool::ThreadPool(int num_threads) {
   int workers = std::max(0, num_threads - 1);
   workers_.reserve(static_cast<size_t>(workers));
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i < workers; ++i) {
+    workers_.emplace_back([this, i] {
+      name_this_thread("tern-cpu-" + std::to_string(i + 1));
+      worker_loop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -1,6 +1,7 @@
 // The callback thread's loop.
 #include "capi/callback_dispatcher.h"
 
+#include "base/thread_name.h"
 #include "capi/model_core.h"
 
 namespace tern::capi {
@@ -39,6 +40,7 @@ void CallbackDispatcher::stop() {
 }
 
 void CallbackDispatcher::run(std::shared_ptr<CallbackDispatcher> self) {
+  name_this_thread("tern-callbacks");
   {
     // start() sets thread_id_ under the lock; wait for it.
     std::lock_guard<std::mutex> lock(mu_);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/logging.h"
+#include "base/thread_name.h"
 #include "chat/chat_template.h"
 #include "engine/sampling_params.h"
 #include "cli/serve_command.h"
@@ -217,7 +218,12 @@ int run_serve(const ServeOptions& o) {
   // event) instead of seeing its socket closed. Off the io threads: the
   // engine thread is joined.
   std::thread drain_end;
-  http.on_drain_deadline = [&drain_end, &client] { drain_end = std::thread([&client] { client.shutdown(); }); };
+  http.on_drain_deadline = [&drain_end, &client] {
+    drain_end = std::thread([&client] {
+      name_this_thread("tern-drain");
+      client.shutdown();
+    });
+  };
   server::HttpServer srv(http, std::move(router), counters);
   Status st = srv.listen();
   if (!st.is_ok()) return fail(st);

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "engine/engine.h"
 
 namespace tern {
@@ -35,7 +36,10 @@ struct EngineClient::State {
 EngineClient::EngineClient(std::unique_ptr<Engine> engine, int64_t max_queued_requests)
     : state_(std::make_unique<State>(std::move(engine), max_queued_requests)) {
   state_->stats = state_->engine->stats();
-  state_->thread = std::thread([s = state_.get()] { s->loop(); });
+  state_->thread = std::thread([s = state_.get()] {
+    name_this_thread("tern-engine");
+    s->loop();
+  });
 }
 
 EngineClient::~EngineClient() { shutdown(); }

@@ -4,6 +4,7 @@ vLLM's names parsed by prometheus_client, queue limits (503 + Retry-After,
 TGI's 429), error statuses (400, 404, 413), and the small GET routes."""
 
 import json
+import pathlib
 import re
 import shutil
 import subprocess
@@ -238,6 +239,21 @@ def test_start_up_log_and_metrics_name_the_cpu_threads_and_kernels(dedicated_ser
     assert 'threads="1",kernels="reference",isa="none",bf16_products="false"' in body.decode()
 
 
+def test_threads_are_named_for_top_and_perf(dedicated_server):
+    """`top -H`, perf and gdb tell tern's threads apart: the engine, each HTTP thread beside the
+    main one, and each CPU worker beside the engine thread."""
+    s = dedicated_server("--threads", "2", "--http-threads", "3")
+    task = pathlib.Path(f"/proc/{s.proc.pid}/task")
+    wanted = {"tern-engine", "tern-http-1", "tern-http-2", "tern-cpu-1"}
+    for _ in range(200):  # a thread names itself as it starts
+        names = sorted((t / "comm").read_text().strip() for t in task.iterdir())
+        if wanted <= set(names):
+            break
+        time.sleep(0.01)
+    assert wanted <= set(names), names
+    assert "tern-http-3" not in names and "tern-cpu-2" not in names, names  # the main thread and the caller
+
+
 def test_request_log_times_and_debug_step_log(dedicated_server):
     """Each request's log line splits its wait (queue_ms: arrival to first step) from its time to
     the first token; --log-level debug adds a line per engine step with the batch's make-up."""
@@ -256,6 +272,12 @@ def test_request_log_times_and_debug_step_log(dedicated_server):
     assert steps, logs
     assert any(int(p) == 1 and int(t) == prompt for _, _, _, p, t in steps), steps  # the prefill
     assert any(int(d) == 1 and int(p) == 0 for _, _, d, p, _ in steps), steps  # a decode step
+    # The request's instants on the steady clock: arrival <= first token <= its handing to the handler.
+    clock = re.search(r"request \S+ clock: arrival ([\d.]+) s, first token ([\d.]+) s, first token out ([\d.]+) s "
+                      r"\(steady clock\)", logs)
+    assert clock, logs
+    arrival, first, out = (float(clock.group(i)) for i in (1, 2, 3))
+    assert arrival <= first <= out and abs((first - arrival) * 1000 - ttft) < 0.2, clock.group(0)
 
 
 def test_disconnects_cancel_requests(server):

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "server/http/connection.h"
 #include "server/http/tls_context.h"
 
@@ -266,7 +267,12 @@ void HttpServer::run() {
   int n = std::max(1, impl.ctx->options.io_threads);
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n - 1));
-  for (int i = 1; i < n; ++i) threads.emplace_back([&impl] { impl.ioc.run(); });
+  for (int i = 1; i < n; ++i) {
+    threads.emplace_back([&impl, i] {
+      name_this_thread("tern-http-" + std::to_string(i));
+      impl.ioc.run();
+    });
+  }
   impl.ioc.run();
   for (auto& t : threads) t.join();
   impl.close_gate();

@@ -12,11 +12,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "base/thread_name.h"
 
 namespace tern {
 namespace {
@@ -137,6 +140,37 @@ TEST(ThreadPool, PhysicalCoresCountEachCoreOnce) {
   std::filesystem::remove_all(root);
   EXPECT_GE(default_thread_count(), 1);
 }
+
+#if defined(__linux__)
+std::string thread_comm(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+// The workers carry their names (top -H, perf, gdb); Linux keeps 15 bytes of a name.
+TEST(ThreadPool, WorkersAreNamedAndNamesAreCutAt15Bytes) {
+  ThreadPool pool(3);
+  std::set<std::string> names;
+  // A worker names itself as it starts, which may be after the constructor returns.
+  for (int tries = 0; tries < 200 && !(names.count("tern-cpu-1") && names.count("tern-cpu-2")); ++tries) {
+    if (tries > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    names.clear();
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      names.insert(thread_comm(static_cast<pid_t>(std::stol(entry.path().filename().string()))));
+    }
+  }
+  EXPECT_TRUE(names.count("tern-cpu-1") == 1 && names.count("tern-cpu-2") == 1) << names.size();
+  std::string seen;
+  std::thread t([&] {
+    name_this_thread("tern-a-very-long-thread-name");
+    seen = thread_comm(static_cast<pid_t>(::gettid()));
+  });
+  t.join();
+  EXPECT_EQ(seen, "tern-a-very-lon");
+}
+#endif
 
 }  // namespace
 }  // namespace tern
