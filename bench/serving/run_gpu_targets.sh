@@ -15,12 +15,14 @@ cd "$(dirname "$0")/../.."
 OUT=${1:?usage: bench/serving/run_gpu_targets.sh OUT_DIR}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export HF=0 BENCH_MODEL=${BENCH_MODEL:-/tmp/ernie-4.5-0.3b-random} TERN_BUDGET=${TERN_BUDGET:-60}
-SCENARIOS=single,single+sampled,conc-8,conc-64,conc-64+sampled,conc-256,conc-256+sampled \
+# --log-level debug: tern's per-request steady-clock lines, so each scenario's client TTFT is split
+# (serve_bench's client_ttft_split_ms and the line under its table).
+TERN_ARGS="--log-level debug" SCENARIOS=single,single+sampled,conc-8,conc-64,conc-64+sampled,conc-256,conc-256+sampled \
   bash bench/serving/run_gpu_bench.sh "$OUT/bf16" > "$OUT/bf16.log" 2>&1
 grep -E "^\| tern \| " "$OUT/bf16/tern.md"
 for v in "kvfp8:--kv-cache-dtype fp8" "fp8w:--quantization fp8" "int4:--quantization q4_0"; do
   name=${v%%:*} args=${v#*:}
-  ENGINE_CONC=0 TERN_ARGS="$args" SCENARIOS=single,conc-64,conc-256 TERN_BUDGET=${VARIANT_BUDGET:-45} \
+  ENGINE_CONC=0 TERN_ARGS="$args --log-level debug" SCENARIOS=single,conc-64,conc-256 TERN_BUDGET=${VARIANT_BUDGET:-45} \
     bash bench/serving/run_gpu_bench.sh "$OUT/$name" > "$OUT/$name.log" 2>&1
   echo "== $name ($args)"
   grep -E "^\| tern \| " "$OUT/$name/tern.md"
