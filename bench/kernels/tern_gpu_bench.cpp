@@ -159,6 +159,13 @@ int main(int argc, char** argv) {
                          "[--configs graphs,eager,cublas]\n");
     return 2;
   }
+  for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
+    if (config.rfind("tokens", 0) == 0 && std::atoll(config.c_str() + 6) < prompt) {
+      std::fprintf(stderr, "tern_gpu_bench: %s: tokensN takes a token count of at least --prompt (%ld)\n",
+                   config.c_str(), static_cast<long>(prompt));
+      return 2;
+    }
+  }
   const auto t_load = Clock::now();
   auto model = tern::Ernie45Model::load(model_dir, 4);
   if (!model.is_ok()) return fail(model.status());

@@ -563,7 +563,10 @@ def parse_args(argv=None):
     ap.add_argument("--label", default="serve", help="name of this run: OUT_DIR/LABEL.json and .md")
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--commit", help="commit measured (default: $TERN_COMMIT, else git rev-parse)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.gpu_sample_interval < 0:
+        ap.error(f"--gpu-sample-interval takes seconds >= 0, not {args.gpu_sample_interval}")
+    return args
 
 
 def main(argv=None):

@@ -119,3 +119,11 @@ def test_with_tern_debug_lines_each_clients_ttft_splits_into_four_parts(tmp_path
     assert abs(total_mean - s["ttft_ms"]["mean"]) < 0.01 + 0.001 * s["ttft_ms"]["mean"], (split, s["ttft_ms"])
     md = (tmp_path / "split.md").read_text()
     assert "  - the client's TTFT of 8 requests matched in the debug log, p50 / p99 ms: client send " in md
+
+
+def test_a_negative_gpu_sample_interval_is_refused():
+    out = subprocess.run([sys.executable, str(ROOT / "bench/serving/serve_bench.py"), "--base-url",
+                          "http://127.0.0.1:9", "--gpu-sample-interval", "-1"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2
+    assert "--gpu-sample-interval takes seconds >= 0, not -1.0" in out.stderr

@@ -15,7 +15,7 @@ namespace tern::cuda {
 namespace {
 
 constexpr int kRopeTokensPerBlock = 8;  // a warp each
-constexpr int kRopeLoads = 5;           // units in flight per lane (ERNIE-0.3B's row: 160 16-byte units, one round)
+constexpr int kRopeLoads = 5;           // units in flight per lane (16 + 2 + 2 heads of 64: 160 16-byte units, one round)
 
 // kWords bf16 pairs (32-bit words) moved as one load or store.
 template <int kWords>
