@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/descriptors.h"
 #include "base/logging.h"
 #include "base/thread_name.h"
 #include "chat/chat_template.h"
@@ -146,6 +147,28 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
       ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32", "half", "float"}))->capture_default_str();
 }
 
+namespace {
+
+// Descriptors beside the connections: the model's files, the GPU driver's, logs, the listening socket.
+constexpr int64_t kDescriptorHeadroom = 1024;
+
+// Before any thread starts: room for --max-connections open sockets, and the
+// descriptor table grown for them now rather than in accept() under a burst
+// of new connections (base/descriptors.h says why that stalls).
+void reserve_open_files(int64_t max_connections) {
+  const int64_t wanted = max_connections + kDescriptorHeadroom;
+  const DescriptorRoom room = reserve_descriptors(wanted);
+  spdlog::debug("tern serve: open files: soft limit {} (was {}), descriptor table {} slots", room.soft_limit,
+                room.soft_limit_before, room.table_size);
+  if (room.soft_limit >= 0 && room.soft_limit < wanted) {
+    spdlog::warn("tern serve: the open-file limit is {} (its hard limit), below --max-connections {} plus {} for the "
+                 "model and the driver: connections past it fail until others close (raise it with ulimit -Hn)",
+                 room.soft_limit, max_connections, kDescriptorHeadroom);
+  }
+}
+
+}  // namespace
+
 int run_serve(const ServeOptions& o) {
   configure_logging(o.log_format == "json" ? LogFormat::kJson : LogFormat::kText, o.log_level);
   const server::TlsOptions tls{o.ssl_certfile, o.ssl_keyfile, o.ssl_ca_certs, o.ssl_cert_reqs, o.enable_ssl_refresh};
@@ -153,6 +176,7 @@ int run_serve(const ServeOptions& o) {
     return fail(invalid_argument("--enable-ssl-refresh reloads --ssl-certfile/--ssl-keyfile: give those too"));
   }
   if (Status st = server::check_tls_options(tls); !st.is_ok()) return fail(st);
+  reserve_open_files(o.max_connections);
   auto loaded = load_engine(o.engine);
   if (!loaded.is_ok()) return fail(loaded.status());
   LoadedEngine le = std::move(loaded).value();

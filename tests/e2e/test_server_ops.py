@@ -254,6 +254,18 @@ def test_threads_are_named_for_top_and_perf(dedicated_server):
     assert "tern-http-3" not in names and "tern-cpu-2" not in names, names  # the main thread and the caller
 
 
+def test_descriptor_table_is_grown_for_max_connections_at_start(dedicated_server):
+    """The open-file limit and the descriptor table are sized for --max-connections before any
+    thread starts, so a burst of new connections never waits in accept() for the table to grow."""
+    s = dedicated_server("--max-connections", "3000", "--log-level", "debug")
+    status = pathlib.Path(f"/proc/{s.proc.pid}/status").read_text()
+    fd_size = int(next(line.split()[1] for line in status.splitlines() if line.startswith("FDSize:")))
+    soft = int(pathlib.Path(f"/proc/{s.proc.pid}/limits").read_text().split("Max open files")[1].split()[0])
+    wanted = min(3000 + 1024, soft)
+    assert fd_size >= wanted, (fd_size, soft)
+    assert re.search(r"open files: soft limit \d+ \(was -?\d+\), descriptor table \d+ slots", s.logs()), s.logs()
+
+
 def test_request_log_times_and_debug_step_log(dedicated_server):
     """Each request's log line splits its wait (queue_ms: arrival to first step) from its time to
     the first token; --log-level debug adds a line per engine step with the batch's make-up."""
