@@ -70,7 +70,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     if (o.scenario == "pp-tg") {
       refuse({"--concurrency", "--num-requests", "--input-min", "--input-max", "--output-min", "--output-max",
               "--temperature", "--top-p", "--top-k", "--max-model-len", "--max-num-seqs",
-              "--max-num-batched-tokens", "--block-size", "--kv-cache-memory", "--gpu-memory-utilization",
+              "--max-num-batched-tokens", "--decode-step-tokens", "--block-size", "--kv-cache-memory", "--gpu-memory-utilization",
               "--enable-prefix-caching", "--enforce-eager", "--async-scheduling", "--decode-kernel",
               "--max-logprobs"},
              "pp-tg runs the model alone (greedy, one prompt or one token per forward), not the engine");
@@ -186,6 +186,7 @@ int run_bench(const BenchOptions& o) {
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
       {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", o.engine.run.max_num_batched_tokens},
+      {"decode_step_tokens", o.engine.decode_step_tokens},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k},
       {"ttft_ms", percentiles(ttft_ms)}, {"ttft_after_admission_ms", percentiles(admitted_ttft_ms)}};
   std::printf("%s: %lld requests, %lld prompt + %lld output tokens in %.2f s\n", label.c_str(),

@@ -57,10 +57,18 @@ void Scheduler::preempt(Entry entry) {
   insert_waiting(entry);
 }
 
+int64_t Scheduler::step_budget() const {
+  const int64_t cap = config_.max_num_batched_tokens;
+  if (config_.decode_step_tokens <= 0 || config_.decode_step_tokens >= cap) return cap;
+  int64_t decoding = 0, prefilling = static_cast<int64_t>(waiting_.size());
+  for (const Entry& e : running_) ++(e.seq->num_uncomputed() > 1 ? prefilling : decoding);
+  return decoding > 0 && prefilling <= decoding ? config_.decode_step_tokens : cap;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.chunks.reserve(running_.size() + 1);  // one growth-free vector at large batches
-  int64_t budget = config_.max_num_batched_tokens;
+  int64_t budget = step_budget();
   bool preempted = false;
 
   // Running sequences first, oldest first; victims come from the back.

@@ -1,7 +1,7 @@
 // Scheduler: decides each step's batch. Running sequences go first (one
 // decode token each, or their next prompt chunk), then waiting ones are
 // admitted by priority and arrival while the token budget
-// (max_num_batched_tokens), the sequence limit (max_num_seqs) and free KV
+// (max_num_batched_tokens, or decode_step_tokens: SchedulerConfig), the sequence limit (max_num_seqs) and free KV
 // blocks allow. When blocks run out, the newest running sequence of the
 // lowest priority is preempted: its blocks are freed and it is requeued to be
 // recomputed later. Engine thread only.
@@ -19,6 +19,13 @@ namespace tern {
 struct SchedulerConfig {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
+  // > 0 (and below max_num_batched_tokens): the budget of a step that carries
+  // decoding streams, so a long prefill does not stretch their next token;
+  // while the sequences waiting for prefill outnumber those streams, a step
+  // takes up to max_num_batched_tokens instead (a wave of new requests then
+  // prefills in large, faster steps, and the few streams already decoding
+  // wait a little). 0: every step up to max_num_batched_tokens.
+  int64_t decode_step_tokens = 0;
   bool enable_prefix_caching = true;
 };
 
@@ -73,6 +80,7 @@ class Scheduler {
     uint64_t order;  // arrival order, kept across preemption
   };
   bool reserve(Sequence& seq, int64_t num_tokens, StepPlan& plan);
+  int64_t step_budget() const;
   void preempt(Entry entry);
   void insert_waiting(Entry entry);
   uint64_t order_of(Sequence* seq);

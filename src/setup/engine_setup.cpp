@@ -311,6 +311,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   EngineConfig config;
   config.scheduler.max_num_seqs = o.run.max_num_seqs;
   config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
+  config.scheduler.decode_step_tokens = o.decode_step_tokens;
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
   config.overlap = o.async_scheduling;
   config.max_model_len = max_len;

@@ -31,6 +31,9 @@ struct EngineOptions {
   std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bfloat16, fp8 or fp8_e4m3 (parse_kv_cache_dtype)
   bool enable_prefix_caching = true;
+  // The token budget of a step with decoding streams while they outnumber the sequences waiting for
+  // prefill (SchedulerConfig::decode_step_tokens); 0: run.max_num_batched_tokens for every step.
+  int64_t decode_step_tokens = 0;
   std::string device = "auto";
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
   int max_logprobs = kMaxLogprobs;  // most logprobs / prompt_logprobs per request (vLLM's max_logprobs)

@@ -37,13 +37,13 @@ constexpr size_t prefill_smem_bytes() {
   return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
-// Blocks per SM the registers must allow: at head_dim 64, four (ptxas fits
-// the kernel in 128 registers with no spills, against 140 for three: a
-// 2,048-token step's 512 blocks (8 q heads per kv head, 2 kv heads) in one wave of 528 slots
-// instead of 1.3 of 396); at 128, three (four would spill).
+// Blocks per SM the registers must allow: three. Four fit at head_dim 64
+// (128 registers, no spills, against 140) and put a 2,048-token step's 512
+// blocks in one wave, but measured ~1.4% slower on an H100 (tern_gpu_bench
+// prefill, alternating runs); at 128 four would spill.
 template <int HD>
 constexpr int prefill_min_blocks() {
-  return HD <= 64 ? 4 : 3;
+  return 3;
 }
 
 template <int HD, int Keys, typename Cache>

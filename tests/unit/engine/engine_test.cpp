@@ -669,6 +669,46 @@ TEST(Engine, PriorityOrdersWaitingRequests) {
   EXPECT_EQ(order, (std::vector<std::string>{"urgent", "normal", "late-low", "low"}));
 }
 
+// --decode-step-tokens: a step that carries decoding streams holds at most
+// that many tokens, unless the sequences waiting for prefill outnumber the
+// streams: then up to max_num_batched_tokens. Either way the tokens are the
+// ones each request gets alone.
+TEST(Engine, DecodingStreamsBoundTheStepUntilOutnumbered) {
+  auto& f = fixture();
+  EngineConfig config = small_config(f, 512);
+  config.scheduler.max_num_batched_tokens = 256;
+  config.scheduler.decode_step_tokens = 32;
+  const ModelConfig& c = f.model->config();
+  auto runner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  Engine engine(std::move(runner).value(), *f.tokenizer, config);
+  std::mt19937 rng(21);
+  std::map<std::string, std::vector<int32_t>> prompts;
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  auto add = [&](const std::string& id, int64_t prompt_len) {
+    prompts[id] = random_prompt(rng, prompt_len);
+    streams[id] = std::make_shared<RequestStream>();
+    ASSERT_TRUE(engine.add_request(greedy_request(id, prompts[id], 40), streams[id]).is_ok());
+  };
+  // Nothing decodes yet: the whole budget.
+  add("first", 10);
+  engine.step();
+  EXPECT_EQ(engine.stats().last_step_tokens, 10);
+  // One stream decodes, one prompt waits: the step stays at 32 tokens (its token and 31 of the prompt).
+  add("second", 200);
+  engine.step();
+  EXPECT_EQ(engine.stats().last_step_tokens, 32);
+  // Three more prompts: four sequences need their prefill, one decodes: up to 256 again.
+  for (const char* id : {"third", "fourth", "fifth"}) add(id, 100);
+  engine.step();
+  EXPECT_EQ(engine.stats().last_step_tokens, 256);
+  run_to_completion(engine);
+  for (auto& [id, stream] : streams) {
+    Collected got = collect(*stream);
+    EXPECT_EQ(got.tokens[0], f.greedy_alone(prompts[id], 40)) << id;
+  }
+}
+
 TEST(Engine, RejectsWhatCanNeverRun) {
   auto& f = fixture();
   auto engine = f.make_engine(4, 4);  // 16 tokens of KV in all
