@@ -259,6 +259,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     le.kv_sizing = "default: 2GiB";
   }
   RunnerOptions run = o.run;
+  if (run.max_num_batched_tokens <= 0) run.max_num_batched_tokens = default_max_num_batched_tokens(device);
   run.kv_cache_bytes = kv_bytes;
   run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
@@ -310,7 +311,14 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
 
   EngineConfig config;
   config.scheduler.max_num_seqs = o.run.max_num_seqs;
-  config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
+  config.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
+  le.max_num_batched_tokens = run.max_num_batched_tokens;
+  if (o.decode_step_tokens > 0 && o.decode_step_tokens < run.max_num_batched_tokens) {
+    spdlog::info("engine: steps of up to {} tokens; {} while the streams decoding outnumber the prompts waiting",
+                 run.max_num_batched_tokens, o.decode_step_tokens);
+  } else {
+    spdlog::info("engine: steps of up to {} tokens", run.max_num_batched_tokens);
+  }
   config.scheduler.decode_step_tokens = o.decode_step_tokens;
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
   config.overlap = o.async_scheduling;
