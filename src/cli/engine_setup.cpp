@@ -56,14 +56,13 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
       ->envname("TERN_MAX_MODEL_LEN");
   cmd.add_option("--max-num-seqs", o.run.max_num_seqs, "Most sequences in one batch")
       ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_SEQS");
-  cmd.add_option("--max-num-batched-tokens", o.run.max_num_batched_tokens,
-                 "Most tokens computed in one step (default 0: 8192 on CUDA, 2048 on the CPU)")
-      ->check(CLI::NonNegativeNumber)->envname("TERN_MAX_NUM_BATCHED_TOKENS");
+  cmd.add_option("--max-num-batched-tokens", o.run.max_num_batched_tokens, "Most tokens computed in one step")
+      ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_BATCHED_TOKENS");
   cmd.add_option("--decode-step-tokens", o.decode_step_tokens,
                  "Most tokens in a step that carries decoding streams, so that a long prefill does not hold up "
                  "their next token; while the requests waiting for prefill outnumber those streams, a step takes "
-                 "up to --max-num-batched-tokens (0: every step up to --max-num-batched-tokens; with the CPU's "
-                 "default budget of 2048 the two are the same)")
+                 "up to --max-num-batched-tokens (0: every step up to --max-num-batched-tokens; at or above it, "
+                 "as with both at their defaults, the two are the same)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_DECODE_STEP_TOKENS");
   cmd.add_option("--block-size", o.run.block_size, "Tokens per KV cache block")
       ->check(CLI::Range(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");

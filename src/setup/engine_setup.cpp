@@ -259,7 +259,6 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     le.kv_sizing = "default: 2GiB";
   }
   RunnerOptions run = o.run;
-  if (run.max_num_batched_tokens <= 0) run.max_num_batched_tokens = default_max_num_batched_tokens(device);
   run.kv_cache_bytes = kv_bytes;
   run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;

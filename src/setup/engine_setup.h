@@ -17,19 +17,10 @@
 
 namespace tern {
 
-// Steps of up to 8,192 tokens on CUDA (prefill runs ~24% faster than in steps of 2,048 on an H100,
-// and --decode-step-tokens keeps steps with decoding streams at 2,048), 2,048 elsewhere.
-inline constexpr int64_t kCudaMaxBatchedTokens = 8192;
-inline constexpr int64_t kMaxBatchedTokens = 2048;
+// A step that carries decoding streams: at most this many tokens unless the prompts waiting for prefill
+// outnumber them (SchedulerConfig::decode_step_tokens). With the default --max-num-batched-tokens (2048)
+// it changes nothing; with a larger one it keeps most steps with decoding streams at 2,048 tokens.
 inline constexpr int64_t kDecodeStepTokens = 2048;
-inline int64_t default_max_num_batched_tokens(const std::string& device) {
-  return device == "cuda" ? kCudaMaxBatchedTokens : kMaxBatchedTokens;
-}
-inline RunnerOptions auto_step_budget() {
-  RunnerOptions o;
-  o.max_num_batched_tokens = 0;
-  return o;
-}
 
 struct EngineOptions {
   std::string model;
@@ -39,10 +30,9 @@ struct EngineOptions {
   // (apply_quantization below).
   std::string quantization;
   // Block size, step limits, graphs, the one-token kernel; max_model_len 0:
-  // the model's max_position_embeddings, capped by the KV cache;
-  // max_num_batched_tokens 0: the device's (default_max_num_batched_tokens).
-  // The KV pool's bytes are worked out from kv_cache_memory by load_engine.
-  RunnerOptions run = auto_step_budget();
+  // the model's max_position_embeddings, capped by the KV cache. The KV
+  // pool's bytes are worked out from kv_cache_memory by load_engine.
+  RunnerOptions run;
   std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bfloat16, fp8 or fp8_e4m3 (parse_kv_cache_dtype)
   bool enable_prefix_caching = true;
@@ -64,7 +54,7 @@ struct LoadedEngine {
   std::unique_ptr<Ernie45Model> model;
   GenerationDefaults generation_defaults;
   int64_t max_model_len = 0;
-  int64_t max_num_batched_tokens = 0;  // the step budget in force (EngineOptions's 0 resolved)
+  int64_t max_num_batched_tokens = 0;  // the step budget in force
   std::unique_ptr<Engine> engine;
   double load_ms = 0;
   std::string device;  // "cpu" or "cuda": where the engine runs
