@@ -37,17 +37,11 @@ constexpr size_t prefill_smem_bytes() {
   return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
-// Blocks per SM the registers must allow: three. Four fit at head_dim 64
-// (128 registers, no spills, against 140) and put a 2,048-token step's 512
-// blocks in one wave, but measured ~1.4% slower on an H100 (tern_gpu_bench
-// prefill, alternating runs); at 128 four would spill.
-template <int HD>
-constexpr int prefill_min_blocks() {
-  return 3;
-}
-
+// Registers for three blocks per SM. At head_dim 64 four would fit (128
+// registers, no spills, against 140), not measured on a model of that
+// head_dim; at 128 (ERNIE-4.5-0.3B) four would spill.
 template <int HD, int Keys, typename Cache>
-__global__ void __launch_bounds__(kPrefillThreads, prefill_min_blocks<HD>())
+__global__ void __launch_bounds__(kPrefillThreads, 3)
     mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {
   constexpr int kPrefillKeys = Keys;  // keys per shared-memory chunk (one stage)
   constexpr int kPairs = HD / 32;
