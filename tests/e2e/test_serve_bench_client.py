@@ -127,3 +127,38 @@ def test_a_negative_gpu_sample_interval_is_refused():
                          timeout=60)
     assert out.returncode == 2
     assert "--gpu-sample-interval takes seconds >= 0, not -1.0" in out.stderr
+
+
+def test_thread_probe_follows_every_thread_of_a_running_tern(tmp_path, tern_bin, tiny_model):
+    """bench/serving/thread_probe.py finds tern serve by its command line and writes each thread's
+    state changes on the steady clock, named as tern names them."""
+    out = tmp_path / "probe.txt"
+    probe = subprocess.Popen([sys.executable, str(ROOT / "bench/serving/thread_probe.py"), "--pattern",
+                              f"serve --model {tiny_model} --device null", "--seconds", "20", "--out", str(out)])
+    server = subprocess.Popen([tern_bin, "serve", "--model", str(tiny_model), "--device", "null", "--port", "0",
+                               "--http-threads", "2"], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in server.stderr:
+            if "listening on" in line:
+                break
+        time.sleep(1.0)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    probe.wait(timeout=30)
+    assert probe.returncode == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == f"# pid {server.pid}", lines[:3]
+    assert lines[-1].startswith("# ") and lines[-1].endswith(" samples"), lines[-3:]
+    names = {line.split()[2] for line in lines[1:-1]}
+    assert {"tern-engine", "tern-http-1"} <= names, names
+    stamps = [float(line.split()[0]) for line in lines[1:-1]]
+    assert stamps == sorted(stamps) and abs(stamps[-1] - time.monotonic()) < 60
+
+
+def test_thread_probe_names_a_process_it_cannot_find():
+    out = subprocess.run([sys.executable, str(ROOT / "bench/serving/thread_probe.py"), "--pattern",
+                          "no-such-process-anywhere-4711", "--seconds", "0.2"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1
+    assert "thread_probe: no such process (no-such-process-anywhere-4711)" in out.stderr
