@@ -15,7 +15,8 @@ struct LayerShape {
 };
 
 inline constexpr LayerShape kLayerShapes[] = {
-    {"qkv", 1024, 1280}, {"o", 1024, 1024}, {"gate_up", 1024, 6144}, {"down", 3072, 1024}, {"lm_head", 1024, 103424},
+    // 16 q heads and 2 kv heads of 128: q|k|v 1024 -> 2048 + 256 + 256, o 2048 -> 1024.
+    {"qkv", 1024, 2560}, {"o", 2048, 1024}, {"gate_up", 1024, 6144}, {"down", 3072, 1024}, {"lm_head", 1024, 103424},
 };
 
 // "1,8,512" -> {1, 8, 512}.
