@@ -398,7 +398,7 @@ def run_scenario(scenario, args, base_url, model, deadline, pool):
     return scenario_metrics(scenario, results, t0, t1, sum(o["cpu_s"] for o in outs), len(jobs)), results
 
 
-def server_times(log_path, start, end, results=()):
+def server_times(log_path, start, end, results=(), wave=0):
     """The server's own times of the requests that finished while a scenario
     ran: tern's request log lines between byte offsets start and end of its
     log, queue_ms (arrival to its first step) and ttft_ms (arrival to its
@@ -412,8 +412,12 @@ def server_times(log_path, start, end, results=()):
     the server's read and parsing),
     "server" (arrival to the first token), "to_writer" (that token to the
     HTTP handler) and "to_client" (the handler to the client's read of the
-    chunk), with every request's parts in client_ttft_split_rows. Empty
-    for a server that writes no such lines."""
+    chunk), with every request's parts in client_ttft_split_rows. With wave
+    (the scenario's concurrency), the first wave: the first `wave` requests
+    the client started (a closed loop starts them together), how long their
+    arrivals took (first to last) and when the last of their first tokens
+    left the engine, after the first arrival (first_wave_ms). Empty for a
+    server that writes no such lines."""
     with open(log_path, "rb") as f:
         f.seek(start)
         data = f.read(max(0, end - start))
@@ -428,7 +432,7 @@ def server_times(log_path, start, end, results=()):
     clocks = {m.group(1).decode(errors="replace"): [float(x) for x in m.groups()[1:]]
               for m in REQUEST_CLOCK.finditer(data)}
     parts = {"client_send": [], "to_arrival": [], "server": [], "to_writer": [], "to_client": []}
-    rows = []
+    rows, firsts = [], []
     t0 = min((r["started"] for r in results if r.get("started")), default=0.0)
     for r in results:
         c = clocks.get(r.get("id"))
@@ -441,11 +445,18 @@ def server_times(log_path, start, end, results=()):
         for k, v in zip(parts, split):
             parts[k].append(v * 1000)
         rows.append([round((r["started"] - t0) * 1000, 2)] + [round(v * 1000, 2) for v in split])
+        firsts.append((r["started"], arrival, handed))
     if parts["server"]:
         out["client_ttft_split_requests"] = len(parts["server"])
         out["client_ttft_split_ms"] = {k: summary(v, 1.0) for k, v in parts.items()}
         # Each request: its start (ms after the scenario's first) and its five parts, in start order.
         out["client_ttft_split_rows"] = {"columns": ["start", *parts], "rows": sorted(rows)}
+    if wave > 1 and len(firsts) >= wave:
+        first = sorted(firsts)[:wave]
+        arrived = min(a for _, a, _ in first)
+        out["first_wave_ms"] = {"requests": wave,
+                                "arrivals": round((max(a for _, a, _ in first) - arrived) * 1000, 2),
+                                "last_first_token_out": round((max(h for _, _, h in first) - arrived) * 1000, 2)}
     return out
 
 
@@ -465,6 +476,11 @@ def server_times_lines(run):
             lines.append(f"  - the client's TTFT of {m['client_ttft_split_requests']} requests matched in the debug log, "
                          "p50 / p99 ms: " + "; ".join(f"{k.replace('_', ' ')} {fmt(v['p50'])} / {fmt(v['p99'])}"
                                                       for k, v in split.items()))
+        wave = m.get("first_wave_ms")
+        if wave:
+            lines.append(f"  - the first wave ({wave['requests']} requests started together): arrivals over "
+                         f"{fmt(wave['arrivals'])} ms, its last first token out {fmt(wave['last_first_token_out'])} ms "
+                         "after its first arrival")
     return lines
 
 
@@ -629,7 +645,8 @@ def main(argv=None):
             m["resources"] = sampler.report()
             if server:
                 time.sleep(0.2)  # the last requests' log lines follow their last bytes
-                m.update(server_times(server.log_path, log_start, os.path.getsize(server.log_path), results))
+                m.update(server_times(server.log_path, log_start, os.path.getsize(server.log_path), results,
+                                      sc.concurrency))
             run["scenarios"].append(m)
             print(f"serve_bench: {sc.name}: {m['completed']}/{m['started']} ok, {m['output_throughput']:,.0f} out "
                   f"tok/s, TTFT p50 {pct(m, 'ttft_ms', 'p50')} ms, TPOT p50 {pct(m, 'tpot_ms', 'p50')} ms"

@@ -119,6 +119,15 @@ def test_with_tern_debug_lines_each_clients_ttft_splits_into_four_parts(tmp_path
     assert abs(total_mean - s["ttft_ms"]["mean"]) < 0.01 + 0.001 * s["ttft_ms"]["mean"], (split, s["ttft_ms"])
     md = (tmp_path / "split.md").read_text()
     assert "  - the client's TTFT of 8 requests matched in the debug log, p50 / p99 ms: client send " in md
+    # The first wave: the 4 requests the closed loop started together.
+    wave = s["first_wave_ms"]
+    assert wave["requests"] == 4 and 0 <= wave["arrivals"] <= wave["last_first_token_out"], wave
+    first = sorted(rows["rows"])[:4]  # start, client send, to arrival, server, to writer, to client
+    arrivals = [r[0] + r[1] + r[2] for r in first]
+    handed = [a + r[3] + r[4] for a, r in zip(arrivals, first)]
+    assert abs(wave["arrivals"] - (max(arrivals) - min(arrivals))) < 0.1, (wave, first)
+    assert abs(wave["last_first_token_out"] - (max(handed) - min(arrivals))) < 0.1, (wave, first)
+    assert "  - the first wave (4 requests started together): arrivals over " in md
 
 
 def test_a_negative_gpu_sample_interval_is_refused():
