@@ -41,7 +41,7 @@ DescriptorRoom reserve_descriptors(int64_t wanted) {
   const int base = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (base >= 0) {
     if (top > base) {
-      const int high = fcntl(base, F_DUPFD_CLOEXEC, static_cast<int>(std::min<int64_t>(top, 1 << 30)));
+      const int high = fcntl(base, F_DUPFD_CLOEXEC, static_cast<int>(std::min(top, kMaxReservedDescriptors - 1)));
       if (high >= 0) close(high);
     }
     close(base);

@@ -19,9 +19,13 @@ struct DescriptorRoom {
   int64_t table_size = 0;         // descriptor slots the table holds now (/proc/self/status FDSize; 0: unknown)
 };
 
+// The most descriptor slots grown up front (about 8 bytes each); past them the table grows on demand.
+inline constexpr int64_t kMaxReservedDescriptors = int64_t{1} << 20;
+
 // Raises the soft limit on open files to `wanted` where the hard limit allows
 // (never lowers it) and grows the descriptor table to hold descriptors up to
-// min(wanted, soft limit) - 1. Failures leave things as they were.
+// min(wanted, soft limit, kMaxReservedDescriptors) - 1. Failures leave things
+// as they were.
 DescriptorRoom reserve_descriptors(int64_t wanted);
 
 // The descriptor slots this process's table holds (FDSize in /proc/self/status; 0 where unknown).
