@@ -70,8 +70,8 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
     if (o.scenario == "pp-tg") {
       refuse({"--concurrency", "--num-requests", "--input-min", "--input-max", "--output-min", "--output-max",
               "--temperature", "--top-p", "--top-k", "--max-model-len", "--max-num-seqs",
-              "--max-num-batched-tokens", "--decode-step-tokens", "--block-size", "--kv-cache-memory", "--gpu-memory-utilization",
-              "--enable-prefix-caching", "--enforce-eager", "--async-scheduling", "--decode-kernel",
+              "--max-num-batched-tokens", "--decode-step-tokens", "--block-size", "--kv-cache-memory",
+              "--gpu-memory-utilization", "--enable-prefix-caching", "--enforce-eager", "--async-scheduling", "--decode-kernel",
               "--max-logprobs"},
              "pp-tg runs the model alone (greedy, one prompt or one token per forward), not the engine");
       return;
@@ -185,7 +185,7 @@ int run_bench(const BenchOptions& o) {
       {"overlapped_steps", s.num_overlapped_steps},
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
-      {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", le.max_num_batched_tokens},
+      {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", o.engine.run.max_num_batched_tokens},
       {"decode_step_tokens", o.engine.decode_step_tokens},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k},
       {"ttft_ms", percentiles(ttft_ms)}, {"ttft_after_admission_ms", percentiles(admitted_ttft_ms)}};

@@ -1,8 +1,8 @@
 // Scheduler: decides each step's batch. Running sequences go first (one
 // decode token each, or their next prompt chunk), then waiting ones are
 // admitted by priority and arrival while the token budget
-// (max_num_batched_tokens, or decode_step_tokens: SchedulerConfig), the sequence limit (max_num_seqs) and free KV
-// blocks allow. When blocks run out, the newest running sequence of the
+// (max_num_batched_tokens, or decode_step_tokens: SchedulerConfig), the
+// sequence limit (max_num_seqs) and free KV blocks allow. When blocks run out, the newest running sequence of the
 // lowest priority is preempted: its blocks are freed and it is requeued to be
 // recomputed later. Engine thread only.
 #pragma once

@@ -310,13 +310,12 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
 
   EngineConfig config;
   config.scheduler.max_num_seqs = o.run.max_num_seqs;
-  config.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
-  le.max_num_batched_tokens = run.max_num_batched_tokens;
-  if (o.decode_step_tokens > 0 && o.decode_step_tokens < run.max_num_batched_tokens) {
+  config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
+  if (o.decode_step_tokens > 0 && o.decode_step_tokens < o.run.max_num_batched_tokens) {
     spdlog::info("engine: steps of up to {} tokens; {} while the streams decoding outnumber the prompts waiting",
-                 run.max_num_batched_tokens, o.decode_step_tokens);
+                 o.run.max_num_batched_tokens, o.decode_step_tokens);
   } else {
-    spdlog::info("engine: steps of up to {} tokens", run.max_num_batched_tokens);
+    spdlog::info("engine: steps of up to {} tokens", o.run.max_num_batched_tokens);
   }
   config.scheduler.decode_step_tokens = o.decode_step_tokens;
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;

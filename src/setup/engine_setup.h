@@ -17,9 +17,8 @@
 
 namespace tern {
 
-// A step that carries decoding streams: at most this many tokens unless the prompts waiting for prefill
-// outnumber them (SchedulerConfig::decode_step_tokens). With the default --max-num-batched-tokens (2048)
-// it changes nothing; with a larger one it keeps most steps with decoding streams at 2,048 tokens.
+// --decode-step-tokens' default: with the default --max-num-batched-tokens (2048) it changes nothing;
+// with a larger one it keeps most steps with decoding streams at 2,048 tokens.
 inline constexpr int64_t kDecodeStepTokens = 2048;
 
 struct EngineOptions {
@@ -54,7 +53,6 @@ struct LoadedEngine {
   std::unique_ptr<Ernie45Model> model;
   GenerationDefaults generation_defaults;
   int64_t max_model_len = 0;
-  int64_t max_num_batched_tokens = 0;  // the step budget in force
   std::unique_ptr<Engine> engine;
   double load_ms = 0;
   std::string device;  // "cpu" or "cuda": where the engine runs

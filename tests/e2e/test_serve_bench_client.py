@@ -130,10 +130,14 @@ def test_with_tern_debug_lines_each_clients_ttft_splits_into_four_parts(tmp_path
     assert "  - the first wave (4 requests started together): arrivals over " in md
 
 
+def run_tool(script, *args):
+    """A bench/serving script run to its end, its output captured."""
+    return subprocess.run([sys.executable, str(ROOT / "bench/serving" / script), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
 def test_a_negative_gpu_sample_interval_is_refused():
-    out = subprocess.run([sys.executable, str(ROOT / "bench/serving/serve_bench.py"), "--base-url",
-                          "http://127.0.0.1:9", "--gpu-sample-interval", "-1"], capture_output=True, text=True,
-                         timeout=60)
+    out = run_tool("serve_bench.py", "--base-url", "http://127.0.0.1:9", "--gpu-sample-interval", "-1")
     assert out.returncode == 2
     assert "--gpu-sample-interval takes seconds >= 0, not -1.0" in out.stderr
 
@@ -166,8 +170,6 @@ def test_thread_probe_follows_every_thread_of_a_running_tern(tmp_path, tern_bin,
 
 
 def test_thread_probe_names_a_process_it_cannot_find():
-    out = subprocess.run([sys.executable, str(ROOT / "bench/serving/thread_probe.py"), "--pattern",
-                          "no-such-process-anywhere-4711", "--seconds", "0.2"], capture_output=True, text=True,
-                         timeout=60)
+    out = run_tool("thread_probe.py", "--pattern", "no-such-process-anywhere-4711", "--seconds", "0.2")
     assert out.returncode == 1
     assert "thread_probe: no such process (no-such-process-anywhere-4711)" in out.stderr
