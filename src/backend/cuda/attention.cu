@@ -201,6 +201,9 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // shared memory, then (several splits) through the partials as above.
 constexpr int kMmaWarps = 4;
 constexpr int kChunkKeys = 16;
+// Shared-memory stages per warp in the bf16 form (16 KB a warp at head_dim 128:
+// three blocks per SM on sm_90).
+constexpr int kMmaStages = 2;
 // Fewest keys per split: a chunk per warp.
 constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
 
@@ -211,10 +214,14 @@ __device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
   return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
 }
 
-template <int HD, typename Cache>
-__global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAttentionParams p) {
+template <int HD, typename Cache, bool kStaged>
+__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 3 : 1) mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
+  // Staged: a bf16 pool's chunks come in through shared memory; otherwise (e4m3, or too little shared
+  // memory for three staged blocks per SM) they are loaded into registers.
+  static_assert(!kStaged || sizeof(Cache) == 2, "the staged form copies bf16 rows");
+  extern __shared__ uint4 attn_smem[];  // the staged chunks during the keys, then the warps' merge
   allow_dependent_launch();
   const int64_t x = blockIdx.x;  // indexes the partials and counters
   const int64_t t = p.token_list != nullptr ? p.token_list[x] : x;
@@ -304,33 +311,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
     for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
 
-  for (int base = begin + warp * kChunkKeys; base < end; base += kMmaWarps * kChunkKeys) {
-    // Keys past the end read the last key (real data) and are masked below.
-    const int last = end - 1;
-    uint4 kr[2][kPairs];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int64_t off = row_of(min(base + 8 * e + g, last));
-#pragma unroll
-      for (int j = 0; j < kPairs; ++j) kr[e][j] = load_kv8(k_base + off + 32 * j + 8 * c);
-    }
-    uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t off = row_of(min(base + 2 * c + (i & 1) + 8 * (i >> 1), last));
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) vr[i][h] = load_kv8(v_base + off + 64 * h + 8 * g);
-    }
-    // The warp's next chunk into L2 while this one computes: lane l fetches
-    // key l / 2's K (even lanes) or V (odd lanes) row, HD elements.
-    if (const int next = base + kMmaWarps * kChunkKeys + (lane >> 1); next < end) {
-      const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(next);
-#pragma unroll
-      for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
-      }
-    }
-
+  // One 16-key chunk's scores, softmax round and P V, from its K fragments
+  // (keys 8 e + g, dims 32 j + 8 c .. + 7) and V fragments (keys 2c, 2c + 1,
+  // 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7).
+  auto chunk_math = [&](int base, const uint4 (&kr)[2][kPairs], const uint4 (&vr)[4][kHalves]) {
     // s[e]: keys base + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3).
     float s[2][4];
 #pragma unroll
@@ -381,13 +365,103 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
         mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
       }
     }
+  };
+
+  // Keys past the end read the last key (real data) and are masked in chunk_math.
+  const int last = end - 1;
+  constexpr int kStride = kMmaWarps * kChunkKeys;  // keys between a warp's chunks
+  if constexpr (kStaged) {
+    // Each warp streams its chunks through kMmaStages shared-memory stages of
+    // its own with cp.async (one group per chunk, kMmaStages - 1 in flight
+    // while one computes), so the loads wait in the copy engine, not in
+    // registers; only __syncwarp orders a warp's copies and reads.
+    constexpr int kUnits = HD / 8;                         // 16-byte units per K or V row
+    constexpr int kChunk = kChunkKeys * HD;                // bf16 of one stage's K (or V)
+    constexpr int kCopies = kChunkKeys * kUnits / 32;      // each lane's copies per plane and chunk
+    static_assert(32 % kUnits == 0 || kUnits % 32 == 0, "a lane's rows follow from its lane");
+    bf16* stages = reinterpret_cast<bf16*>(attn_smem) + warp * kMmaStages * 2 * kChunk;
+    auto issue = [&](int base, int stage) {
+      bf16* ks = stages + stage * 2 * kChunk;
+      bf16* vs = ks + kChunk;
+      const int64_t mine = row_of(min(base + (lane & (kChunkKeys - 1)), last));  // lane l: key l % 16
+#pragma unroll
+      for (int n = 0; n < kCopies; ++n) {
+        const int i = lane + 32 * n, row = i / kUnits, unit = i % kUnits;
+        const int64_t off = __shfl_sync(0xffffffffu, mine, row);
+        copy_async16(ks + row * HD + 8 * k_unit(row, unit), k_base + off + 8 * unit);
+        copy_async16(vs + row * HD + 8 * v_unit(row, unit), v_base + off + 8 * unit);
+      }
+    };
+    const int first = begin + warp * kChunkKeys;
+#pragma unroll
+    for (int st = 0; st + 1 < kMmaStages; ++st) {
+      if (first + st * kStride < end) issue(first + st * kStride, st);
+      commit_async();  // empty groups too: every iteration below waits for the same count
+    }
+    int stage = 0;
+    for (int base = first; base < end; base += kStride) {
+      if (const int ahead = base + (kMmaStages - 1) * kStride; ahead < end) {
+        issue(ahead, (stage + kMmaStages - 1) % kMmaStages);  // that stage was read last iteration
+      }
+      commit_async();
+      wait_async<kMmaStages - 1>();
+      __syncwarp();  // every lane's copies of this chunk have landed
+      const bf16* ks = stages + stage * 2 * kChunk;
+      const bf16* vs = ks + kChunk;
+      uint4 kr[2][kPairs];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = 8 * e + g;
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) kr[e][j] = *reinterpret_cast<const uint4*>(ks + row * HD + 8 * k_unit(row, 4 * j + c));
+      }
+      uint4 vr[4][kHalves];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = 2 * c + (i & 1) + 8 * (i >> 1);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) vr[i][h] = *reinterpret_cast<const uint4*>(vs + row * HD + 8 * v_unit(row, 8 * h + g));
+      }
+      chunk_math(base, kr, vr);
+      __syncwarp();  // every lane is done with this stage before a later iteration refills it
+      stage = stage + 1 == kMmaStages ? 0 : stage + 1;
+    }
+    wait_async<0>();
+    __syncthreads();  // the stages are the merge's shared memory below
+  } else {
+    for (int base = begin + warp * kChunkKeys; base < end; base += kStride) {
+      uint4 kr[2][kPairs];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t off = row_of(min(base + 8 * e + g, last));
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) kr[e][j] = load_kv8(k_base + off + 32 * j + 8 * c);
+      }
+      uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t off = row_of(min(base + 2 * c + (i & 1) + 8 * (i >> 1), last));
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) vr[i][h] = load_kv8(v_base + off + 64 * h + 8 * g);
+      }
+      // The warp's next chunk into L2 while this one computes: lane l fetches
+      // key l / 2's K (even lanes) or V (odd lanes) row, HD elements.
+      if (const int next = base + kStride + (lane >> 1); next < end) {
+        const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(next);
+#pragma unroll
+        for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
+        }
+      }
+      chunk_math(base, kr, vr);
+    }
   }
 
   // Merge the warps: row sums over the 4 lanes of a row, then shared memory.
-  extern __shared__ float smem[];
-  constexpr int kStride = HD + 4;
+  float* smem = reinterpret_cast<float*>(attn_smem);
+  constexpr int kRowStride = HD + 4;
   float* red_ml = smem;                            // [W][16][2]
-  float* red_o = smem + kMmaWarps * 16 * 2;        // [W][16][kStride]
+  float* red_o = smem + kMmaWarps * 16 * 2;        // [W][16][kRowStride]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -406,8 +480,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int d0 = 64 * h + 16 * c + j;
-      float* r0 = red_o + (warp * 16 + g) * kStride;
-      float* r1 = red_o + (warp * 16 + g + 8) * kStride;
+      float* r0 = red_o + (warp * 16 + g) * kRowStride;
+      float* r1 = red_o + (warp * 16 + g + 8) * kRowStride;
       r0[d0] = o[h][j][0];
       r0[d0 + 8] = o[h][j][1];
       r1[d0] = o[h][j][2];
@@ -421,7 +495,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   if (active == 1) {
     // Each row's warp weights e^(m_w - M) / sum once (thread w * 16 + row), then 8 consecutive dims of a
     // row per thread: two float4 reads per warp and one 16-byte store.
-    float* red_w = red_o + kMmaWarps * 16 * kStride;  // [W][16]
+    float* red_w = red_o + kMmaWarps * 16 * kRowStride;  // [W][16]
     if (threadIdx.x < kMmaWarps * 16) {
       const int w = threadIdx.x >> 4, row = threadIdx.x & 15;
       float mx = -FLT_MAX;
@@ -441,8 +515,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
 #pragma unroll
       for (int w = 0; w < kMmaWarps; ++w) {
         const float wt = red_w[w * 16 + row];
-        const float4 a = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kStride + d);
-        const float4 b = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kStride + d + 4);
+        const float4 a = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kRowStride + d);
+        const float4 b = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kRowStride + d + 4);
         acc[0] += a.x * wt, acc[1] += a.y * wt, acc[2] += a.z * wt, acc[3] += a.w * wt;
         acc[4] += b.x * wt, acc[5] += b.y * wt, acc[6] += b.z * wt, acc[7] += b.w * wt;
       }
@@ -462,7 +536,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
     for (int w = 0; w < kMmaWarps; ++w) {
       const float wt = exp2f(red_ml[(w * 16 + row) * 2] - mx);
       sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
-      acc += red_o[(w * 16 + row) * kStride + d] * wt;
+      acc += red_o[(w * 16 + row) * kRowStride + d] * wt;
     }
     const int64_t at = (x * p.heads.num_heads + head0 + row) * p.num_splits + split;
     p.partial_out[at * HD + d] = acc;
@@ -529,19 +603,44 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   }
 }
 
-template <int HD, typename Cache>
+// Shared memory of the tensor-core form: the staged chunks, or (larger in the register form) the warps' merge.
+template <int HD, bool kStaged>
+constexpr size_t mma_smem_bytes() {
+  constexpr size_t merge = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
+  constexpr size_t staged = kStaged ? sizeof(bf16) * kMmaWarps * kMmaStages * 2 * kChunkKeys * HD : 0;
+  return merge > staged ? merge : staged;
+}
+
+// Whether three staged blocks fit in a multiprocessor's shared memory (sm_80 and sm_90: 164 and 228 KB;
+// not sm_86 / sm_89, 100 KB, where the register form keeps two blocks per SM).
+template <int HD>
+bool staged_fits() {
+  static const bool fits = [] {
+    int device = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+      return false;
+    }
+    return 3 * (mma_smem_bytes<HD, true>() + 1024) <= static_cast<size_t>(per_sm);
+  }();
+  return fits;
+}
+
+template <int HD, typename Cache, bool kStaged>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  const size_t smem = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
+  constexpr size_t smem = mma_smem_bytes<HD, kStaged>();
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache>>();
+    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged>>();
     if (e != cudaSuccess) return e;
   }
-  return launch_kernel(mma_attention_kernel<HD, Cache>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
+  return launch_kernel(mma_attention_kernel<HD, Cache, kStaged>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
 }
 
 template <int HD>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  return p.planes.fp8() ? launch_mma<HD, fp8e4m3>(p, grid, stream, pdl) : launch_mma<HD, bf16>(p, grid, stream, pdl);
+  if (p.planes.fp8()) return launch_mma<HD, fp8e4m3, false>(p, grid, stream, pdl);
+  return staged_fits<HD>() ? launch_mma<HD, bf16, true>(p, grid, stream, pdl)
+                           : launch_mma<HD, bf16, false>(p, grid, stream, pdl);
 }
 
 template <int kDimsPerLane, typename Cache>

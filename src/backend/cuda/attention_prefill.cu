@@ -26,12 +26,6 @@ constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
 
-// Chunk rows are HD bf16 with no padding; their 16-byte units are XOR-swizzled
-// so the fragment loads hit distinct banks: K is read by rows g, g + 8 at unit
-// 4 j + c, V by rows 2c, 2c + 1, 2c + 8, 2c + 9 at unit 8 h + g.
-__device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
-__device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
-
 template <int HD, int Keys>
 constexpr size_t prefill_smem_bytes() {
   return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages

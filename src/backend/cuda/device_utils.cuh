@@ -168,6 +168,13 @@ __device__ __forceinline__ void wait_async() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// K/V rows staged in shared memory for the MMA fragments: HD bf16 a row, no
+// padding, their 16-byte units XOR-swizzled so the fragment loads hit distinct
+// banks: K is read by rows g, g + 8 at unit 4 j + c, V by rows 2c, 2c + 1,
+// 2c + 8, 2c + 9 at unit 8 h + g (g = lane / 4, c = lane % 4).
+__device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
+__device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
+
 // 32-bit word i of a 16-byte value.
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
