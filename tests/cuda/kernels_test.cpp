@@ -458,11 +458,15 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
     ASSERT_GT(tile, 0);
     int64_t row = 0;
-    for (const AttnSeq& q : seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const AttnSeq& q = seqs[i];
       if (q.fresh == 1) singles.push_back(static_cast<int32_t>(row));
       for (int64_t at = 0; q.fresh > 1 && at < q.fresh; at += tile) {
+        const int64_t count = std::min<int64_t>(tile, q.fresh - at);
         tile_list.push_back(static_cast<int32_t>(row + at));
-        tile_list.push_back(static_cast<int32_t>(std::min<int64_t>(tile, q.fresh - at)));
+        tile_list.push_back(static_cast<int32_t>(count));
+        tile_list.push_back(static_cast<int32_t>(q.length - q.fresh + at + count));  // keys its last token sees
+        tile_list.push_back(table_offsets[i]);
       }
       row += q.fresh;
     }
@@ -470,7 +474,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     ASSERT_FALSE(singles.empty());
   }
   DeviceArray<int32_t> d_singles(singles.empty() ? std::vector<int32_t>{0} : singles);
-  DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0} : tile_list);
+  DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0, 0, 0} : tile_list);
   auto launch = [&] {
     if (!tiles) return cuda::paged_attention(p, nullptr);
     cuda::PagedAttentionParams single = p;
@@ -478,7 +482,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     single.num_tokens = static_cast<int64_t>(singles.size());
     const cudaError_t e = cuda::paged_attention(single, nullptr);
     if (e != cudaSuccess) return e;
-    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 2), nullptr,
+    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 4), nullptr,
                                          chunk_keys);
   };
   TERN_ASSERT_CUDA(launch());

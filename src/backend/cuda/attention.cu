@@ -326,16 +326,24 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 3 : 1) mma_attention
         mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr[e][j].z, kr[e][j].w);
       }
     }
-    float row_max[2] = {-FLT_MAX, -FLT_MAX};
+    // Scores stay unscaled (the scale goes into exp2's argument); only a chunk past the end masks.
+    if (base + kChunkKeys > end) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (base + 8 * e + 2 * c + (i & 1) >= end) s[e][i] = -INFINITY;
+        }
+      }
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = base + 8 * e + 2 * c + (i & 1);
-        s[e][i] = key < end ? s[e][i] * scale : -INFINITY;
-        row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
-      }
+      for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
     }
+    row_max[0] *= scale;
+    row_max[1] *= scale;
     float corr[2];
     mma_rows_rescale(row_max, m, l, corr);
     uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
@@ -344,20 +352,28 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 3 : 1) mma_attention
       float pr[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        pr[i] = exp2f(s[e][i] - m[i >> 1]);
+        pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
         l[i >> 1] += pr[i];
       }
       pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
       pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
     }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // else every factor is 1
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          o[h][j][0] *= corr[0];
+          o[h][j][1] *= corr[0];
+          o[h][j][2] *= corr[1];
+          o[h][j][3] *= corr[1];
+        }
+      }
+    }
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        o[h][j][0] *= corr[0];
-        o[h][j][1] *= corr[0];
-        o[h][j][2] *= corr[1];
-        o[h][j][3] *= corr[1];
         // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
         const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);

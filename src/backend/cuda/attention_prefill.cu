@@ -47,15 +47,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);  // [stage][key][HD]
   bf16* v_s = k_s + 2 * kStage;
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
-  const int first = tiles[2 * tile], count = tiles[2 * tile + 1];
+  // The tile's record (kernels.h): one round trip before the first chunk's table entries.
+  const int first = tiles[4 * tile], count = tiles[4 * tile + 1];
+  const int end = tiles[4 * tile + 2];  // keys the tile's last token sees
+  const int32_t* table = p.tables.block_tables + tiles[4 * tile + 3];
   const int kvh = blockIdx.y;
   const int group = p.heads.num_heads / p.heads.num_kv_heads;
   const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
-  const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[first]];
-  const int end = p.places.positions[first + count - 1] + 1;  // keys the tile's last token sees
   const Cache* k_head = k_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
   const Cache* v_head = v_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
 
@@ -92,11 +93,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h, local = warp * per_warp + r / group;
     tok[h] = local < count ? first + local : -1;
-    pos[h] = tok[h] >= 0 ? p.places.positions[tok[h]] : -1;
+    pos[h] = tok[h] >= 0 ? end - count + local : -1;  // consecutive positions, the last end - 1
   }
-  int warp_max = max(pos[0], pos[1]);
+  // The warp's last and first positions (-1 where a row is past the tile: every round then masks).
+  int warp_max = max(pos[0], pos[1]), warp_min = min(pos[0], pos[1]);
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
+  for (int o = 1; o < 32; o <<= 1) {
+    warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
+    warp_min = min(warp_min, __shfl_xor_sync(0xffffffffu, warp_min, o));
+  }
 
   uint4 qa[kPairs], qb[kPairs];
 #pragma unroll
@@ -148,16 +153,26 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
           mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
         }
       }
-      float row_max[2] = {-FLT_MAX, -FLT_MAX};
+      // Scores stay unscaled (the scale goes into exp2's argument); only a round that reaches past
+      // some row's position masks (causal).
+      float row_max[2] = {-INFINITY, -INFINITY};
+      if (k0 + kPrefillRoundKeys - 1 > warp_min) {
+#pragma unroll
+        for (int e = 0; e < kGroups; ++e) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = k0 + 8 * e + 2 * c + (i & 1);
+            if (key > pos[i >> 1]) s[e][i] = -INFINITY;
+          }
+        }
+      }
 #pragma unroll
       for (int e = 0; e < kGroups; ++e) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = k0 + 8 * e + 2 * c + (i & 1);
-          s[e][i] = key <= pos[i >> 1] ? s[e][i] * scale : -INFINITY;
-          row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
-        }
+        for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
       }
+      row_max[0] *= scale;
+      row_max[1] *= scale;
       float corr[2];
       mma_rows_rescale(row_max, m, l, corr);
       uint32_t pa[kGroups / 2][4];  // P of each 16 keys as the A fragment: rows g / g + 8, keys 2c (+1), 8 + 2c (+1)
@@ -166,20 +181,22 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
         float pr[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          pr[i] = exp2f(s[e][i] - m[i >> 1]);
+          pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
           l[i >> 1] += pr[i];
         }
         pa[e >> 1][2 * (e & 1)] = pack_bf16x2(pr[0], pr[1]);
         pa[e >> 1][2 * (e & 1) + 1] = pack_bf16x2(pr[2], pr[3]);
       }
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // else every factor is 1
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
+        for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          o[h][j][0] *= corr[0];
-          o[h][j][1] *= corr[0];
-          o[h][j][2] *= corr[1];
-          o[h][j][3] *= corr[1];
+          for (int j = 0; j < 8; ++j) {
+            o[h][j][0] *= corr[0];
+            o[h][j][1] *= corr[0];
+            o[h][j][2] *= corr[1];
+            o[h][j][3] *= corr[1];
+          }
         }
       }
 #pragma unroll
@@ -274,7 +291,7 @@ int prefill_chunk_keys(int head_dim, int smem_per_sm) {
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                                     cudaStream_t stream, int chunk_keys) {
   if (num_tiles <= 0) return cudaSuccess;
-  if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff ||
+  if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff / 4 ||
       (chunk_keys != 32 && chunk_keys != 64)) {
     return cudaErrorInvalidValue;
   }

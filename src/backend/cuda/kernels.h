@@ -139,9 +139,11 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
 // Whether paged_attention takes rope_inv_freq (its tensor-core form) for a shape.
 bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim);
 
-// The same attention for query tiles: tile i is tiles[2i] (its first token)
-// and tiles[2i + 1] (its count, 1..tile_tokens) consecutive tokens of one
-// sequence at consecutive positions, as a prefill chunk's tokens are. One
+// The same attention for query tiles: tile i is the record tiles[4i .. 4i + 3]:
+// its first token, its count (1..tile_tokens) of consecutive tokens of one
+// sequence at consecutive positions (as a prefill chunk's tokens are), the
+// keys its last token sees (that token's position + 1) and the offset of the
+// sequence's block table in p.tables.block_tables. One
 // block per (tile, kv head) loads each chunk of chunk_keys (32 or 64) keys
 // of K and V into shared memory once for all of the tile's tokens and q
 // heads (the MMA rows), so K/V are read once per tile instead of once per

@@ -50,7 +50,7 @@ struct StepView {
   bool one_token = false;  // every sequence's chunk is one token (a decode step)
   // With query tiles (general steps with a chunk of >= 2 tokens, on shapes
   // paged_attention_prefill takes): the one-token chunks' tokens go to the
-  // decode kernel (singles), the rest as tiles ([first, count] pairs).
+  // decode kernel (singles), the rest as tiles (StepMetaLayout's records).
   const int32_t* singles = nullptr;
   int64_t num_singles = 0;
   const int32_t* tiles = nullptr;
