@@ -651,6 +651,112 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
   EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "the scalar form takes no RoPE";
 }
 
+// Prefill tiles rotating q as they load it (PagedAttentionParams::rope_q,
+// after rope_store_kv with kv_only) against rope_store_kv rotating it in
+// place, then the same tiles: the same output and K/V planes bit for bit,
+// and kv_only leaves the q|k|v rows untouched. Prompt chunks after earlier
+// keys and from position 0, lengths across tile and block edges, 32- and
+// 64-key chunks, GQA 8:1, 16:1 and 4:1, bf16 and fp8 pools.
+TEST(CudaKernels, PrefillTilesRotatingQEqualRopeStoreKvThenTiles) {
+  std::mt19937 rng(44);
+  for (const bool fp8 : {false, true}) {
+    for (const Shape s : {Shape{16, 2, 128, 16}, Shape{32, 2, 64, 5}, Shape{8, 2, 128, 7}}) {
+      for (const int chunk_keys : {64, 32}) {
+        ASSERT_TRUE(cuda::prefill_tiles_take_rope(s.num_heads, s.num_kv_heads, s.head_dim));
+        const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
+        const int64_t bs = s.block_size;
+        // (keys before the chunk, chunk tokens)
+        const std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 2}, {0, 37}, {5, 9}, {100, 64}, {3, 1 + 2 * tile},
+                                                                 {250, 17}};
+        const int64_t q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
+        const int64_t stride = q_dim + 2 * kv_dim;
+        int64_t num_blocks = 2;
+        for (const auto& [before, n] : chunks) num_blocks += (before + n + bs - 1) / bs;
+        std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<int32_t> positions, slots, token_seq, offsets, tables, tile_list;
+        size_t next = 0;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const auto [before, n] = chunks[i];
+          offsets.push_back(static_cast<int32_t>(tables.size()));
+          for (int64_t b = 0; b < (before + n + bs - 1) / bs; ++b) tables.push_back(ids[next++]);
+          const auto row0 = static_cast<int64_t>(positions.size());
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t pos = before + j;
+            positions.push_back(static_cast<int32_t>(pos));
+            slots.push_back(tables[static_cast<size_t>(offsets.back() + pos / bs)] * static_cast<int32_t>(bs) +
+                            static_cast<int32_t>(pos % bs));
+            token_seq.push_back(static_cast<int32_t>(i));
+          }
+          for (int64_t at = 0; at < n; at += tile) {
+            const int64_t count = std::min<int64_t>(tile, n - at);
+            tile_list.insert(tile_list.end(), {static_cast<int32_t>(row0 + at), static_cast<int32_t>(count),
+                                               static_cast<int32_t>(before + at + count), offsets.back()});
+          }
+        }
+        const auto T = static_cast<int64_t>(positions.size());
+        Bf16Data qkv = test::random_bf16(rng, static_cast<size_t>(T * stride), -2, 2);
+        Bf16Data k_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -2, 2);
+        Bf16Data v_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -1, 1);
+        std::vector<uint8_t> k8(k_pool.values.size()), v8(v_pool.values.size());
+        for (size_t i = 0; i < k8.size(); ++i) {
+          k8[i] = f32_to_fp8_e4m3(k_pool.values[i]);
+          v8[i] = f32_to_fp8_e4m3(v_pool.values[i]);
+        }
+        const std::vector<float> inv_freq = cpu::rope_inv_freq(s.head_dim, 500000.0);
+        DeviceArray<int32_t> d_pos(positions), d_slots(slots), d_tiles(tile_list);
+        DeviceArray<float> d_freq(inv_freq);
+        struct Run {
+          std::vector<bf16> out, k, v, qkv;
+          std::vector<uint8_t> k8, v8;
+        };
+        auto run = [&](bool in_tiles) {
+          DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
+          DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
+          const cuda::KvPlanes planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
+                                            : cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
+          cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(), d_freq.get(),
+                                              d_k.get(), d_v.get());
+          rp.planes = planes;
+          rp.kv_only = in_tiles;
+          EXPECT_EQ(cuda::rope_store_kv(rp, nullptr), cudaSuccess);
+          AttnLaunch bufs(s, 1, positions, token_seq, offsets, tables);
+          cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, planes);
+          p.rope_q = in_tiles;
+          p.places.inv_freq = d_freq.get();
+          EXPECT_EQ(cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 4), nullptr,
+                                                  chunk_keys),
+                    cudaSuccess);
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download(), d_k8.download(),
+                     d_v8.download()};
+        };
+        const Run want = run(false), got = run(true);
+        const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
+                                 " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " " +
+                                 std::to_string(chunk_keys) + "-key chunks" + (fp8 ? " fp8 cache" : "");
+        EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
+        EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
+        EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
+        EXPECT_TRUE(got.qkv == qkv.words) << what << ": kv_only wrote the q|k|v rows";
+        EXPECT_FALSE(want.qkv == qkv.words) << what << ": rope_store_kv left q unrotated";
+      }
+    }
+  }
+  // Refused: a shape whose tiles cannot hold their rotations, and no frequencies.
+  cuda::PagedAttentionParams p;
+  p.heads = {8, 8, 64};
+  p.rope_q = true;
+  float freq = 1.0f;
+  p.places.inv_freq = &freq;
+  const int32_t record[4] = {0, 1, 1, 0};
+  EXPECT_EQ(cuda::paged_attention_prefill(p, record, 1, nullptr, 64), cudaErrorInvalidValue);
+  p.heads = {16, 2, 128};
+  p.places.inv_freq = nullptr;
+  EXPECT_EQ(cuda::paged_attention_prefill(p, record, 1, nullptr, 64), cudaErrorInvalidValue);
+}
+
 // --kv-cache-dtype fp8: the fused RoPE + KV write rounds K/V to e4m3 exactly as rope_store_kv does.
 TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttentionFp8) { check_attention_with_rope(/*fp8=*/true); }
 

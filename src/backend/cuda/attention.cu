@@ -201,9 +201,12 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // shared memory, then (several splits) through the partials as above.
 constexpr int kMmaWarps = 4;
 constexpr int kChunkKeys = 16;
-// Shared-memory stages per warp in the bf16 form (16 KB a warp at head_dim 128:
-// three blocks per SM on sm_90).
-constexpr int kMmaStages = 2;
+// Shared-memory stages per warp in the staged (bf16) form: 24 KB a warp at
+// head_dim 128, so two blocks per SM on sm_90, the occupancy the register
+// form has and the host's split count assumes (kSplitBlocksPerSm): three
+// would leave a 256-token step's 512 blocks in 1.3 waves of 396 slots, the
+// second mostly idle, against 1.94 of 264.
+constexpr int kMmaStages = 3;
 // Fewest keys per split: a chunk per warp.
 constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
 
@@ -215,7 +218,7 @@ __device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
 }
 
 template <int HD, typename Cache, bool kStaged>
-__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 3 : 1) mma_attention_kernel(PagedAttentionParams p) {
+__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
   // Staged: a bf16 pool's chunks come in through shared memory; otherwise (e4m3, or too little shared
@@ -627,8 +630,8 @@ constexpr size_t mma_smem_bytes() {
   return merge > staged ? merge : staged;
 }
 
-// Whether three staged blocks fit in a multiprocessor's shared memory (sm_80 and sm_90: 164 and 228 KB;
-// not sm_86 / sm_89, 100 KB, where the register form keeps two blocks per SM).
+// Whether two staged blocks fit in a multiprocessor's shared memory (sm_90's 228 KB at head_dim 128; not
+// sm_80's 164 or sm_86 / sm_89's 100, where the register form keeps two blocks per SM).
 template <int HD>
 bool staged_fits() {
   static const bool fits = [] {
@@ -637,7 +640,7 @@ bool staged_fits() {
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
       return false;
     }
-    return 3 * (mma_smem_bytes<HD, true>() + 1024) <= static_cast<size_t>(per_sm);
+    return 2 * (mma_smem_bytes<HD, true>() + 1024) <= static_cast<size_t>(per_sm);
   }();
   return fits;
 }

@@ -113,6 +113,36 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
     qa[j] = tok[0] >= 0 ? *reinterpret_cast<const uint4*>(q0) : make_uint4(0, 0, 0, 0);
     qb[j] = tok[1] >= 0 ? *reinterpret_cast<const uint4*>(q1) : make_uint4(0, 0, 0, 0);
   }
+  if (p.rope_q) {
+    // q as the q|k|v GEMM wrote it: each row rotated here exactly as rope_store_kv would rotate it
+    // (kernels.h). The tile's cos/sin (at most 16 tokens: 64 * HD bytes) go into stage 1's K space,
+    // which nothing uses before the loop's first pass refills it.
+    static_assert(16 * (HD / 2) * sizeof(float2) <= kStage * sizeof(bf16), "the rotations fit in a stage's K");
+    float2* rot = reinterpret_cast<float2*>(k_s + kStage);  // [local token][HD / 2]: (cos, sin)
+    for (int i = static_cast<int>(threadIdx.x); i < count * (HD / 2); i += kPrefillThreads) {
+      const int local = i / (HD / 2), pair = i % (HD / 2);
+      float sn, cs;
+      sincosf(p.places.inv_freq[pair] * static_cast<float>(end - count + local), &sn, &cs);
+      rot[i] = make_float2(cs, sn);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (tok[h] < 0) continue;
+      const float2* r = rot + (tok[h] - first) * (HD / 2);
+      uint4* q = h == 0 ? qa : qb;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {  // word w of unit j is pair 16 j + 4 c + w
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t* word = &q[j].x + w;
+          const float2 cs = r[16 * j + 4 * c + w];
+          *word = rope_pair(*word, cs.x, cs.y);
+        }
+      }
+    }
+    __syncthreads();  // every rotation is read before the loop refills stage 1
+  }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;
 
   float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
@@ -280,6 +310,11 @@ int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim) {
   return kPrefillWarps * (kPrefillRowsPerWarp / group);
 }
 
+bool prefill_tiles_take_rope(int num_heads, int num_kv_heads, int head_dim) {
+  const int tile = prefill_tile_tokens(num_heads, num_kv_heads, head_dim);
+  return tile > 0 && tile <= 16;  // the tile's rotations fit in a 32-key stage's K
+}
+
 int prefill_chunk_keys(int head_dim, int smem_per_sm) {
   // Three blocks per multiprocessor (the kernel's register budget) with 64-key stages where they fit.
   const auto fits = [&](int keys) {
@@ -293,6 +328,10 @@ cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t
   if (num_tiles <= 0) return cudaSuccess;
   if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff / 4 ||
       (chunk_keys != 32 && chunk_keys != 64)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rope_q && (p.places.inv_freq == nullptr ||
+                   !prefill_tiles_take_rope(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim))) {
     return cudaErrorInvalidValue;
   }
   if (p.heads.head_dim == 64) {

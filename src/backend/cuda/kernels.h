@@ -76,7 +76,9 @@ struct KvTables {
 // row, [q: num_heads*head_dim | k: kv_dim | v: kv_dim] with row_stride
 // elements between rows, at places.positions[t]. q is rotated in place; the
 // rotated k and the v of token t are written to slot places.slots[t] of
-// this layer's planes.
+// this layer's planes. With kv_only, q is left as it is (the prefill tiles
+// rotate it as they load it: PagedAttentionParams::rope_q) and the rows are
+// only read.
 struct RopeKvParams {
   bf16* qkv = nullptr;
   int64_t row_stride = 0;
@@ -84,6 +86,7 @@ struct RopeKvParams {
   HeadShape heads;
   TokenPlaces places;
   KvPlanes planes;
+  bool kv_only = false;
 };
 cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl = false);
 
@@ -129,6 +132,12 @@ struct PagedAttentionParams {
   // places.slots[t] of planes before any of its warps reads a key. Results
   // equal rope_store_kv then paged_attention bit for bit.
   bool rope_kv = false;
+  // Optional, prefill tiles only (paged_attention_prefill, shapes where
+  // prefill_tiles_take_rope): q's rows are unrotated (rope_store_kv ran
+  // with kv_only) and each block rotates the q rows it loads at its tile's
+  // positions with places.inv_freq, as rope_store_kv would: the same
+  // output bit for bit, without q's round trip through memory.
+  bool rope_q = false;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.
@@ -153,6 +162,9 @@ bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim);
 // 16); prefill_chunk_keys the chunk for a GPU's shared memory per
 // multiprocessor (64 where three blocks of it fit, else 32).
 int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim);
+// Whether the tiles can rotate q themselves (PagedAttentionParams::rope_q):
+// tiles of at most 16 tokens (4 or more q heads per kv head).
+bool prefill_tiles_take_rope(int num_heads, int num_kv_heads, int head_dim);
 int prefill_chunk_keys(int head_dim, int smem_per_sm);
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                                     cudaStream_t stream, int chunk_keys);

@@ -583,6 +583,9 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
       options.rope_in_attention && paged_attention_takes_rope(static_cast<int>(c.num_heads),
                                                               static_cast<int>(c.num_kv_heads),
                                                               static_cast<int>(c.head_dim));
+  impl->rope_in_tiles = options.rope_in_attention && impl->prefill_tile > 0 &&
+                        prefill_tiles_take_rope(static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                                static_cast<int>(c.head_dim));
   impl->fp8 = options.fp8_weights;
   TERN_RETURN_IF_ERROR(impl->upload_weights(weights));
   if (impl->fp8) {

@@ -88,7 +88,10 @@ struct DeviceModelOptions : RunnerOptions {
   // Decode steps past the GEMV's sizes rotate q and k and write the token's
   // K/V inside the attention kernel (PagedAttentionParams::rope_kv),
   // where its tensor-core form takes the shape; off: rope_store_kv, one
-  // kernel more per layer. Bit-identical either way.
+  // kernel more per layer. Steps of prefill tiles alone rotate q in the
+  // tiles (PagedAttentionParams::rope_q, where prefill_tiles_take_rope),
+  // rope_store_kv writing only K/V; off: rope_store_kv rotates q in place.
+  // Bit-identical either way.
   bool rope_in_attention = true;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by

@@ -128,6 +128,8 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
+  // q's RoPE inside the prefill tiles when they are the step's only attention (no one-token chunk reads q).
+  const bool rope_q = rope_in_tiles && !small && v.num_tiles > 0 && v.num_singles == 0;
   // What every layer's kernels share (kernels.h): the heads, where the step's tokens sit, their block tables.
   const HeadShape heads = head_shape();
   const TokenPlaces places{v.positions, v.slots, inv_freq.as<float>()};
@@ -172,7 +174,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.qkv, QKV, qkv.as<void>(), GemmOut::kBf16));
       const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
-                            .places = places, .planes = planes};
+                            .places = places, .planes = planes, .kv_only = rope_q};
       if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
     }
 
@@ -191,6 +193,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
     ap.rope_kv = rope_fused;
+    ap.rope_q = rope_q;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
