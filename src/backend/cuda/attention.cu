@@ -197,8 +197,11 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // q fragments use the same permutation of dims; V's fragments pair two
 // keys of one dim with a byte permute, and the output dims come out
 // permuted the same known way. Warp w of the block takes 16-key chunks
-// w, w + W, ... of the split; the warps' softmax states merge through
-// shared memory, then (several splits) through the partials as above.
+// w, w + W, ... of the split (a bf16 pool's chunks through shared memory,
+// three cp.async stages a warp, where two such blocks fit per SM; an e4m3
+// pool's, or on GPUs with less shared memory, straight into registers); the
+// warps' softmax states merge through shared memory, then (several splits)
+// through the partials as above.
 constexpr int kMmaWarps = 4;
 constexpr int kChunkKeys = 16;
 // Shared-memory stages per warp in the staged (bf16) form: 24 KB a warp at
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
   // Staged: a bf16 pool's chunks come in through shared memory; otherwise (e4m3, or too little shared
-  // memory for three staged blocks per SM) they are loaded into registers.
+  // memory for two staged blocks per SM) they are loaded into registers.
   static_assert(!kStaged || sizeof(Cache) == 2, "the staged form copies bf16 rows");
   extern __shared__ uint4 attn_smem[];  // the staged chunks during the keys, then the warps' merge
   allow_dependent_launch();
