@@ -366,9 +366,11 @@ struct AttnLaunch {
 // it: chunks of >= 2 tokens in query tiles (paged_attention_prefill), the
 // one-token chunks through the decode kernel's token list. fp8: the pool
 // holds e4m3 bytes, and the reference reads the same bytes through an fp8
-// KvRowTable (the CPU reference of --kv-cache-dtype fp8).
+// KvRowTable (the CPU reference of --kv-cache-dtype fp8). stage_kv false:
+// the tensor-core decode form's register loads (what GPUs with less shared
+// memory run) instead of its shared-memory stages.
 void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64,
-                     bool fp8 = false) {
+                     bool fp8 = false, bool stage_kv = true) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
   std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 700, 65};
@@ -475,6 +477,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   }
   DeviceArray<int32_t> d_singles(singles.empty() ? std::vector<int32_t>{0} : singles);
   DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0, 0, 0} : tile_list);
+  p.stage_kv = stage_kv;
   auto launch = [&] {
     if (!tiles) return cuda::paged_attention(p, nullptr);
     cuda::PagedAttentionParams single = p;
@@ -498,7 +501,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
                            std::to_string(num_splits) +
                            (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "") +
-                           (fp8 ? " fp8 cache" : "");
+                           (fp8 ? " fp8 cache" : "") + (stage_kv ? "" : " register loads");
   test::expect_bf16_close(got, ref, what);
   // Per token too, so one bad sequence cannot hide in the total.
   first = 0;
@@ -513,10 +516,14 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
 
 TEST(CudaKernels, PagedAttentionMatchesReference) {
   uint32_t seed = 10;
-  // head_dim 64 and 128 with up to 16 q heads per kv head take the tensor-core kernel.
+  // head_dim 64 and 128 with up to 16 q heads per kv head take the tensor-core kernel, its chunks staged
+  // through shared memory (sm_90) or loaded into registers.
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 8, 16}, Shape{4, 2, 16, 7}, Shape{8, 8, 64, 1},
                         Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{12, 2, 128, 3}, Shape{24, 2, 96, 16}}) {
     check_attention(s, seed++, /*num_splits=*/1);
+    if (s.head_dim == 64 || s.head_dim == 128) {
+      check_attention(s, seed++, 1, false, 64, false, /*stage_kv=*/false);
+    }
   }
 }
 
@@ -526,6 +533,8 @@ TEST(CudaKernels, SplitAttentionMatchesReference) {
     // 2 and 5 split every context; 32 leaves most splits of short contexts empty.
     for (int num_splits : {2, 5, 32}) check_attention(s, seed++, num_splits);
   }
+  check_attention(Shape{16, 2, 128, 16}, seed++, 5, false, 64, false, /*stage_kv=*/false);
+  check_attention(Shape{16, 2, 128, 16}, seed++, 5, false, 64, /*fp8=*/true, /*stage_kv=*/false);
 }
 
 // Prefill chunks in query tiles (paged_attention_prefill) beside one-token
@@ -769,6 +778,7 @@ TEST(CudaKernels, AttentionOverFp8CacheMatchesReference) {
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 8, 16}, Shape{4, 2, 16, 7}, Shape{8, 8, 64, 1},
                         Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{24, 2, 96, 16}}) {
     for (int num_splits : {1, 5}) check_attention(s, seed++, num_splits, false, 64, /*fp8=*/true);
+    if (s.head_dim == 128) check_attention(s, seed++, 1, false, 64, /*fp8=*/true, /*stage_kv=*/false);
   }
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{8, 8, 64, 1}}) {
     for (int num_splits : {1, 3}) check_attention(s, seed++, num_splits, /*tiles=*/true, 64, /*fp8=*/true);

@@ -197,19 +197,23 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // q fragments use the same permutation of dims; V's fragments pair two
 // keys of one dim with a byte permute, and the output dims come out
 // permuted the same known way. Warp w of the block takes 16-key chunks
-// w, w + W, ... of the split (a bf16 pool's chunks through shared memory,
-// three cp.async stages a warp, where two such blocks fit per SM; an e4m3
-// pool's, or on GPUs with less shared memory, straight into registers); the
+// w, w + W, ... of the split (through shared memory, cp.async stages of
+// 24 KB a warp, where two such blocks fit per SM; straight into registers
+// on GPUs with less shared memory, and for an e4m3 pool at head_dim 64); the
 // warps' softmax states merge through shared memory, then (several splits)
 // through the partials as above.
 constexpr int kMmaWarps = 4;
 constexpr int kChunkKeys = 16;
-// Shared-memory stages per warp in the staged (bf16) form: 24 KB a warp at
-// head_dim 128, so two blocks per SM on sm_90, the occupancy the register
-// form has and the host's split count assumes (kSplitBlocksPerSm): three
-// would leave a 256-token step's 512 blocks in 1.3 waves of 396 slots, the
-// second mostly idle, against 1.94 of 264.
-constexpr int kMmaStages = 3;
+// Shared-memory stages per warp in the staged form: three of bf16 rows, six
+// of e4m3 (24 KB a warp either way at head_dim 128), so two blocks per SM on
+// sm_90, the occupancy the register form has and the host's split count
+// assumes (kSplitBlocksPerSm): three would leave a 256-token step's 512
+// blocks in 1.3 waves of 396 slots, the second mostly idle, against 1.94 of
+// 264.
+template <typename Cache>
+__host__ __device__ constexpr int mma_stages() {
+  return sizeof(Cache) == 2 ? 3 : 6;
+}
 // Fewest keys per split: a chunk per warp.
 constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
 
@@ -224,9 +228,9 @@ template <int HD, typename Cache, bool kStaged>
 __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
-  // Staged: a bf16 pool's chunks come in through shared memory; otherwise (e4m3, or too little shared
-  // memory for two staged blocks per SM) they are loaded into registers.
-  static_assert(!kStaged || sizeof(Cache) == 2, "the staged form copies bf16 rows");
+  // Staged: the chunks come in through shared memory; otherwise (too little shared memory for two
+  // staged blocks per SM, or an e4m3 pool at head_dim 64) they are loaded into registers.
+  static_assert(!kStaged || sizeof(Cache) == 2 || HD == 128, "the staged form's e4m3 swizzle is for 128 codes a row");
   extern __shared__ uint4 attn_smem[];  // the staged chunks during the keys, then the warps' merge
   allow_dependent_launch();
   const int64_t x = blockIdx.x;  // indexes the partials and counters
@@ -393,60 +397,81 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
   const int last = end - 1;
   constexpr int kStride = kMmaWarps * kChunkKeys;  // keys between a warp's chunks
   if constexpr (kStaged) {
-    // Each warp streams its chunks through kMmaStages shared-memory stages of
-    // its own with cp.async (one group per chunk, kMmaStages - 1 in flight
-    // while one computes), so the loads wait in the copy engine, not in
-    // registers; only __syncwarp orders a warp's copies and reads.
-    constexpr int kUnits = HD / 8;                         // 16-byte units per K or V row
-    constexpr int kChunk = kChunkKeys * HD;                // bf16 of one stage's K (or V)
+    // Each warp streams its chunks through shared-memory stages of its own
+    // with cp.async (one group per chunk, all stages but one in flight while
+    // one computes), so the loads wait in the copy engine, not in registers;
+    // only __syncwarp orders a warp's copies and reads. Rows keep their
+    // bytes (e4m3 codes are converted as the fragments are read), their
+    // 16-byte units swizzled (k_unit / k8_unit, v_unit).
+    constexpr int kStages = mma_stages<Cache>();
+    constexpr int kRowBytes = HD * static_cast<int>(sizeof(Cache));
+    constexpr int kUnits = kRowBytes / 16;                 // 16-byte units per K or V row
+    constexpr int kChunk = kChunkKeys * kRowBytes;         // bytes of one stage's K (or V)
     constexpr int kCopies = kChunkKeys * kUnits / 32;      // each lane's copies per plane and chunk
     static_assert(32 % kUnits == 0 || kUnits % 32 == 0, "a lane's rows follow from its lane");
-    bf16* stages = reinterpret_cast<bf16*>(attn_smem) + warp * kMmaStages * 2 * kChunk;
+    constexpr bool kCodes = sizeof(Cache) == 1;
+    unsigned char* stages = reinterpret_cast<unsigned char*>(attn_smem) + warp * kStages * 2 * kChunk;
     auto issue = [&](int base, int stage) {
-      bf16* ks = stages + stage * 2 * kChunk;
-      bf16* vs = ks + kChunk;
+      unsigned char* ks = stages + stage * 2 * kChunk;
+      unsigned char* vs = ks + kChunk;
       const int64_t mine = row_of(min(base + (lane & (kChunkKeys - 1)), last));  // lane l: key l % 16
 #pragma unroll
       for (int n = 0; n < kCopies; ++n) {
         const int i = lane + 32 * n, row = i / kUnits, unit = i % kUnits;
         const int64_t off = __shfl_sync(0xffffffffu, mine, row);
-        copy_async16(ks + row * HD + 8 * k_unit(row, unit), k_base + off + 8 * unit);
-        copy_async16(vs + row * HD + 8 * v_unit(row, unit), v_base + off + 8 * unit);
+        const int ku = kCodes ? k8_unit(row, unit) : k_unit(row, unit);
+        copy_async16(ks + row * kRowBytes + 16 * ku, reinterpret_cast<const unsigned char*>(k_base + off) + 16 * unit);
+        copy_async16(vs + row * kRowBytes + 16 * v_unit(row, unit),
+                     reinterpret_cast<const unsigned char*>(v_base + off) + 16 * unit);
       }
     };
     const int first = begin + warp * kChunkKeys;
 #pragma unroll
-    for (int st = 0; st + 1 < kMmaStages; ++st) {
+    for (int st = 0; st + 1 < kStages; ++st) {
       if (first + st * kStride < end) issue(first + st * kStride, st);
       commit_async();  // empty groups too: every iteration below waits for the same count
     }
     int stage = 0;
     for (int base = first; base < end; base += kStride) {
-      if (const int ahead = base + (kMmaStages - 1) * kStride; ahead < end) {
-        issue(ahead, (stage + kMmaStages - 1) % kMmaStages);  // that stage was read last iteration
+      if (const int ahead = base + (kStages - 1) * kStride; ahead < end) {
+        issue(ahead, stage == 0 ? kStages - 1 : stage - 1);  // that stage was read last iteration
       }
       commit_async();
-      wait_async<kMmaStages - 1>();
+      wait_async<kStages - 1>();
       __syncwarp();  // every lane's copies of this chunk have landed
-      const bf16* ks = stages + stage * 2 * kChunk;
-      const bf16* vs = ks + kChunk;
+      const unsigned char* ks = stages + stage * 2 * kChunk;
+      const unsigned char* vs = ks + kChunk;
       uint4 kr[2][kPairs];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int row = 8 * e + g;
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) kr[e][j] = *reinterpret_cast<const uint4*>(ks + row * HD + 8 * k_unit(row, 4 * j + c));
+        for (int j = 0; j < kPairs; ++j) {  // dims 32 j + 8 c .. + 7
+          if constexpr (kCodes) {
+            kr[e][j] = e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(ks + row * kRowBytes +
+                                                                       16 * k8_unit(row, 2 * j + (c >> 1)) + 8 * (c & 1)));
+          } else {
+            kr[e][j] = *reinterpret_cast<const uint4*>(ks + row * kRowBytes + 16 * k_unit(row, 4 * j + c));
+          }
+        }
       }
       uint4 vr[4][kHalves];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int row = 2 * c + (i & 1) + 8 * (i >> 1);
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h) vr[i][h] = *reinterpret_cast<const uint4*>(vs + row * HD + 8 * v_unit(row, 8 * h + g));
+        for (int h = 0; h < kHalves; ++h) {  // dims 64 h + 8 g .. + 7
+          if constexpr (kCodes) {
+            vr[i][h] = e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(vs + row * kRowBytes +
+                                                                       16 * v_unit(row, 4 * h + (g >> 1)) + 8 * (g & 1)));
+          } else {
+            vr[i][h] = *reinterpret_cast<const uint4*>(vs + row * kRowBytes + 16 * v_unit(row, 8 * h + g));
+          }
+        }
       }
       chunk_math(base, kr, vr);
       __syncwarp();  // every lane is done with this stage before a later iteration refills it
-      stage = stage + 1 == kMmaStages ? 0 : stage + 1;
+      stage = stage + 1 == kStages ? 0 : stage + 1;
     }
     wait_async<0>();
     __syncthreads();  // the stages are the merge's shared memory below
@@ -626,31 +651,37 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
 }
 
 // Shared memory of the tensor-core form: the staged chunks, or (larger in the register form) the warps' merge.
-template <int HD, bool kStaged>
+template <int HD, typename Cache, bool kStaged>
 constexpr size_t mma_smem_bytes() {
   constexpr size_t merge = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
-  constexpr size_t staged = kStaged ? sizeof(bf16) * kMmaWarps * kMmaStages * 2 * kChunkKeys * HD : 0;
+  constexpr size_t staged =
+      kStaged ? sizeof(Cache) * kMmaWarps * mma_stages<Cache>() * 2 * kChunkKeys * HD : 0;
   return merge > staged ? merge : staged;
 }
 
 // Whether two staged blocks fit in a multiprocessor's shared memory (sm_90's 228 KB at head_dim 128; not
-// sm_80's 164 or sm_86 / sm_89's 100, where the register form keeps two blocks per SM).
-template <int HD>
+// sm_80's 164 or sm_86 / sm_89's 100, where the register form keeps two blocks per SM). An e4m3 pool
+// stages at head_dim 128 only (k8_unit's swizzle).
+template <int HD, typename Cache>
 bool staged_fits() {
-  static const bool fits = [] {
-    int device = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
-      return false;
-    }
-    return 2 * (mma_smem_bytes<HD, true>() + 1024) <= static_cast<size_t>(per_sm);
-  }();
-  return fits;
+  if constexpr (sizeof(Cache) == 1 && HD != 128) {
+    return false;
+  } else {
+    static const bool fits = [] {
+      int device = 0, per_sm = 0;
+      if (cudaGetDevice(&device) != cudaSuccess ||
+          cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+        return false;
+      }
+      return 2 * (mma_smem_bytes<HD, Cache, true>() + 1024) <= static_cast<size_t>(per_sm);
+    }();
+    return fits;
+  }
 }
 
 template <int HD, typename Cache, bool kStaged>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  constexpr size_t smem = mma_smem_bytes<HD, kStaged>();
+  constexpr size_t smem = mma_smem_bytes<HD, Cache, kStaged>();
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
     const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged>>();
     if (e != cudaSuccess) return e;
@@ -660,9 +691,14 @@ cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t st
 
 template <int HD>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  if (p.planes.fp8()) return launch_mma<HD, fp8e4m3, false>(p, grid, stream, pdl);
-  return staged_fits<HD>() ? launch_mma<HD, bf16, true>(p, grid, stream, pdl)
-                           : launch_mma<HD, bf16, false>(p, grid, stream, pdl);
+  if (p.planes.fp8()) {
+    if constexpr (HD == 128) {
+      if (p.stage_kv && staged_fits<HD, fp8e4m3>()) return launch_mma<HD, fp8e4m3, true>(p, grid, stream, pdl);
+    }
+    return launch_mma<HD, fp8e4m3, false>(p, grid, stream, pdl);
+  }
+  return p.stage_kv && staged_fits<HD, bf16>() ? launch_mma<HD, bf16, true>(p, grid, stream, pdl)
+                                               : launch_mma<HD, bf16, false>(p, grid, stream, pdl);
 }
 
 template <int kDimsPerLane, typename Cache>

@@ -138,6 +138,11 @@ struct PagedAttentionParams {
   // positions with places.inv_freq, as rope_store_kv would: the same
   // output bit for bit, without q's round trip through memory.
   bool rope_q = false;
+  // Tensor-core decode form: K/V chunks staged through shared memory where
+  // two such blocks fit per SM (sm_90); false: loaded straight into
+  // registers, the form GPUs with less shared memory run (for tests and
+  // comparisons). The same output within rounding of the sums' order.
+  bool stage_kv = true;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.

@@ -93,6 +93,10 @@ struct DeviceModelOptions : RunnerOptions {
   // rope_store_kv writing only K/V; off: rope_store_kv rotates q in place.
   // Bit-identical either way.
   bool rope_in_attention = true;
+  // The decode attention's K/V chunks through shared memory where two such
+  // blocks fit per SM (PagedAttentionParams::stage_kv); off: straight into
+  // registers, as on GPUs with less shared memory.
+  bool attention_stage_kv = true;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's

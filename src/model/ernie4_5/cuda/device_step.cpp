@@ -194,6 +194,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.out_row_stride = c.q_dim();
     ap.rope_kv = rope_fused;
     ap.rope_q = rope_q;
+    ap.stage_kv = options.attention_stage_kv;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
