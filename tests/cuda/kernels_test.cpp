@@ -560,7 +560,8 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
 }
 
 // A decode step's attention with RoPE and the KV write inside it
-// (PagedAttentionParams::rope_kv) against rope_store_kv then the
+// (PagedAttentionParams::rope_kv), and with q's RoPE alone inside it after
+// rope_store_kv's kv_only (rope_q), against rope_store_kv then the
 // attention: the same output, K and V planes and untouched q|k|v rows, bit
 // for bit, with one split and several (only the split holding the token's
 // own key writes it); contexts from 1 key to 700, block boundaries, GQA
@@ -608,14 +609,17 @@ void check_attention_with_rope(bool fp8) {
         std::vector<bf16> out, k, v, qkv;
         std::vector<uint8_t> k8, v8;
       };
-      auto run = [&](bool fused) {
+      // kStore: rope_store_kv, then the attention; kFused: rope_kv; kQOnly: rope_store_kv with kv_only, then
+      // the attention rotating q (rope_q).
+      enum Mode { kStore, kFused, kQOnly };
+      auto run = [&](Mode mode) {
         DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
         DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
         const cuda::KvPlanes planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
                                           : cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
         AttnLaunch bufs(s, num_splits, positions, token_seq, offsets, tables);
         cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, planes);
-        if (fused) {
+        if (mode == kFused) {
           p.rope_kv = true;
           p.places.inv_freq = d_freq.get();
           p.places.slots = d_slots.get();
@@ -623,25 +627,32 @@ void check_attention_with_rope(bool fp8) {
           cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(),
                                               d_freq.get(), d_k.get(), d_v.get());
           rp.planes = planes;
+          rp.kv_only = mode == kQOnly;
           EXPECT_EQ(cuda::rope_store_kv(rp, nullptr), cudaSuccess);
+          p.rope_q = mode == kQOnly;
+          p.places.inv_freq = d_freq.get();
         }
         EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaSuccess);
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download(), d_k8.download(),
                    d_v8.download()};
       };
-      const Run want = run(false), got = run(true);
-      const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
-                               " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) +
-                               " splits " + std::to_string(num_splits) + (fp8 ? " fp8 cache" : "");
-      EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
-      EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
-      EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
-      if (fp8) {
-        EXPECT_FALSE(got.k8 == k8) << what << ": nothing written to the fp8 K plane";
+      const Run want = run(kStore);
+      for (const Mode mode : {kFused, kQOnly}) {
+        const Run got = run(mode);
+        const std::string what = std::string(mode == kFused ? "rope_kv" : "rope_q") + " heads " +
+                                 std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) + " head_dim " +
+                                 std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
+                                 std::to_string(num_splits) + (fp8 ? " fp8 cache" : "");
+        EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
+        EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
+        EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
+        if (fp8) {
+          EXPECT_FALSE(got.k8 == k8) << what << ": nothing written to the fp8 K plane";
+        }
+        // Both leave the q|k|v rows as they were (rope_store_kv rotates q in place).
+        EXPECT_TRUE(got.qkv == qkv.words) << what << ": q|k|v rows written";
       }
-      // The fused form leaves the q|k|v rows as they were (rope_store_kv rotates q in place).
-      EXPECT_TRUE(got.qkv == qkv.words) << what << ": q|k|v rows written";
     }
   }
 }
@@ -658,6 +669,17 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
   p.rope_kv = true;
   p.places.inv_freq = &freq;
   EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "the scalar form takes no RoPE";
+  p.rope_kv = false;
+  p.rope_q = true;
+  EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "nor q's alone";
+  // Everything rope_kv needs is there (host pointers: the call fails before any launch).
+  bf16 plane[2] = {};
+  int32_t slot = 0;
+  p.heads = {16, 2, 128};
+  p.planes = cuda::KvPlanes{plane, plane + 1, nullptr, nullptr};
+  p.places.slots = &slot;
+  p.rope_kv = true;
+  EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "rope_kv and rope_q at once";
 }
 
 // Prefill tiles rotating q as they load it (PagedAttentionParams::rope_q,

@@ -268,9 +268,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
                             : make_uint4(0, 0, 0, 0);
     }
   }
-  if (p.rope_kv) {
-    // RoPE and the KV write (PagedAttentionParams::rope_kv): the
-    // position's rotations once per block, as rope_store_kv computes them.
+  if (p.rope_kv || p.rope_q) {
+    // RoPE and the KV write (PagedAttentionParams::rope_kv), or q's RoPE
+    // alone (rope_q): the position's rotations once per block, as
+    // rope_store_kv computes them.
     __shared__ float2 rot[HD / 2];
     const auto tid = static_cast<int>(threadIdx.x);
     const float pos = static_cast<float>(ctx - 1);
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
       sincosf(p.places.inv_freq[tid] * pos, &sn, &cs);
       rot[tid] = make_float2(cs, sn);
     }
-    const bool writes = split == active - 1;  // the split holding the token's own key
+    const bool writes = p.rope_kv && split == active - 1;  // the split holding the token's own key
     uint32_t kv_word = 0;
     const int64_t own = writes ? static_cast<int64_t>(p.places.slots[t]) * kv_dim + static_cast<int64_t>(kvh) * HD : 0;
     // Threads 0 .. HD/2 - 1 take a k pair each, the next HD/2 a v word (HD <= the block's 128 threads).
@@ -740,10 +741,11 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
     if (p.rope_kv && (p.places.inv_freq == nullptr || p.places.slots == nullptr || !planes)) {
       return cudaErrorInvalidValue;
     }
+    if (p.rope_q && (p.rope_kv || p.places.inv_freq == nullptr)) return cudaErrorInvalidValue;
     return p.heads.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
   }
   // The scalar kernel serves tokens 0..T-1 and leaves RoPE to rope_store_kv.
-  if (p.token_list != nullptr || p.rope_kv) return cudaErrorInvalidValue;
+  if (p.token_list != nullptr || p.rope_kv || p.rope_q) return cudaErrorInvalidValue;
   const int threads = 32 * group;
   const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.heads.head_dim +
                                        static_cast<size_t>(kTile) * (2 * p.heads.head_dim + 1));

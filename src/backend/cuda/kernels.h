@@ -132,11 +132,13 @@ struct PagedAttentionParams {
   // places.slots[t] of planes before any of its warps reads a key. Results
   // equal rope_store_kv then paged_attention bit for bit.
   bool rope_kv = false;
-  // Optional, prefill tiles only (paged_attention_prefill, shapes where
-  // prefill_tiles_take_rope): q's rows are unrotated (rope_store_kv ran
-  // with kv_only) and each block rotates the q rows it loads at its tile's
-  // positions with places.inv_freq, as rope_store_kv would: the same
-  // output bit for bit, without q's round trip through memory.
+  // Optional: q's rows are unrotated (rope_store_kv ran with kv_only, so
+  // K/V are in the planes) and each block rotates the q rows it loads with
+  // places.inv_freq, as rope_store_kv would: the same output bit for bit,
+  // without q's round trip through memory. The prefill tiles (shapes where
+  // prefill_tiles_take_rope) rotate at the tile's positions, the
+  // tensor-core decode form (paged_attention_takes_rope; not with rope_kv)
+  // at its token's.
   bool rope_q = false;
   // Tensor-core decode form: K/V chunks staged through shared memory where
   // two such blocks fit per SM (sm_90); false: loaded straight into

@@ -88,10 +88,11 @@ struct DeviceModelOptions : RunnerOptions {
   // Decode steps past the GEMV's sizes rotate q and k and write the token's
   // K/V inside the attention kernel (PagedAttentionParams::rope_kv),
   // where its tensor-core form takes the shape; off: rope_store_kv, one
-  // kernel more per layer. Steps of prefill tiles alone rotate q in the
-  // tiles (PagedAttentionParams::rope_q, where prefill_tiles_take_rope),
-  // rope_store_kv writing only K/V; off: rope_store_kv rotates q in place.
-  // Bit-identical either way.
+  // kernel more per layer. Steps with prefill tiles rotate q in the
+  // attention kernels (PagedAttentionParams::rope_q: the tiles, and a mixed
+  // step's one-token chunks; where prefill_tiles_take_rope), rope_store_kv
+  // writing only K/V; off: rope_store_kv rotates q in place. Bit-identical
+  // either way.
   bool rope_in_attention = true;
   // The decode attention's K/V chunks through shared memory where two such
   // blocks fit per SM (PagedAttentionParams::stage_kv); off: straight into

@@ -128,8 +128,9 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
-  // q's RoPE inside the prefill tiles when they are the step's only attention (no one-token chunk reads q).
-  const bool rope_q = rope_in_tiles && !small && v.num_tiles > 0 && v.num_singles == 0;
+  // q's RoPE inside the prefill tiles (and, in a mixed step, inside the one-token chunks' attention), K/V
+  // written by rope_store_kv: q makes no round trip through memory.
+  const bool rope_q = rope_in_tiles && !small && v.num_tiles > 0;
   // What every layer's kernels share (kernels.h): the heads, where the step's tokens sit, their block tables.
   const HeadShape heads = head_shape();
   const TokenPlaces places{v.positions, v.slots, inv_freq.as<float>()};
