@@ -179,8 +179,9 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
 
 Status DeviceModel::Impl::plan_workspace() {
   const ModelConfig& c = config;
-  // Flash-decoding splits only while tokens x kv heads < kSplitBlocksPerSm x SMs
-  // (device_step.cpp), so tokens x splits stays under twice that over the kv heads.
+  // Partials for twice the tokens that fill kSplitBlocksPerSm blocks per SM: splits_for
+  // (device_step.cpp) keeps tokens x splits within them, so a split step has at most
+  // split_tokens tokens, which the counters cover.
   const int64_t split_tokens =
       (kSplitBlocksPerSm * static_cast<int64_t>(sm_count) + c.num_kv_heads - 1) / c.num_kv_heads;
   max_partial_rows = std::max<int64_t>(2 * split_tokens, kMaxAttentionSplits);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/key_splits.h"
 #include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
@@ -68,21 +69,19 @@ Status DeviceModel::Impl::ensure_meta(size_t count) {
   return Status::ok();
 }
 
-// Flash-decoding splits when (tokens x kv heads) blocks are fewer than
-// kSplitBlocksPerSm per multiprocessor. max_ctx < 0:
-// the contexts are not known at launch (a decode graph), so the split count
-// depends on the batch alone.
+// Flash-decoding splits (attention_splits: the count with the fewest waves
+// of kSplitBlocksPerSm blocks per multiprocessor per split), within the
+// partials' rows. max_ctx < 0: the contexts are not known at launch (a
+// decode graph), so the split count depends on the batch alone.
 int DeviceModel::Impl::splits_for(int64_t num_tokens, int64_t max_ctx) const {
-  const int64_t blocks = num_tokens * config.num_kv_heads;
-  const int64_t target = kSplitBlocksPerSm * static_cast<int64_t>(sm_count);
-  if (blocks >= target) return 1;
-  int64_t splits = (target + blocks - 1) / blocks;
+  if (num_tokens <= 0) return 1;
+  int64_t cap = std::min<int64_t>(kMaxAttentionSplits, max_partial_rows / num_tokens);
   if (max_ctx >= 0) {
     if (max_ctx <= 2 * kAttentionTile) return 1;
-    splits = std::min<int64_t>(splits, (max_ctx + kAttentionTile - 1) / kAttentionTile);
+    cap = std::min<int64_t>(cap, (max_ctx + kAttentionTile - 1) / kAttentionTile);
   }
-  splits = std::min({splits, static_cast<int64_t>(kMaxAttentionSplits), max_partial_rows / num_tokens});
-  return static_cast<int>(std::max<int64_t>(splits, 1));
+  return attention_splits(num_tokens * config.num_kv_heads, kSplitBlocksPerSm * static_cast<int64_t>(sm_count),
+                          static_cast<int>(std::max<int64_t>(cap, 1)));
 }
 
 StepView DeviceModel::Impl::view_of(const int32_t* meta, const StepMetaLayout& l, int64_t T, int64_t R) const {
