@@ -369,18 +369,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
       pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
       pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
     }
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // else every factor is 1
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          o[h][j][0] *= corr[0];
-          o[h][j][1] *= corr[0];
-          o[h][j][2] *= corr[1];
-          o[h][j][3] *= corr[1];
-        }
-      }
-    }
+    mma_rows_scale(o, corr);
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
@@ -442,32 +431,28 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
       __syncwarp();  // every lane's copies of this chunk have landed
       const unsigned char* ks = stages + stage * 2 * kChunk;
       const unsigned char* vs = ks + kChunk;
+      // Element 8 u8 on of a staged row as 8 bf16: a 16-byte unit of bf16, or half of one of e4m3 codes.
+      const auto staged8 = [&](const unsigned char* rows, int row, int u8, auto unit_at) {
+        const unsigned char* at = rows + row * kRowBytes;
+        if constexpr (kCodes) {
+          return e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(at + 16 * unit_at(row, u8 >> 1) + 8 * (u8 & 1)));
+        } else {
+          return *reinterpret_cast<const uint4*>(at + 16 * unit_at(row, u8));
+        }
+      };
+      const auto k_at = [](int row, int unit) { return kCodes ? k8_unit(row, unit) : k_unit(row, unit); };
       uint4 kr[2][kPairs];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int row = 8 * e + g;
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) {  // dims 32 j + 8 c .. + 7
-          if constexpr (kCodes) {
-            kr[e][j] = e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(ks + row * kRowBytes +
-                                                                       16 * k8_unit(row, 2 * j + (c >> 1)) + 8 * (c & 1)));
-          } else {
-            kr[e][j] = *reinterpret_cast<const uint4*>(ks + row * kRowBytes + 16 * k_unit(row, 4 * j + c));
-          }
-        }
+        for (int j = 0; j < kPairs; ++j) kr[e][j] = staged8(ks, 8 * e + g, 4 * j + c, k_at);  // dims 32 j + 8 c ..
       }
       uint4 vr[4][kHalves];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int row = 2 * c + (i & 1) + 8 * (i >> 1);
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h) {  // dims 64 h + 8 g .. + 7
-          if constexpr (kCodes) {
-            vr[i][h] = e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(vs + row * kRowBytes +
-                                                                       16 * v_unit(row, 4 * h + (g >> 1)) + 8 * (g & 1)));
-          } else {
-            vr[i][h] = *reinterpret_cast<const uint4*>(vs + row * kRowBytes + 16 * v_unit(row, 8 * h + g));
-          }
+        for (int h = 0; h < kHalves; ++h) {  // dims 64 h + 8 g ..
+          vr[i][h] = staged8(vs, 2 * c + (i & 1) + 8 * (i >> 1), 8 * h + g, [](int row, int unit) { return v_unit(row, unit); });
         }
       }
       chunk_math(base, kr, vr);

@@ -217,18 +217,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
         pa[e >> 1][2 * (e & 1)] = pack_bf16x2(pr[0], pr[1]);
         pa[e >> 1][2 * (e & 1) + 1] = pack_bf16x2(pr[2], pr[3]);
       }
-      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // else every factor is 1
-#pragma unroll
-        for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            o[h][j][0] *= corr[0];
-            o[h][j][1] *= corr[0];
-            o[h][j][2] *= corr[1];
-            o[h][j][3] *= corr[1];
-          }
-        }
-      }
+      mma_rows_scale(o, corr);
 #pragma unroll
       for (int half = 0; half < kGroups / 2; ++half) {
 #pragma unroll

@@ -152,6 +152,25 @@ __device__ __forceinline__ void mma_rows_rescale(float (&row_max)[2], float (&m)
   }
 }
 
+// The output accumulators of an MMA online softmax (o[h][j]: rows g in [0],
+// [1], g + 8 in [2], [3]) times the rows' factors from mma_rows_rescale,
+// skipped by a warp vote when no row of the warp moved its maximum (every
+// factor is then 1, and a product with 1 changes nothing).
+template <int H>
+__device__ __forceinline__ void mma_rows_scale(float (&o)[H][8][4], const float (&corr)[2]) {
+  if (!__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      o[h][j][0] *= corr[0];
+      o[h][j][1] *= corr[0];
+      o[h][j][2] *= corr[1];
+      o[h][j][3] *= corr[1];
+    }
+  }
+}
+
 // A shared-memory pointer as the 32-bit address PTX's shared-space operands take.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
