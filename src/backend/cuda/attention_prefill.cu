@@ -26,8 +26,12 @@ constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
 
+// V's rows in a stage: 16-byte units XOR-swizzled by the row's low 3 bits, so the 8 rows each
+// ldmatrix.trans matrix names (8 consecutive keys at one unit) hit distinct banks.
+__device__ __forceinline__ int vt_unit(int row, int unit) { return unit ^ (row & 7); }
+
 template <int HD, int Keys>
-constexpr size_t prefill_smem_bytes() {
+__host__ __device__ constexpr size_t prefill_smem_bytes() {
   return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
@@ -66,7 +70,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   constexpr int kRowsPerPass = kPrefillThreads / kUnits;
   static_assert(kRowsPerPass % 8 == 0, "a pass must keep each thread's swizzled units");
   const int lrow = static_cast<int>(threadIdx.x) / kUnits, lunit = static_cast<int>(threadIdx.x) % kUnits;
-  const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * v_unit(lrow, lunit);
+  const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * vt_unit(lrow, lunit);
   auto load_chunk = [&](int base, int stage) {
     bf16* ks = k_s + stage * kStage + k_dst;
     bf16* vs = v_s + stage * kStage + v_dst;
@@ -218,55 +222,61 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
         pa[e >> 1][2 * (e & 1) + 1] = pack_bf16x2(pr[2], pr[3]);
       }
       mma_rows_scale(o, corr);
+      // P V: ldmatrix.x4.trans gives the B fragments of two 8-dim tiles (2 tp, 2 tp + 1) for the half's 16
+      // keys; lane l names row l % 8 of matrix l / 8 (keys 0-7 or 8-15, tile 2 tp or 2 tp + 1). Tile t = 8 h + j
+      // accumulates in o[h][j]: dims 8 t + 2c, + 1 of rows g and g + 8.
 #pragma unroll
       for (int half = 0; half < kGroups / 2; ++half) {
+        const int vrow = r0 + 16 * half + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h) {
-          uint4 vr[4];  // keys 2c, 2c + 1, 2c + 8, 2c + 9 of the half; dims 64 h + 8 g .. + 7
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = r0 + 16 * half + 2 * c + (i & 1) + 8 * (i >> 1);
-            vr[i] = *reinterpret_cast<const uint4*>(vs + row * HD + 8 * v_unit(row, 8 * h + g));
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-            const uint32_t b0 = __byte_perm(word(vr[0], j >> 1), word(vr[1], j >> 1), sel);
-            const uint32_t b1 = __byte_perm(word(vr[2], j >> 1), word(vr[3], j >> 1), sel);
-            mma_bf16(o[h][j], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b0, b1);
-          }
+        for (int tp = 0; tp < HD / 16; ++tp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + vrow * HD + 8 * vt_unit(vrow, 2 * tp + (lane >> 4)));
+          mma_bf16(o[tp >> 2][2 * (tp & 3)], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b[0], b[1]);
+          mma_bf16(o[tp >> 2][2 * (tp & 3) + 1], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b[2], b[3]);
         }
       }
     }
     __syncthreads();  // every warp is done with this stage before the next pass refills it
   }
 
-  // Row sums over the 4 lanes of a row, then each row's dims out (the layout of attention.cu's tensor-core form).
+  // Row sums over the 4 lanes of a row.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  // Lane c of row r holds dims 64 h + 16 c + j (o[h][j][2r]) and + 8 (o[h][j][2r + 1]), j = 0..7: two runs
-  // of 8 consecutive dims per h, each one 16-byte store (rows are HD-aligned: out_row_stride is a multiple of HD).
+  // The rows go out through shared memory (the stages, free since the loop's last barrier): each lane's
+  // pairs (dims 8 t + 2c, + 1 of row g + 8 r) as 4-byte stores into rows of HD + 8 bf16, which keeps a
+  // store's 32 lanes on distinct banks, then the warp's 16 rows leave as 16-byte units (rows are
+  // HD-aligned: out_row_stride is a multiple of HD).
+  constexpr int kOutStride = HD + 8;
+  static_assert(kPrefillWarps * kPrefillRowsPerWarp * kOutStride * sizeof(bf16) <= prefill_smem_bytes<HD, Keys>(),
+                "the rows fit in the stages");
+  bf16* rows = k_s + warp * kPrefillRowsPerWarp * kOutStride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (tok[r] < 0) continue;
-    const int head = kvh * group + (g + 8 * r) % group;
-    bf16* out = p.out + static_cast<int64_t>(tok[r]) * p.out_row_stride + static_cast<int64_t>(head) * HD;
-    const float inv = 1.0f / l[r];
+    const float inv = 1.0f / l[r];  // rows past the tile (l = 0) are never copied out
+    bf16* row = rows + (g + 8 * r) * kOutStride + 2 * c;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-      for (int run = 0; run < 2; ++run) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          w[j] = pack_bf16x2(o[h][2 * j][2 * r + run] * inv, o[h][2 * j + 1][2 * r + run] * inv);
-        }
-        *reinterpret_cast<uint4*>(out + 64 * h + 16 * c + 8 * run) = make_uint4(w[0], w[1], w[2], w[3]);
+      for (int j = 0; j < 8; ++j) {
+        *reinterpret_cast<uint32_t*>(row + 64 * h + 8 * j) = pack_bf16x2(o[h][j][2 * r] * inv, o[h][j][2 * r + 1] * inv);
       }
     }
+  }
+  __syncwarp();
+  constexpr int kRowUnits = HD / 8;
+#pragma unroll
+  for (int i = lane; i < kPrefillRowsPerWarp * kRowUnits; i += 32) {
+    const int row = i / kRowUnits, unit = i % kRowUnits;
+    const int local = warp * per_warp + row / group;
+    if (local >= count) continue;
+    const int head = kvh * group + row % group;
+    *reinterpret_cast<uint4*>(p.out + static_cast<int64_t>(first + local) * p.out_row_stride +
+                              static_cast<int64_t>(head) * HD + 8 * unit) =
+        *reinterpret_cast<const uint4*>(rows + row * kOutStride + 8 * unit);
   }
 }
 

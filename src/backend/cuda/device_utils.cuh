@@ -199,6 +199,16 @@ __device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row 
 // v_unit places them.
 __device__ __forceinline__ int k8_unit(int row, int unit) { return unit ^ ((row & 3) << 1); }
 
+// ldmatrix.x4.trans (sm_75+): four 8x8 matrices of b16, lane l naming the
+// 16-byte row l % 8 of matrix l / 8; r[i] is matrix i transposed into an MMA
+// fragment: lane (g = l / 4, c = l % 4) holds its elements (2c, g), (2c + 1, g).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row))
+               : "memory");
+}
+
 // 32-bit word i of a 16-byte value.
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
