@@ -80,18 +80,15 @@ def ratio(a: list[float], b: list[float]) -> str:
 
 def summarize(runs: dict[str, list[list[dict]]]) -> list[dict]:
     """Per (config, batch), in first-seen order: each side's decode and prefill values over its runs."""
-    keys: list[tuple[str, int]] = []
-    values: dict[tuple[str, int], dict[str, dict[str, list[float]]]] = {}
+    values: dict[tuple[str, int], dict[str, dict[str, list[float]]]] = {}  # insertion-ordered
     for side in ("a", "b"):
         for rows in runs[side]:
             for row in rows:
-                key = (row["config"], row["batch"])
-                if key not in values:
-                    keys.append(key)
-                    values[key] = {s: {"decode": [], "prefill": []} for s in ("a", "b")}
-                values[key][side]["decode"].append(row["decode"])
-                values[key][side]["prefill"].append(row["prefill"])
-    return [{"config": k[0], "batch": k[1], **values[k]} for k in keys]
+                sides = values.setdefault((row["config"], row["batch"]),
+                                          {s: {"decode": [], "prefill": []} for s in ("a", "b")})
+                sides[side]["decode"].append(row["decode"])
+                sides[side]["prefill"].append(row["prefill"])
+    return [{"config": config, "batch": batch, **sides} for (config, batch), sides in values.items()]
 
 
 def markdown(summary: list[dict]) -> str:

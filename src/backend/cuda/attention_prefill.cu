@@ -37,7 +37,7 @@ __host__ __device__ constexpr size_t prefill_smem_bytes() {
 
 // Registers for three blocks per SM. At head_dim 64 four would fit (128
 // registers, no spills, against 140), not measured on a model of that
-// head_dim; at 128 (ERNIE-4.5-0.3B) four would spill.
+// head_dim; at 128 four would spill.
 template <int HD, int Keys, typename Cache>
 __global__ void __launch_bounds__(kPrefillThreads, 3)
     mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {

@@ -9,8 +9,8 @@
 // stream in the background and a phase waits only for the barrier and its
 // activations. gate|up and down have a slot each, refilled with layer
 // l + 1's slice right after layer l's was used (a whole layer ahead); q|k|v
-// and o share one slot (the four do not fit in 227 KiB at ERNIE-0.3B's
-// shapes on 132 multiprocessors): o loads during attention, the next
+// and o share one slot (the four do not fit in 227 KiB at hidden 1024,
+// intermediate 3072 and q|k|v 2560 on 132 multiprocessors): o loads during attention, the next
 // layer's q|k|v during the MLP.
 //
 // Phases of layer l (every block, the rows its slices name):
@@ -217,7 +217,7 @@ __device__ __forceinline__ void rmsnorm_input(const float* x, const float* w, in
 
 // x[n] += row n of the slot (rows r, K weights each) . xs (times the row's
 // scale with FP8 weights). With at most half as many rows as warps (o and
-// down at ERNIE-0.3B's shapes: 8 rows), two warps share a row, one half of
+// down at hidden 1024 on 132 multiprocessors: 8 rows), two warps share a row, one half of
 // K each, summed through red (kWarps floats).
 template <typename W>
 __device__ __forceinline__ void rows_add(const unsigned char* slot, Range r, int K, const bf16* xs, float* x,
