@@ -551,14 +551,7 @@ void attention_batch_fast_isa(ThreadPool& pool, const float* q, std::span<const 
   // A unit is one query tile and one kv head, costed by the K/V rows its
   // tokens attend to; the units are cut into a few contiguous runs of about
   // equal cost per thread, which the pool's threads claim.
-  int64_t total_cost = 0, max_len = 0;
-  for (const AttentionSequence& seq : seqs) {
-    for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
-      const int64_t len = positions[static_cast<size_t>(r)] + 1;
-      total_cost += len * shape.num_kv_heads;
-      max_len = std::max(max_len, len);
-    }
-  }
+  const auto [total_cost, max_len] = attention_cost(positions, seqs, shape.num_kv_heads);
   if (total_cost == 0) return;
   const bool fp8 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_fp8(); });
   const bool bf16 = std::any_of(seqs.begin(), seqs.end(), [](const AttentionSequence& s) { return s.k.is_bf16(); });

@@ -450,6 +450,19 @@ void attention(ThreadPool& pool, const float* q, std::span<const int64_t> positi
   attention_batch(pool, q, positions, std::span<const AttentionSequence>(&seq, 1), shape, out);
 }
 
+AttentionCost attention_cost(std::span<const int64_t> positions, std::span<const AttentionSequence> seqs,
+                             int64_t num_kv_heads) {
+  AttentionCost cost;
+  for (const AttentionSequence& seq : seqs) {
+    for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
+      const int64_t len = positions[static_cast<size_t>(r)] + 1;
+      cost.rows += len * num_kv_heads;
+      cost.max_len = std::max(cost.max_len, len);
+    }
+  }
+  return cost;
+}
+
 void attention_batch(ThreadPool& pool, const float* q, std::span<const int64_t> positions,
                      std::span<const AttentionSequence> seqs, const AttentionShape& shape, float* out) {
   const int64_t head_dim = shape.head_dim;
@@ -460,14 +473,7 @@ void attention_batch(ThreadPool& pool, const float* q, std::span<const int64_t> 
   // A unit of work is one token and one kv head: its `group` query heads.
   // Its cost is the number of K/V rows it reads; each thread takes a
   // contiguous run of units of about equal total cost.
-  int64_t total_cost = 0, max_len = 0;
-  for (const AttentionSequence& seq : seqs) {
-    for (int64_t r = seq.first_token; r < seq.first_token + seq.num_tokens; ++r) {
-      const int64_t len = positions[static_cast<size_t>(r)] + 1;
-      total_cost += len * shape.num_kv_heads;
-      max_len = std::max(max_len, len);
-    }
-  }
+  const auto [total_cost, max_len] = attention_cost(positions, seqs, shape.num_kv_heads);
   if (total_cost == 0) return;
   const int64_t parts = pool.num_threads();
   auto* group_fn = &attend_group_portable;

@@ -131,6 +131,16 @@ struct AttentionSequence {
   KvRowTable k, v;
 };
 
+// What an attention_batch call reads: the K/V rows over every token and kv
+// head (each token's context, positions[r] + 1, times num_kv_heads), and the
+// longest context. Both kernel sets split their work by `rows`.
+struct AttentionCost {
+  int64_t rows = 0;
+  int64_t max_len = 0;
+};
+AttentionCost attention_cost(std::span<const int64_t> positions, std::span<const AttentionSequence> seqs,
+                             int64_t num_kv_heads);
+
 // Causal grouped-query attention for T query tokens of one sequence.
 // q: [T, num_heads*head_dim]; token t sits at positions[t] and attends to
 // the K/V rows at positions 0..positions[t] (which must already be written).
