@@ -13,8 +13,7 @@
 // path's kernels instead of the persistent decode kernel), norope (RoPE
 // and the KV write in rope_store_kv: not in the decode attention, and q not
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
-// loaded into registers, not staged through shared memory; kv-fp8-regkv
-// the same over an FP8 cache),
+// loaded into registers in every step, never staged through shared memory),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
 // fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
 // dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
@@ -206,7 +205,7 @@ int main(int argc, char** argv) {
     }
     o.max_num_seqs = std::max<int64_t>(max_batch, 1);
     o.max_model_len = prompt + steps;
-    if (config.rfind("kv-fp8", 0) == 0) o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
+    if (config == "kv-fp8") o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
     o.kv_cache_bytes =
         max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * tern::kv_element_bytes(o.kv_cache_dtype, 2);
     o.enforce_eager = config == "eager" || config == "cublas-eager";
@@ -215,7 +214,7 @@ int main(int argc, char** argv) {
     if (config == "pdl") o.pdl = true;
     if (config == "notiles") o.prefill_tiles = false;
     if (config == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
-    if (config.ends_with("regkv")) o.attention_stage_kv = false;  // decode attention's K/V into registers
+    if (config == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,

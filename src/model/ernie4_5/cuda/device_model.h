@@ -94,9 +94,11 @@ struct DeviceModelOptions : RunnerOptions {
   // writing only K/V; off: rope_store_kv rotates q in place. Bit-identical
   // either way.
   bool rope_in_attention = true;
-  // The decode attention's K/V chunks through shared memory where two such
-  // blocks fit per SM (PagedAttentionParams::stage_kv); off: straight into
-  // registers, as on GPUs with less shared memory.
+  // The decode attention's K/V chunks (bf16 pool) through shared memory
+  // where two such blocks fit per SM (PagedAttentionParams::stage_kv), in
+  // steps whose tokens' contexts are split (few tokens: the blocks wait on
+  // their loads' latency); off, in steps of one split per token and over an
+  // e4m3 pool: straight into registers, as on GPUs with less shared memory.
   bool attention_stage_kv = true;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
