@@ -10,8 +10,10 @@
 // pdl (graphs with programmatic dependent launches), cublas (no GEMV),
 // gemvN (the GEMV up to N tokens), notiles (prefill attention token by
 // token, as before query tiles), nokernel (one-token steps on the GEMV
-// path's kernels instead of the persistent decode kernel), norope (decode
-// steps' RoPE and KV write in rope_store_kv, not in the attention),
+// path's kernels instead of the persistent decode kernel), norope (RoPE
+// and the KV write in rope_store_kv: not in the decode attention, and q not
+// rotated in the prefill tiles), regkv (the decode attention's K/V chunks
+// loaded into registers in every step, never staged through shared memory),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
 // fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
 // dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
@@ -211,7 +213,8 @@ int main(int argc, char** argv) {
     if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens
     if (config == "pdl") o.pdl = true;
     if (config == "notiles") o.prefill_tiles = false;
-    if (config == "norope") o.rope_in_attention = false;  // decode steps' RoPE and KV write in rope_store_kv
+    if (config == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
+    if (config == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,

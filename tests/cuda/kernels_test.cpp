@@ -366,9 +366,11 @@ struct AttnLaunch {
 // it: chunks of >= 2 tokens in query tiles (paged_attention_prefill), the
 // one-token chunks through the decode kernel's token list. fp8: the pool
 // holds e4m3 bytes, and the reference reads the same bytes through an fp8
-// KvRowTable (the CPU reference of --kv-cache-dtype fp8).
+// KvRowTable (the CPU reference of --kv-cache-dtype fp8). stage_kv false:
+// the tensor-core decode form's register loads (what GPUs with less shared
+// memory run) instead of its shared-memory stages.
 void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64,
-                     bool fp8 = false) {
+                     bool fp8 = false, bool stage_kv = true) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
   std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 700, 65};
@@ -458,11 +460,15 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
     ASSERT_GT(tile, 0);
     int64_t row = 0;
-    for (const AttnSeq& q : seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const AttnSeq& q = seqs[i];
       if (q.fresh == 1) singles.push_back(static_cast<int32_t>(row));
       for (int64_t at = 0; q.fresh > 1 && at < q.fresh; at += tile) {
+        const int64_t count = std::min<int64_t>(tile, q.fresh - at);
         tile_list.push_back(static_cast<int32_t>(row + at));
-        tile_list.push_back(static_cast<int32_t>(std::min<int64_t>(tile, q.fresh - at)));
+        tile_list.push_back(static_cast<int32_t>(count));
+        tile_list.push_back(static_cast<int32_t>(q.length - q.fresh + at + count));  // keys its last token sees
+        tile_list.push_back(table_offsets[i]);
       }
       row += q.fresh;
     }
@@ -470,7 +476,8 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     ASSERT_FALSE(singles.empty());
   }
   DeviceArray<int32_t> d_singles(singles.empty() ? std::vector<int32_t>{0} : singles);
-  DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0} : tile_list);
+  DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0, 0, 0} : tile_list);
+  p.stage_kv = stage_kv;
   auto launch = [&] {
     if (!tiles) return cuda::paged_attention(p, nullptr);
     cuda::PagedAttentionParams single = p;
@@ -478,7 +485,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     single.num_tokens = static_cast<int64_t>(singles.size());
     const cudaError_t e = cuda::paged_attention(single, nullptr);
     if (e != cudaSuccess) return e;
-    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 2), nullptr,
+    return cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 4), nullptr,
                                          chunk_keys);
   };
   TERN_ASSERT_CUDA(launch());
@@ -494,7 +501,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
                            std::to_string(num_splits) +
                            (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "") +
-                           (fp8 ? " fp8 cache" : "");
+                           (fp8 ? " fp8 cache" : "") + (stage_kv ? "" : " register loads");
   test::expect_bf16_close(got, ref, what);
   // Per token too, so one bad sequence cannot hide in the total.
   first = 0;
@@ -509,10 +516,14 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
 
 TEST(CudaKernels, PagedAttentionMatchesReference) {
   uint32_t seed = 10;
-  // head_dim 64 and 128 with up to 16 q heads per kv head take the tensor-core kernel.
+  // head_dim 64 and 128 with up to 16 q heads per kv head take the tensor-core kernel, its chunks staged
+  // through shared memory (sm_90) or loaded into registers.
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 8, 16}, Shape{4, 2, 16, 7}, Shape{8, 8, 64, 1},
                         Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{12, 2, 128, 3}, Shape{24, 2, 96, 16}}) {
     check_attention(s, seed++, /*num_splits=*/1);
+    if (s.head_dim == 64 || s.head_dim == 128) {
+      check_attention(s, seed++, 1, false, 64, false, /*stage_kv=*/false);
+    }
   }
 }
 
@@ -522,6 +533,8 @@ TEST(CudaKernels, SplitAttentionMatchesReference) {
     // 2 and 5 split every context; 32 leaves most splits of short contexts empty.
     for (int num_splits : {2, 5, 32}) check_attention(s, seed++, num_splits);
   }
+  check_attention(Shape{16, 2, 128, 16}, seed++, 5, false, 64, false, /*stage_kv=*/false);
+  check_attention(Shape{16, 2, 128, 16}, seed++, 5, false, 64, /*fp8=*/true, /*stage_kv=*/false);
 }
 
 // Prefill chunks in query tiles (paged_attention_prefill) beside one-token
@@ -547,7 +560,8 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
 }
 
 // A decode step's attention with RoPE and the KV write inside it
-// (PagedAttentionParams::rope_kv) against rope_store_kv then the
+// (PagedAttentionParams::rope_kv), and with q's RoPE alone inside it after
+// rope_store_kv's kv_only (rope_q), against rope_store_kv then the
 // attention: the same output, K and V planes and untouched q|k|v rows, bit
 // for bit, with one split and several (only the split holding the token's
 // own key writes it); contexts from 1 key to 700, block boundaries, GQA
@@ -595,14 +609,17 @@ void check_attention_with_rope(bool fp8) {
         std::vector<bf16> out, k, v, qkv;
         std::vector<uint8_t> k8, v8;
       };
-      auto run = [&](bool fused) {
+      // kStore: rope_store_kv, then the attention; kFused: rope_kv; kQOnly: rope_store_kv with kv_only, then
+      // the attention rotating q (rope_q).
+      enum Mode { kStore, kFused, kQOnly };
+      auto run = [&](Mode mode) {
         DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
         DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
         const cuda::KvPlanes planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
                                           : cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
         AttnLaunch bufs(s, num_splits, positions, token_seq, offsets, tables);
         cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, planes);
-        if (fused) {
+        if (mode == kFused) {
           p.rope_kv = true;
           p.places.inv_freq = d_freq.get();
           p.places.slots = d_slots.get();
@@ -610,25 +627,32 @@ void check_attention_with_rope(bool fp8) {
           cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(),
                                               d_freq.get(), d_k.get(), d_v.get());
           rp.planes = planes;
+          rp.kv_only = mode == kQOnly;
           EXPECT_EQ(cuda::rope_store_kv(rp, nullptr), cudaSuccess);
+          p.rope_q = mode == kQOnly;
+          p.places.inv_freq = d_freq.get();
         }
         EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaSuccess);
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download(), d_k8.download(),
                    d_v8.download()};
       };
-      const Run want = run(false), got = run(true);
-      const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
-                               " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) +
-                               " splits " + std::to_string(num_splits) + (fp8 ? " fp8 cache" : "");
-      EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
-      EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
-      EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
-      if (fp8) {
-        EXPECT_FALSE(got.k8 == k8) << what << ": nothing written to the fp8 K plane";
+      const Run want = run(kStore);
+      for (const Mode mode : {kFused, kQOnly}) {
+        const Run got = run(mode);
+        const std::string what = std::string(mode == kFused ? "rope_kv" : "rope_q") + " heads " +
+                                 std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) + " head_dim " +
+                                 std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
+                                 std::to_string(num_splits) + (fp8 ? " fp8 cache" : "");
+        EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
+        EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
+        EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
+        if (fp8) {
+          EXPECT_FALSE(got.k8 == k8) << what << ": nothing written to the fp8 K plane";
+        }
+        // Both leave the q|k|v rows as they were (rope_store_kv rotates q in place).
+        EXPECT_TRUE(got.qkv == qkv.words) << what << ": q|k|v rows written";
       }
-      // The fused form leaves the q|k|v rows as they were (rope_store_kv rotates q in place).
-      EXPECT_TRUE(got.qkv == qkv.words) << what << ": q|k|v rows written";
     }
   }
 }
@@ -645,6 +669,123 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
   p.rope_kv = true;
   p.places.inv_freq = &freq;
   EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "the scalar form takes no RoPE";
+  p.rope_kv = false;
+  p.rope_q = true;
+  EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "nor q's alone";
+  // Everything rope_kv needs is there (host pointers: the call fails before any launch).
+  bf16 plane[2] = {};
+  int32_t slot = 0;
+  p.heads = {16, 2, 128};
+  p.planes = cuda::KvPlanes{plane, plane + 1, nullptr, nullptr};
+  p.places.slots = &slot;
+  p.rope_kv = true;
+  EXPECT_EQ(cuda::paged_attention(p, nullptr), cudaErrorInvalidValue) << "rope_kv and rope_q at once";
+}
+
+// Prefill tiles rotating q as they load it (PagedAttentionParams::rope_q,
+// after rope_store_kv with kv_only) against rope_store_kv rotating it in
+// place, then the same tiles: the same output and K/V planes bit for bit,
+// and kv_only leaves the q|k|v rows untouched. Prompt chunks after earlier
+// keys and from position 0, lengths across tile and block edges, 32- and
+// 64-key chunks, GQA 8:1, 16:1 and 4:1, bf16 and fp8 pools.
+TEST(CudaKernels, PrefillTilesRotatingQEqualRopeStoreKvThenTiles) {
+  std::mt19937 rng(44);
+  for (const bool fp8 : {false, true}) {
+    for (const Shape s : {Shape{16, 2, 128, 16}, Shape{32, 2, 64, 5}, Shape{8, 2, 128, 7}}) {
+      for (const int chunk_keys : {64, 32}) {
+        ASSERT_TRUE(cuda::prefill_tiles_take_rope(s.num_heads, s.num_kv_heads, s.head_dim));
+        const int tile = cuda::prefill_tile_tokens(s.num_heads, s.num_kv_heads, s.head_dim);
+        const int64_t bs = s.block_size;
+        // (keys before the chunk, chunk tokens)
+        const std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 2}, {0, 37}, {5, 9}, {100, 64}, {3, 1 + 2 * tile},
+                                                                 {250, 17}};
+        const int64_t q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
+        const int64_t stride = q_dim + 2 * kv_dim;
+        int64_t num_blocks = 2;
+        for (const auto& [before, n] : chunks) num_blocks += (before + n + bs - 1) / bs;
+        std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<int32_t> positions, slots, token_seq, offsets, tables, tile_list;
+        size_t next = 0;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const auto [before, n] = chunks[i];
+          offsets.push_back(static_cast<int32_t>(tables.size()));
+          for (int64_t b = 0; b < (before + n + bs - 1) / bs; ++b) tables.push_back(ids[next++]);
+          const auto row0 = static_cast<int64_t>(positions.size());
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t pos = before + j;
+            positions.push_back(static_cast<int32_t>(pos));
+            slots.push_back(tables[static_cast<size_t>(offsets.back() + pos / bs)] * static_cast<int32_t>(bs) +
+                            static_cast<int32_t>(pos % bs));
+            token_seq.push_back(static_cast<int32_t>(i));
+          }
+          for (int64_t at = 0; at < n; at += tile) {
+            const int64_t count = std::min<int64_t>(tile, n - at);
+            tile_list.insert(tile_list.end(), {static_cast<int32_t>(row0 + at), static_cast<int32_t>(count),
+                                               static_cast<int32_t>(before + at + count), offsets.back()});
+          }
+        }
+        const auto T = static_cast<int64_t>(positions.size());
+        Bf16Data qkv = test::random_bf16(rng, static_cast<size_t>(T * stride), -2, 2);
+        Bf16Data k_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -2, 2);
+        Bf16Data v_pool = test::random_bf16(rng, static_cast<size_t>(num_blocks * bs * kv_dim), -1, 1);
+        std::vector<uint8_t> k8(k_pool.values.size()), v8(v_pool.values.size());
+        for (size_t i = 0; i < k8.size(); ++i) {
+          k8[i] = f32_to_fp8_e4m3(k_pool.values[i]);
+          v8[i] = f32_to_fp8_e4m3(v_pool.values[i]);
+        }
+        const std::vector<float> inv_freq = cpu::rope_inv_freq(s.head_dim, 500000.0);
+        DeviceArray<int32_t> d_pos(positions), d_slots(slots), d_tiles(tile_list);
+        DeviceArray<float> d_freq(inv_freq);
+        struct Run {
+          std::vector<bf16> out, k, v, qkv;
+          std::vector<uint8_t> k8, v8;
+        };
+        auto run = [&](bool in_tiles) {
+          DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
+          DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
+          const cuda::KvPlanes planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
+                                            : cuda::KvPlanes{d_k.get(), d_v.get(), nullptr, nullptr};
+          cuda::RopeKvParams rp = rope_params(s, T, d_qkv.get(), stride, d_pos.get(), d_slots.get(), d_freq.get(),
+                                              d_k.get(), d_v.get());
+          rp.planes = planes;
+          rp.kv_only = in_tiles;
+          EXPECT_EQ(cuda::rope_store_kv(rp, nullptr), cudaSuccess);
+          AttnLaunch bufs(s, 1, positions, token_seq, offsets, tables);
+          cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, planes);
+          p.rope_q = in_tiles;
+          p.places.inv_freq = d_freq.get();
+          EXPECT_EQ(cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 4), nullptr,
+                                                  chunk_keys),
+                    cudaSuccess);
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download(), d_k8.download(),
+                     d_v8.download()};
+        };
+        const Run want = run(false), got = run(true);
+        const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
+                                 " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " " +
+                                 std::to_string(chunk_keys) + "-key chunks" + (fp8 ? " fp8 cache" : "");
+        EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
+        EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
+        EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
+        EXPECT_TRUE(got.qkv == qkv.words) << what << ": kv_only wrote the q|k|v rows";
+        EXPECT_FALSE(want.qkv == qkv.words) << what << ": rope_store_kv left q unrotated";
+      }
+    }
+  }
+  // Refused: a shape whose tiles cannot hold their rotations, and no frequencies.
+  cuda::PagedAttentionParams p;
+  p.heads = {8, 8, 64};
+  p.rope_q = true;
+  float freq = 1.0f;
+  p.places.inv_freq = &freq;
+  const int32_t record[4] = {0, 1, 1, 0};
+  EXPECT_EQ(cuda::paged_attention_prefill(p, record, 1, nullptr, 64), cudaErrorInvalidValue);
+  p.heads = {16, 2, 128};
+  p.places.inv_freq = nullptr;
+  EXPECT_EQ(cuda::paged_attention_prefill(p, record, 1, nullptr, 64), cudaErrorInvalidValue);
 }
 
 // --kv-cache-dtype fp8: the fused RoPE + KV write rounds K/V to e4m3 exactly as rope_store_kv does.
@@ -659,6 +800,7 @@ TEST(CudaKernels, AttentionOverFp8CacheMatchesReference) {
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 8, 16}, Shape{4, 2, 16, 7}, Shape{8, 8, 64, 1},
                         Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{24, 2, 96, 16}}) {
     for (int num_splits : {1, 5}) check_attention(s, seed++, num_splits, false, 64, /*fp8=*/true);
+    if (s.head_dim == 128) check_attention(s, seed++, 1, false, 64, /*fp8=*/true, /*stage_kv=*/false);
   }
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{8, 8, 64, 1}}) {
     for (int num_splits : {1, 3}) check_attention(s, seed++, num_splits, /*tiles=*/true, 64, /*fp8=*/true);

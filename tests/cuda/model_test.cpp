@@ -1052,6 +1052,71 @@ TEST(GpuModel, DecodeGraphsMatchEagerBitForBit) {
   check_graphs_match_eager(dir.path(), 5, 8, 42);  // heads past 8 rows run outside the graph, in passes
 }
 
+// Prompt chunks' q rotated inside the attention kernels
+// (rope_in_attention's PagedAttentionParams::rope_q, rope_store_kv writing
+// only K/V) against rope_store_kv rotating it in place: the same logits bit
+// for bit, in steps of prompt chunks alone (1..120 tokens; a step with a
+// one-token chunk as well), in mixed steps (a second set of streams' prompts
+// beside the first set's decodes: tiles and the one-token chunks' form both
+// rotate q) and in the decode steps, which read the K/V the others wrote;
+// over a bf16 and an fp8 cache.
+void check_rope_in_tiles(KvCacheDType dtype) {
+  test::TinySpec spec = head_dim_128_spec(512);
+  test::TinyModelDir dir(spec, 17);
+  ASSERT_TRUE(cuda::prefill_tiles_take_rope(16, 2, 128));
+  std::mt19937 rng(43);
+  auto cpu = load_cpu(dir.path());
+  ASSERT_NE(cpu, nullptr);
+  const int64_t bs = 16;
+  StepDriver driver(cpu->config(), 40, bs, 160, rng);
+  StepDriver joining(cpu->config(), 12, bs, 96, rng);  // prompts that arrive once the first set decodes
+  const auto shift = static_cast<int32_t>(driver.blocks_needed());
+  for (auto& stream : joining.streams) {
+    for (int32_t& block : stream.table) block += shift;
+  }
+  cuda::DeviceModelOptions on, off;
+  on.max_num_seqs = off.max_num_seqs = 64;
+  on.kv_cache_dtype = off.kv_cache_dtype = dtype;
+  off.rope_in_attention = false;
+  const int64_t blocks = driver.blocks_needed() + joining.blocks_needed() + 2;
+  auto tiles = make_gpu(*cpu, bs, blocks, 256, &on);
+  auto store = make_gpu(*cpu, bs, blocks, 256, &off);
+  ASSERT_TRUE(tiles && store);
+  int prompt_steps = 0, mixed_steps = 0, decode_steps = 0;
+  std::vector<size_t> owners, joining_owners;
+  for (int step = 0; step < 80; ++step) {
+    const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
+    std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
+    if (batch.empty()) break;
+    const bool decoding = std::all_of(batch.begin(), batch.end(), [](const auto& ch) { return ch.tokens.size() == 1; });
+    std::vector<SequenceChunk> joined;
+    if (decoding) joined = joining.next(rng, 0, &joining_owners);
+    const size_t own = batch.size();
+    batch.insert(batch.end(), joined.begin(), joined.end());
+    const StepResult a = run_step(*tiles, batch, {});
+    const StepResult b = run_step(*store, batch, {});
+    (!decoding ? prompt_steps : !joined.empty() ? mixed_steps : decode_steps) += 1;
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0)
+        << "step " << step << " (" << batch.size() << " chunks, " << joined.size() << " joining): logits differ";
+    batch.resize(own);
+    driver.advance(batch, owners);
+    joining.advance(joined, joining_owners);
+  }
+  EXPECT_GT(prompt_steps, 5);
+  EXPECT_GT(mixed_steps, 2);
+  EXPECT_GT(decode_steps, 5);
+}
+
+TEST(GpuModel, RopeInPrefillTilesMatchesRopeStoreKvBitForBit) {
+  check_rope_in_tiles(KvCacheDType::kAuto);
+  check_rope_in_tiles(KvCacheDType::kFp8E4m3);
+  EXPECT_TRUE(cuda::prefill_tiles_take_rope(8, 2, 64)) << "16-token tiles";
+  EXPECT_FALSE(cuda::prefill_tiles_take_rope(8, 4, 64)) << "32-token tiles: their rotations do not fit";
+  EXPECT_FALSE(cuda::prefill_tiles_take_rope(8, 8, 64));
+  EXPECT_FALSE(cuda::prefill_tiles_take_rope(16, 2, 96)) << "no tiles at head_dim 96";
+}
+
 // ---- The persistent decode kernel (one launch for all layers of a one-token step).
 
 // One sequence: a short prompt, then one-token steps (teacher-forced random

@@ -197,10 +197,23 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // q fragments use the same permutation of dims; V's fragments pair two
 // keys of one dim with a byte permute, and the output dims come out
 // permuted the same known way. Warp w of the block takes 16-key chunks
-// w, w + W, ... of the split; the warps' softmax states merge through
-// shared memory, then (several splits) through the partials as above.
+// w, w + W, ... of the split (through shared memory, cp.async stages of
+// 24 KB a warp, where two such blocks fit per SM; straight into registers
+// on GPUs with less shared memory, and for an e4m3 pool at head_dim 64); the
+// warps' softmax states merge through shared memory, then (several splits)
+// through the partials as above.
 constexpr int kMmaWarps = 4;
 constexpr int kChunkKeys = 16;
+// Shared-memory stages per warp in the staged form: three of bf16 rows, six
+// of e4m3 (24 KB a warp either way at head_dim 128), so two blocks per SM on
+// sm_90, the occupancy the register form has and the host's split count
+// assumes (kSplitBlocksPerSm): three would leave a 256-token step's 512
+// blocks in 1.3 waves of 396 slots, the second mostly idle, against 1.94 of
+// 264.
+template <typename Cache>
+__host__ __device__ constexpr int mma_stages() {
+  return sizeof(Cache) == 2 ? 3 : 6;
+}
 // Fewest keys per split: a chunk per warp.
 constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
 
@@ -211,10 +224,14 @@ __device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
   return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
 }
 
-template <int HD, typename Cache>
-__global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAttentionParams p) {
+template <int HD, typename Cache, bool kStaged>
+__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
+  // Staged: the chunks come in through shared memory; otherwise (too little shared memory for two
+  // staged blocks per SM, or an e4m3 pool at head_dim 64) they are loaded into registers.
+  static_assert(!kStaged || sizeof(Cache) == 2 || HD == 128, "the staged form's e4m3 swizzle is for 128 codes a row");
+  extern __shared__ uint4 attn_smem[];  // the staged chunks during the keys, then the warps' merge
   allow_dependent_launch();
   const int64_t x = blockIdx.x;  // indexes the partials and counters
   const int64_t t = p.token_list != nullptr ? p.token_list[x] : x;
@@ -251,9 +268,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
                             : make_uint4(0, 0, 0, 0);
     }
   }
-  if (p.rope_kv) {
-    // RoPE and the KV write (PagedAttentionParams::rope_kv): the
-    // position's rotations once per block, as rope_store_kv computes them.
+  if (p.rope_kv || p.rope_q) {
+    // RoPE and the KV write (PagedAttentionParams::rope_kv), or q's RoPE
+    // alone (rope_q): the position's rotations once per block, as
+    // rope_store_kv computes them.
     __shared__ float2 rot[HD / 2];
     const auto tid = static_cast<int>(threadIdx.x);
     const float pos = static_cast<float>(ctx - 1);
@@ -262,7 +280,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
       sincosf(p.places.inv_freq[tid] * pos, &sn, &cs);
       rot[tid] = make_float2(cs, sn);
     }
-    const bool writes = split == active - 1;  // the split holding the token's own key
+    const bool writes = p.rope_kv && split == active - 1;  // the split holding the token's own key
     uint32_t kv_word = 0;
     const int64_t own = writes ? static_cast<int64_t>(p.places.slots[t]) * kv_dim + static_cast<int64_t>(kvh) * HD : 0;
     // Threads 0 .. HD/2 - 1 take a k pair each, the next HD/2 a v word (HD <= the block's 128 threads).
@@ -304,33 +322,10 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
     for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
 
-  for (int base = begin + warp * kChunkKeys; base < end; base += kMmaWarps * kChunkKeys) {
-    // Keys past the end read the last key (real data) and are masked below.
-    const int last = end - 1;
-    uint4 kr[2][kPairs];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int64_t off = row_of(min(base + 8 * e + g, last));
-#pragma unroll
-      for (int j = 0; j < kPairs; ++j) kr[e][j] = load_kv8(k_base + off + 32 * j + 8 * c);
-    }
-    uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t off = row_of(min(base + 2 * c + (i & 1) + 8 * (i >> 1), last));
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) vr[i][h] = load_kv8(v_base + off + 64 * h + 8 * g);
-    }
-    // The warp's next chunk into L2 while this one computes: lane l fetches
-    // key l / 2's K (even lanes) or V (odd lanes) row, HD elements.
-    if (const int next = base + kMmaWarps * kChunkKeys + (lane >> 1); next < end) {
-      const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(next);
-#pragma unroll
-      for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
-      }
-    }
-
+  // One 16-key chunk's scores, softmax round and P V, from its K fragments
+  // (keys 8 e + g, dims 32 j + 8 c .. + 7) and V fragments (keys 2c, 2c + 1,
+  // 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7).
+  auto chunk_math = [&](int base, const uint4 (&kr)[2][kPairs], const uint4 (&vr)[4][kHalves]) {
     // s[e]: keys base + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3).
     float s[2][4];
 #pragma unroll
@@ -342,16 +337,24 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
         mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr[e][j].z, kr[e][j].w);
       }
     }
-    float row_max[2] = {-FLT_MAX, -FLT_MAX};
+    // Scores stay unscaled (the scale goes into exp2's argument); only a chunk past the end masks.
+    if (base + kChunkKeys > end) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (base + 8 * e + 2 * c + (i & 1) >= end) s[e][i] = -INFINITY;
+        }
+      }
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = base + 8 * e + 2 * c + (i & 1);
-        s[e][i] = key < end ? s[e][i] * scale : -INFINITY;
-        row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
-      }
+      for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
     }
+    row_max[0] *= scale;
+    row_max[1] *= scale;
     float corr[2];
     mma_rows_rescale(row_max, m, l, corr);
     uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
@@ -360,20 +363,17 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
       float pr[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        pr[i] = exp2f(s[e][i] - m[i >> 1]);
+        pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
         l[i >> 1] += pr[i];
       }
       pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
       pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
     }
+    mma_rows_scale(o, corr);
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        o[h][j][0] *= corr[0];
-        o[h][j][1] *= corr[0];
-        o[h][j][2] *= corr[1];
-        o[h][j][3] *= corr[1];
         // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
         const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
@@ -381,13 +381,120 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
         mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
       }
     }
+  };
+
+  // Keys past the end read the last key (real data) and are masked in chunk_math.
+  const int last = end - 1;
+  constexpr int kStride = kMmaWarps * kChunkKeys;  // keys between a warp's chunks
+  if constexpr (kStaged) {
+    // Each warp streams its chunks through shared-memory stages of its own
+    // with cp.async (one group per chunk, all stages but one in flight while
+    // one computes), so the loads wait in the copy engine, not in registers;
+    // only __syncwarp orders a warp's copies and reads. Rows keep their
+    // bytes (e4m3 codes are converted as the fragments are read), their
+    // 16-byte units swizzled (k_unit / k8_unit, v_unit).
+    constexpr int kStages = mma_stages<Cache>();
+    constexpr int kRowBytes = HD * static_cast<int>(sizeof(Cache));
+    constexpr int kUnits = kRowBytes / 16;                 // 16-byte units per K or V row
+    constexpr int kChunk = kChunkKeys * kRowBytes;         // bytes of one stage's K (or V)
+    constexpr int kCopies = kChunkKeys * kUnits / 32;      // each lane's copies per plane and chunk
+    static_assert(32 % kUnits == 0 || kUnits % 32 == 0, "a lane's rows follow from its lane");
+    constexpr bool kCodes = sizeof(Cache) == 1;
+    unsigned char* stages = reinterpret_cast<unsigned char*>(attn_smem) + warp * kStages * 2 * kChunk;
+    auto issue = [&](int base, int stage) {
+      unsigned char* ks = stages + stage * 2 * kChunk;
+      unsigned char* vs = ks + kChunk;
+      const int64_t mine = row_of(min(base + (lane & (kChunkKeys - 1)), last));  // lane l: key l % 16
+#pragma unroll
+      for (int n = 0; n < kCopies; ++n) {
+        const int i = lane + 32 * n, row = i / kUnits, unit = i % kUnits;
+        const int64_t off = __shfl_sync(0xffffffffu, mine, row);
+        const int ku = kCodes ? k8_unit(row, unit) : k_unit(row, unit);
+        copy_async16(ks + row * kRowBytes + 16 * ku, reinterpret_cast<const unsigned char*>(k_base + off) + 16 * unit);
+        copy_async16(vs + row * kRowBytes + 16 * v_unit(row, unit),
+                     reinterpret_cast<const unsigned char*>(v_base + off) + 16 * unit);
+      }
+    };
+    const int first = begin + warp * kChunkKeys;
+#pragma unroll
+    for (int st = 0; st + 1 < kStages; ++st) {
+      if (first + st * kStride < end) issue(first + st * kStride, st);
+      commit_async();  // empty groups too: every iteration below waits for the same count
+    }
+    int stage = 0;
+    for (int base = first; base < end; base += kStride) {
+      if (const int ahead = base + (kStages - 1) * kStride; ahead < end) {
+        issue(ahead, stage == 0 ? kStages - 1 : stage - 1);  // that stage was read last iteration
+      }
+      commit_async();
+      wait_async<kStages - 1>();
+      __syncwarp();  // every lane's copies of this chunk have landed
+      const unsigned char* ks = stages + stage * 2 * kChunk;
+      const unsigned char* vs = ks + kChunk;
+      // Element 8 u8 on of a staged row as 8 bf16: a 16-byte unit of bf16, or half of one of e4m3 codes.
+      const auto staged8 = [&](const unsigned char* rows, int row, int u8, auto unit_at) {
+        const unsigned char* at = rows + row * kRowBytes;
+        if constexpr (kCodes) {
+          return e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(at + 16 * unit_at(row, u8 >> 1) + 8 * (u8 & 1)));
+        } else {
+          return *reinterpret_cast<const uint4*>(at + 16 * unit_at(row, u8));
+        }
+      };
+      const auto k_at = [](int row, int unit) { return kCodes ? k8_unit(row, unit) : k_unit(row, unit); };
+      uint4 kr[2][kPairs];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) kr[e][j] = staged8(ks, 8 * e + g, 4 * j + c, k_at);  // dims 32 j + 8 c ..
+      }
+      uint4 vr[4][kHalves];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {  // dims 64 h + 8 g ..
+          vr[i][h] = staged8(vs, 2 * c + (i & 1) + 8 * (i >> 1), 8 * h + g, [](int row, int unit) { return v_unit(row, unit); });
+        }
+      }
+      chunk_math(base, kr, vr);
+      __syncwarp();  // every lane is done with this stage before a later iteration refills it
+      stage = stage + 1 == kStages ? 0 : stage + 1;
+    }
+    wait_async<0>();
+    __syncthreads();  // the stages are the merge's shared memory below
+  } else {
+    for (int base = begin + warp * kChunkKeys; base < end; base += kStride) {
+      uint4 kr[2][kPairs];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t off = row_of(min(base + 8 * e + g, last));
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) kr[e][j] = load_kv8(k_base + off + 32 * j + 8 * c);
+      }
+      uint4 vr[4][kHalves];  // keys 2c, 2c + 1, 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t off = row_of(min(base + 2 * c + (i & 1) + 8 * (i >> 1), last));
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) vr[i][h] = load_kv8(v_base + off + 64 * h + 8 * g);
+      }
+      // The warp's next chunk into L2 while this one computes: lane l fetches
+      // key l / 2's K (even lanes) or V (odd lanes) row, HD elements.
+      if (const int next = base + kStride + (lane >> 1); next < end) {
+        const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(next);
+#pragma unroll
+        for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
+        }
+      }
+      chunk_math(base, kr, vr);
+    }
   }
 
   // Merge the warps: row sums over the 4 lanes of a row, then shared memory.
-  extern __shared__ float smem[];
-  constexpr int kStride = HD + 4;
+  float* smem = reinterpret_cast<float*>(attn_smem);
+  constexpr int kRowStride = HD + 4;
   float* red_ml = smem;                            // [W][16][2]
-  float* red_o = smem + kMmaWarps * 16 * 2;        // [W][16][kStride]
+  float* red_o = smem + kMmaWarps * 16 * 2;        // [W][16][kRowStride]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -406,8 +513,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int d0 = 64 * h + 16 * c + j;
-      float* r0 = red_o + (warp * 16 + g) * kStride;
-      float* r1 = red_o + (warp * 16 + g + 8) * kStride;
+      float* r0 = red_o + (warp * 16 + g) * kRowStride;
+      float* r1 = red_o + (warp * 16 + g + 8) * kRowStride;
       r0[d0] = o[h][j][0];
       r0[d0 + 8] = o[h][j][1];
       r1[d0] = o[h][j][2];
@@ -421,7 +528,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   if (active == 1) {
     // Each row's warp weights e^(m_w - M) / sum once (thread w * 16 + row), then 8 consecutive dims of a
     // row per thread: two float4 reads per warp and one 16-byte store.
-    float* red_w = red_o + kMmaWarps * 16 * kStride;  // [W][16]
+    float* red_w = red_o + kMmaWarps * 16 * kRowStride;  // [W][16]
     if (threadIdx.x < kMmaWarps * 16) {
       const int w = threadIdx.x >> 4, row = threadIdx.x & 15;
       float mx = -FLT_MAX;
@@ -441,8 +548,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
 #pragma unroll
       for (int w = 0; w < kMmaWarps; ++w) {
         const float wt = red_w[w * 16 + row];
-        const float4 a = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kStride + d);
-        const float4 b = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kStride + d + 4);
+        const float4 a = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kRowStride + d);
+        const float4 b = *reinterpret_cast<const float4*>(red_o + (w * 16 + row) * kRowStride + d + 4);
         acc[0] += a.x * wt, acc[1] += a.y * wt, acc[2] += a.z * wt, acc[3] += a.w * wt;
         acc[4] += b.x * wt, acc[5] += b.y * wt, acc[6] += b.z * wt, acc[7] += b.w * wt;
       }
@@ -462,7 +569,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
     for (int w = 0; w < kMmaWarps; ++w) {
       const float wt = exp2f(red_ml[(w * 16 + row) * 2] - mx);
       sum += red_ml[(w * 16 + row) * 2 + 1] * wt;
-      acc += red_o[(w * 16 + row) * kStride + d] * wt;
+      acc += red_o[(w * 16 + row) * kRowStride + d] * wt;
     }
     const int64_t at = (x * p.heads.num_heads + head0 + row) * p.num_splits + split;
     p.partial_out[at * HD + d] = acc;
@@ -529,19 +636,55 @@ __global__ void __launch_bounds__(32 * kMmaWarps) mma_attention_kernel(PagedAtte
   }
 }
 
+// Shared memory of the tensor-core form: the staged chunks, or (larger in the register form) the warps' merge.
+template <int HD, typename Cache, bool kStaged>
+constexpr size_t mma_smem_bytes() {
+  constexpr size_t merge = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
+  constexpr size_t staged =
+      kStaged ? sizeof(Cache) * kMmaWarps * mma_stages<Cache>() * 2 * kChunkKeys * HD : 0;
+  return merge > staged ? merge : staged;
+}
+
+// Whether two staged blocks fit in a multiprocessor's shared memory (sm_90's 228 KB at head_dim 128; not
+// sm_80's 164 or sm_86 / sm_89's 100, where the register form keeps two blocks per SM). An e4m3 pool
+// stages at head_dim 128 only (k8_unit's swizzle).
 template <int HD, typename Cache>
+bool staged_fits() {
+  if constexpr (sizeof(Cache) == 1 && HD != 128) {
+    return false;
+  } else {
+    static const bool fits = [] {
+      int device = 0, per_sm = 0;
+      if (cudaGetDevice(&device) != cudaSuccess ||
+          cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+        return false;
+      }
+      return 2 * (mma_smem_bytes<HD, Cache, true>() + 1024) <= static_cast<size_t>(per_sm);
+    }();
+    return fits;
+  }
+}
+
+template <int HD, typename Cache, bool kStaged>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  const size_t smem = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
+  constexpr size_t smem = mma_smem_bytes<HD, Cache, kStaged>();
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache>>();
+    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged>>();
     if (e != cudaSuccess) return e;
   }
-  return launch_kernel(mma_attention_kernel<HD, Cache>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
+  return launch_kernel(mma_attention_kernel<HD, Cache, kStaged>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
 }
 
 template <int HD>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  return p.planes.fp8() ? launch_mma<HD, fp8e4m3>(p, grid, stream, pdl) : launch_mma<HD, bf16>(p, grid, stream, pdl);
+  if (p.planes.fp8()) {
+    if constexpr (HD == 128) {
+      if (p.stage_kv && staged_fits<HD, fp8e4m3>()) return launch_mma<HD, fp8e4m3, true>(p, grid, stream, pdl);
+    }
+    return launch_mma<HD, fp8e4m3, false>(p, grid, stream, pdl);
+  }
+  return p.stage_kv && staged_fits<HD, bf16>() ? launch_mma<HD, bf16, true>(p, grid, stream, pdl)
+                                               : launch_mma<HD, bf16, false>(p, grid, stream, pdl);
 }
 
 template <int kDimsPerLane, typename Cache>
@@ -583,10 +726,11 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
     if (p.rope_kv && (p.places.inv_freq == nullptr || p.places.slots == nullptr || !planes)) {
       return cudaErrorInvalidValue;
     }
+    if (p.rope_q && (p.rope_kv || p.places.inv_freq == nullptr)) return cudaErrorInvalidValue;
     return p.heads.head_dim == 64 ? launch_mma<64>(p, grid, stream, pdl) : launch_mma<128>(p, grid, stream, pdl);
   }
   // The scalar kernel serves tokens 0..T-1 and leaves RoPE to rope_store_kv.
-  if (p.token_list != nullptr || p.rope_kv) return cudaErrorInvalidValue;
+  if (p.token_list != nullptr || p.rope_kv || p.rope_q) return cudaErrorInvalidValue;
   const int threads = 32 * group;
   const size_t smem = sizeof(float) * (static_cast<size_t>(group) * p.heads.head_dim +
                                        static_cast<size_t>(kTile) * (2 * p.heads.head_dim + 1));

@@ -26,14 +26,12 @@ constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
 
-// Chunk rows are HD bf16 with no padding; their 16-byte units are XOR-swizzled
-// so the fragment loads hit distinct banks: K is read by rows g, g + 8 at unit
-// 4 j + c, V by rows 2c, 2c + 1, 2c + 8, 2c + 9 at unit 8 h + g.
-__device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
-__device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
+// V's rows in a stage: 16-byte units XOR-swizzled by the row's low 3 bits, so the 8 rows each
+// ldmatrix.trans matrix names (8 consecutive keys at one unit) hit distinct banks.
+__device__ __forceinline__ int vt_unit(int row, int unit) { return unit ^ (row & 7); }
 
 template <int HD, int Keys>
-constexpr size_t prefill_smem_bytes() {
+__host__ __device__ constexpr size_t prefill_smem_bytes() {
   return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
@@ -53,15 +51,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);  // [stage][key][HD]
   bf16* v_s = k_s + 2 * kStage;
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
-  const int first = tiles[2 * tile], count = tiles[2 * tile + 1];
+  // The tile's record (kernels.h): one round trip before the first chunk's table entries.
+  const int first = tiles[4 * tile], count = tiles[4 * tile + 1];
+  const int end = tiles[4 * tile + 2];  // keys the tile's last token sees
+  const int32_t* table = p.tables.block_tables + tiles[4 * tile + 3];
   const int kvh = blockIdx.y;
   const int group = p.heads.num_heads / p.heads.num_kv_heads;
   const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
-  const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[first]];
-  const int end = p.places.positions[first + count - 1] + 1;  // keys the tile's last token sees
   const Cache* k_head = k_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
   const Cache* v_head = v_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
 
@@ -71,7 +70,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   constexpr int kRowsPerPass = kPrefillThreads / kUnits;
   static_assert(kRowsPerPass % 8 == 0, "a pass must keep each thread's swizzled units");
   const int lrow = static_cast<int>(threadIdx.x) / kUnits, lunit = static_cast<int>(threadIdx.x) % kUnits;
-  const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * v_unit(lrow, lunit);
+  const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * vt_unit(lrow, lunit);
   auto load_chunk = [&](int base, int stage) {
     bf16* ks = k_s + stage * kStage + k_dst;
     bf16* vs = v_s + stage * kStage + v_dst;
@@ -98,11 +97,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h, local = warp * per_warp + r / group;
     tok[h] = local < count ? first + local : -1;
-    pos[h] = tok[h] >= 0 ? p.places.positions[tok[h]] : -1;
+    pos[h] = tok[h] >= 0 ? end - count + local : -1;  // consecutive positions, the last end - 1
   }
-  int warp_max = max(pos[0], pos[1]);
+  // The warp's last and first positions (-1 where a row is past the tile: every round then masks).
+  int warp_max = max(pos[0], pos[1]), warp_min = min(pos[0], pos[1]);
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
+  for (int o = 1; o < 32; o <<= 1) {
+    warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, o));
+    warp_min = min(warp_min, __shfl_xor_sync(0xffffffffu, warp_min, o));
+  }
 
   uint4 qa[kPairs], qb[kPairs];
 #pragma unroll
@@ -113,6 +116,36 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
                      (static_cast<int64_t>(kvh) * group + (g + 8) % group) * HD + 32 * j + 8 * c;
     qa[j] = tok[0] >= 0 ? *reinterpret_cast<const uint4*>(q0) : make_uint4(0, 0, 0, 0);
     qb[j] = tok[1] >= 0 ? *reinterpret_cast<const uint4*>(q1) : make_uint4(0, 0, 0, 0);
+  }
+  if (p.rope_q) {
+    // q as the q|k|v GEMM wrote it: each row rotated here exactly as rope_store_kv would rotate it
+    // (kernels.h). The tile's cos/sin (at most 16 tokens: 64 * HD bytes) go into stage 1's K space,
+    // which nothing uses before the loop's first pass refills it.
+    static_assert(16 * (HD / 2) * sizeof(float2) <= kStage * sizeof(bf16), "the rotations fit in a stage's K");
+    float2* rot = reinterpret_cast<float2*>(k_s + kStage);  // [local token][HD / 2]: (cos, sin)
+    for (int i = static_cast<int>(threadIdx.x); i < count * (HD / 2); i += kPrefillThreads) {
+      const int local = i / (HD / 2), pair = i % (HD / 2);
+      float sn, cs;
+      sincosf(p.places.inv_freq[pair] * static_cast<float>(end - count + local), &sn, &cs);
+      rot[i] = make_float2(cs, sn);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (tok[h] < 0) continue;
+      const float2* r = rot + (tok[h] - first) * (HD / 2);
+      uint4* q = h == 0 ? qa : qb;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {  // word w of unit j is pair 16 j + 4 c + w
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t* word = &q[j].x + w;
+          const float2 cs = r[16 * j + 4 * c + w];
+          *word = rope_pair(*word, cs.x, cs.y);
+        }
+      }
+    }
+    __syncthreads();  // every rotation is read before the loop refills stage 1
   }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;
 
@@ -154,16 +187,26 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
           mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
         }
       }
-      float row_max[2] = {-FLT_MAX, -FLT_MAX};
+      // Scores stay unscaled (the scale goes into exp2's argument); only a round that reaches past
+      // some row's position masks (causal).
+      float row_max[2] = {-INFINITY, -INFINITY};
+      if (k0 + kPrefillRoundKeys - 1 > warp_min) {
+#pragma unroll
+        for (int e = 0; e < kGroups; ++e) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = k0 + 8 * e + 2 * c + (i & 1);
+            if (key > pos[i >> 1]) s[e][i] = -INFINITY;
+          }
+        }
+      }
 #pragma unroll
       for (int e = 0; e < kGroups; ++e) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = k0 + 8 * e + 2 * c + (i & 1);
-          s[e][i] = key <= pos[i >> 1] ? s[e][i] * scale : -INFINITY;
-          row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
-        }
+        for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
       }
+      row_max[0] *= scale;
+      row_max[1] *= scale;
       float corr[2];
       mma_rows_rescale(row_max, m, l, corr);
       uint32_t pa[kGroups / 2][4];  // P of each 16 keys as the A fragment: rows g / g + 8, keys 2c (+1), 8 + 2c (+1)
@@ -172,71 +215,68 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
         float pr[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          pr[i] = exp2f(s[e][i] - m[i >> 1]);
+          pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
           l[i >> 1] += pr[i];
         }
         pa[e >> 1][2 * (e & 1)] = pack_bf16x2(pr[0], pr[1]);
         pa[e >> 1][2 * (e & 1) + 1] = pack_bf16x2(pr[2], pr[3]);
       }
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          o[h][j][0] *= corr[0];
-          o[h][j][1] *= corr[0];
-          o[h][j][2] *= corr[1];
-          o[h][j][3] *= corr[1];
-        }
-      }
+      mma_rows_scale(o, corr);
+      // P V: ldmatrix.x4.trans gives the B fragments of two 8-dim tiles (2 tp, 2 tp + 1) for the half's 16
+      // keys; lane l names row l % 8 of matrix l / 8 (keys 0-7 or 8-15, tile 2 tp or 2 tp + 1). Tile t = 8 h + j
+      // accumulates in o[h][j]: dims 8 t + 2c, + 1 of rows g and g + 8.
 #pragma unroll
       for (int half = 0; half < kGroups / 2; ++half) {
+        const int vrow = r0 + 16 * half + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h) {
-          uint4 vr[4];  // keys 2c, 2c + 1, 2c + 8, 2c + 9 of the half; dims 64 h + 8 g .. + 7
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = r0 + 16 * half + 2 * c + (i & 1) + 8 * (i >> 1);
-            vr[i] = *reinterpret_cast<const uint4*>(vs + row * HD + 8 * v_unit(row, 8 * h + g));
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-            const uint32_t b0 = __byte_perm(word(vr[0], j >> 1), word(vr[1], j >> 1), sel);
-            const uint32_t b1 = __byte_perm(word(vr[2], j >> 1), word(vr[3], j >> 1), sel);
-            mma_bf16(o[h][j], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b0, b1);
-          }
+        for (int tp = 0; tp < HD / 16; ++tp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + vrow * HD + 8 * vt_unit(vrow, 2 * tp + (lane >> 4)));
+          mma_bf16(o[tp >> 2][2 * (tp & 3)], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b[0], b[1]);
+          mma_bf16(o[tp >> 2][2 * (tp & 3) + 1], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b[2], b[3]);
         }
       }
     }
     __syncthreads();  // every warp is done with this stage before the next pass refills it
   }
 
-  // Row sums over the 4 lanes of a row, then each row's dims out (the layout of attention.cu's tensor-core form).
+  // Row sums over the 4 lanes of a row.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  // Lane c of row r holds dims 64 h + 16 c + j (o[h][j][2r]) and + 8 (o[h][j][2r + 1]), j = 0..7: two runs
-  // of 8 consecutive dims per h, each one 16-byte store (rows are HD-aligned: out_row_stride is a multiple of HD).
+  // The rows go out through shared memory (the stages, free since the loop's last barrier): each lane's
+  // pairs (dims 8 t + 2c, + 1 of row g + 8 r) as 4-byte stores into rows of HD + 8 bf16, which keeps a
+  // store's 32 lanes on distinct banks, then the warp's 16 rows leave as 16-byte units (rows are
+  // HD-aligned: out_row_stride is a multiple of HD).
+  constexpr int kOutStride = HD + 8;
+  static_assert(kPrefillWarps * kPrefillRowsPerWarp * kOutStride * sizeof(bf16) <= prefill_smem_bytes<HD, Keys>(),
+                "the rows fit in the stages");
+  bf16* rows = k_s + warp * kPrefillRowsPerWarp * kOutStride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (tok[r] < 0) continue;
-    const int head = kvh * group + (g + 8 * r) % group;
-    bf16* out = p.out + static_cast<int64_t>(tok[r]) * p.out_row_stride + static_cast<int64_t>(head) * HD;
-    const float inv = 1.0f / l[r];
+    const float inv = 1.0f / l[r];  // rows past the tile (l = 0) are never copied out
+    bf16* row = rows + (g + 8 * r) * kOutStride + 2 * c;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-      for (int run = 0; run < 2; ++run) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          w[j] = pack_bf16x2(o[h][2 * j][2 * r + run] * inv, o[h][2 * j + 1][2 * r + run] * inv);
-        }
-        *reinterpret_cast<uint4*>(out + 64 * h + 16 * c + 8 * run) = make_uint4(w[0], w[1], w[2], w[3]);
+      for (int j = 0; j < 8; ++j) {
+        *reinterpret_cast<uint32_t*>(row + 64 * h + 8 * j) = pack_bf16x2(o[h][j][2 * r] * inv, o[h][j][2 * r + 1] * inv);
       }
     }
+  }
+  __syncwarp();
+  constexpr int kRowUnits = HD / 8;
+#pragma unroll
+  for (int i = lane; i < kPrefillRowsPerWarp * kRowUnits; i += 32) {
+    const int row = i / kRowUnits, unit = i % kRowUnits;
+    const int local = warp * per_warp + row / group;
+    if (local >= count) continue;
+    const int head = kvh * group + row % group;
+    *reinterpret_cast<uint4*>(p.out + static_cast<int64_t>(first + local) * p.out_row_stride +
+                              static_cast<int64_t>(head) * HD + 8 * unit) =
+        *reinterpret_cast<const uint4*>(rows + row * kOutStride + 8 * unit);
   }
 }
 
@@ -269,6 +309,11 @@ int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim) {
   return kPrefillWarps * (kPrefillRowsPerWarp / group);
 }
 
+bool prefill_tiles_take_rope(int num_heads, int num_kv_heads, int head_dim) {
+  const int tile = prefill_tile_tokens(num_heads, num_kv_heads, head_dim);
+  return tile > 0 && tile <= 16;  // the tile's rotations fit in a 32-key stage's K
+}
+
 int prefill_chunk_keys(int head_dim, int smem_per_sm) {
   // Three blocks per multiprocessor (the kernel's register budget) with 64-key stages where they fit.
   const auto fits = [&](int keys) {
@@ -280,8 +325,12 @@ int prefill_chunk_keys(int head_dim, int smem_per_sm) {
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                                     cudaStream_t stream, int chunk_keys) {
   if (num_tiles <= 0) return cudaSuccess;
-  if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff ||
+  if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff / 4 ||
       (chunk_keys != 32 && chunk_keys != 64)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rope_q && (p.places.inv_freq == nullptr ||
+                   !prefill_tiles_take_rope(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim))) {
     return cudaErrorInvalidValue;
   }
   if (p.heads.head_dim == 64) {

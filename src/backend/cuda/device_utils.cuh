@@ -97,19 +97,20 @@ __device__ __forceinline__ uint16_t fp8x2_of(float a, float b) {
 
 // 8 consecutive elements of a K/V row as 8 bf16 (16 bytes): one 16-byte
 // load of bf16, or an 8-byte load of e4m3 converted exactly.
-__device__ __forceinline__ uint4 load_kv8(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ uint4 load_kv8(const fp8e4m3* p) {
-  const uint2 w = *reinterpret_cast<const uint2*>(p);
+// 8 e4m3 codes (8 bytes, the first in the low byte) as 8 bf16, exactly.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16(uint2 w) {
   return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
                     fp8x2_to_bf16x2(w.y >> 16));
+}
+__device__ __forceinline__ uint4 load_kv8(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint4 load_kv8(const fp8e4m3* p) {
+  return e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(p));
 }
 // The same through L2 only (ld.global.cg), for K/V another block of the
 // same launch may have written (L1 is not coherent).
 __device__ __forceinline__ uint4 load_kv8_cg(const bf16* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ uint4 load_kv8_cg(const fp8e4m3* p) {
-  const uint2 w = __ldcg(reinterpret_cast<const uint2*>(p));
-  return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                    fp8x2_to_bf16x2(w.y >> 16));
+  return e4m3x8_to_bf16(__ldcg(reinterpret_cast<const uint2*>(p)));
 }
 // One K/V element as fp32.
 __device__ __forceinline__ float load_kv(const bf16* p) { return load_bf16(p); }
@@ -151,6 +152,25 @@ __device__ __forceinline__ void mma_rows_rescale(float (&row_max)[2], float (&m)
   }
 }
 
+// The output accumulators of an MMA online softmax (o[h][j]: rows g in [0],
+// [1], g + 8 in [2], [3]) times the rows' factors from mma_rows_rescale,
+// skipped by a warp vote when no row of the warp moved its maximum (every
+// factor is then 1, and a product with 1 changes nothing).
+template <int H>
+__device__ __forceinline__ void mma_rows_scale(float (&o)[H][8][4], const float (&corr)[2]) {
+  if (!__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) return;
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      o[h][j][0] *= corr[0];
+      o[h][j][1] *= corr[0];
+      o[h][j][2] *= corr[1];
+      o[h][j][3] *= corr[1];
+    }
+  }
+}
+
 // A shared-memory pointer as the 32-bit address PTX's shared-space operands take.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -166,6 +186,27 @@ __device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_g
 template <int N>
 __device__ __forceinline__ void wait_async() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// K/V rows staged in shared memory for the MMA fragments: HD bf16 a row, no
+// padding, their 16-byte units XOR-swizzled so the fragment loads hit distinct
+// banks: K is read by rows g, g + 8 at unit 4 j + c, V by rows 2c, 2c + 1,
+// 2c + 8, 2c + 9 at unit 8 h + g (g = lane / 4, c = lane % 4).
+__device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
+__device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
+// The same for e4m3 rows of 128 codes (8 units of 16 codes), read 8 codes at a time: K by rows g, g + 8 at
+// unit 2 j + c / 2 (half c % 2), V by rows 2c, 2c + 1, 2c + 8, 2c + 9 at unit 4 h + g / 2 (half g % 2), as
+// v_unit places them.
+__device__ __forceinline__ int k8_unit(int row, int unit) { return unit ^ ((row & 3) << 1); }
+
+// ldmatrix.x4.trans (sm_75+): four 8x8 matrices of b16, lane l naming the
+// 16-byte row l % 8 of matrix l / 8; r[i] is matrix i transposed into an MMA
+// fragment: lane (g = l / 4, c = l % 4) holds its elements (2c, g), (2c + 1, g).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row))
+               : "memory");
 }
 
 // 32-bit word i of a 16-byte value.

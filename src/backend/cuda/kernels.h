@@ -76,7 +76,9 @@ struct KvTables {
 // row, [q: num_heads*head_dim | k: kv_dim | v: kv_dim] with row_stride
 // elements between rows, at places.positions[t]. q is rotated in place; the
 // rotated k and the v of token t are written to slot places.slots[t] of
-// this layer's planes.
+// this layer's planes. With kv_only, q is left as it is (the prefill tiles
+// rotate it as they load it: PagedAttentionParams::rope_q) and the rows are
+// only read.
 struct RopeKvParams {
   bf16* qkv = nullptr;
   int64_t row_stride = 0;
@@ -84,6 +86,7 @@ struct RopeKvParams {
   HeadShape heads;
   TokenPlaces places;
   KvPlanes planes;
+  bool kv_only = false;
 };
 cudaError_t rope_store_kv(const RopeKvParams& p, cudaStream_t stream, bool pdl = false);
 
@@ -129,6 +132,19 @@ struct PagedAttentionParams {
   // places.slots[t] of planes before any of its warps reads a key. Results
   // equal rope_store_kv then paged_attention bit for bit.
   bool rope_kv = false;
+  // Optional: q's rows are unrotated (rope_store_kv ran with kv_only, so
+  // K/V are in the planes) and each block rotates the q rows it loads with
+  // places.inv_freq, as rope_store_kv would: the same output bit for bit,
+  // without q's round trip through memory. The prefill tiles (shapes where
+  // prefill_tiles_take_rope) rotate at the tile's positions, the
+  // tensor-core decode form (paged_attention_takes_rope; not with rope_kv)
+  // at its token's.
+  bool rope_q = false;
+  // Tensor-core decode form: K/V chunks staged through shared memory where
+  // two such blocks fit per SM (sm_90); false: loaded straight into
+  // registers, the form GPUs with less shared memory run (for tests and
+  // comparisons). The same output within rounding of the sums' order.
+  bool stage_kv = true;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.
@@ -139,9 +155,11 @@ cudaError_t paged_attention(const PagedAttentionParams& p, cudaStream_t stream, 
 // Whether paged_attention takes rope_inv_freq (its tensor-core form) for a shape.
 bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim);
 
-// The same attention for query tiles: tile i is tiles[2i] (its first token)
-// and tiles[2i + 1] (its count, 1..tile_tokens) consecutive tokens of one
-// sequence at consecutive positions, as a prefill chunk's tokens are. One
+// The same attention for query tiles: tile i is the record tiles[4i .. 4i + 3]:
+// its first token, its count (1..tile_tokens) of consecutive tokens of one
+// sequence at consecutive positions (as a prefill chunk's tokens are), the
+// keys its last token sees (that token's position + 1) and the offset of the
+// sequence's block table in p.tables.block_tables. One
 // block per (tile, kv head) loads each chunk of chunk_keys (32 or 64) keys
 // of K and V into shared memory once for all of the tile's tokens and q
 // heads (the MMA rows), so K/V are read once per tile instead of once per
@@ -151,6 +169,9 @@ bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim);
 // 16); prefill_chunk_keys the chunk for a GPU's shared memory per
 // multiprocessor (64 where three blocks of it fit, else 32).
 int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim);
+// Whether the tiles can rotate q themselves (PagedAttentionParams::rope_q):
+// tiles of at most 16 tokens (4 or more q heads per kv head).
+bool prefill_tiles_take_rope(int num_heads, int num_kv_heads, int head_dim);
 int prefill_chunk_keys(int head_dim, int smem_per_sm);
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                                     cudaStream_t stream, int chunk_keys);

@@ -8,7 +8,8 @@
 // trip before any of them is used. A unit is 16 bytes (4 q|k pairs or 8 v
 // values, never across a head) when the shapes and pointers allow, else one
 // pair. An fp8 pool (KvPlanes::fp8) takes the rotated k in fp32 and v as
-// e4m3, rounded once.
+// e4m3, rounded once. With kv_only the warp starts at k's first unit and
+// q stays as it is (the prefill tiles rotate it).
 #include "backend/cuda/device_utils.cuh"
 
 namespace tern::cuda {
@@ -53,6 +54,7 @@ __global__ void __launch_bounds__(32 * kRopeTokensPerBlock) rope_store_kv_kernel
   const int head_dim = p.heads.head_dim, half = head_dim / 2;
   const int q_dim = p.heads.num_heads * head_dim, kv_dim = p.heads.num_kv_heads * head_dim;
   const int units = (q_dim + 2 * kv_dim) / kValues;
+  const int first_unit = p.kv_only ? q_dim / kValues : 0;  // kv_only: from k's first unit (q_dim % kValues == 0)
   float* cos_sin = cos_sin_all + warp * head_dim;
   bf16* row = p.qkv + t * p.row_stride;  // q | k | v
   Unit in[kRopeLoads];
@@ -66,7 +68,7 @@ __global__ void __launch_bounds__(32 * kRopeTokensPerBlock) rope_store_kv_kernel
   // One round trip: the token's position and slot, the frequencies and the row's first units.
   const float pos = static_cast<float>(p.places.positions[t]);
   const int64_t slot = p.places.slots[t];
-  load(lane);
+  load(first_unit + lane);
   // As the reference: the angle is rounded to fp32, then cos/sin of it are
   // computed accurately (sincosf without fast math).
   for (int i = lane; i < half; i += 32) {
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(32 * kRopeTokensPerBlock) rope_store_kv_kernel
   __syncwarp();  // cos_sin
   Cache* k_out = k_plane<Cache>(p.planes) + slot * kv_dim;
   Cache* v_out = v_plane<Cache>(p.planes) + slot * kv_dim;
-  for (int base = lane;;) {
+  for (int base = first_unit + lane;;) {
 #pragma unroll
     for (int u = 0; u < kRopeLoads; ++u) {
       const int idx = base + u * 32;

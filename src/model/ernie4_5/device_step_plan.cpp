@@ -114,18 +114,25 @@ void pack_general(const DeviceStepPlan& p, std::span<int32_t> out) {
 }
 
 // The one-token chunks' rows for the decode kernel, then each longer
-// chunk's tokens cut into tiles of prefill_tile.
+// chunk's tokens cut into tiles of prefill_tile: (first row, count, keys the
+// tile's last token sees, the sequence's table offset), so the kernel reads
+// one record where it would chase token_seq, table_offsets and positions.
 void pack_tiles(const DeviceStepPlan& p, std::span<int32_t> out) {
-  int64_t first_row = 0, si = 0, ti = 0;
+  const int64_t bs = p.block_size;
+  int64_t first_row = 0, si = 0, ti = 0, entry = 0;
   for (const SequenceChunk& chunk : p.in.batch) {
     const auto len = static_cast<int64_t>(chunk.tokens.size());
     if (len == 1) out[static_cast<size_t>(p.layout.singles + si++)] = static_cast<int32_t>(first_row);
     for (int64_t at = 0; len > 1 && at < len; at += p.prefill_tile, ++ti) {
-      out[static_cast<size_t>(p.layout.tiles + 2 * ti)] = static_cast<int32_t>(first_row + at);
-      out[static_cast<size_t>(p.layout.tiles + 2 * ti + 1)] =
-          static_cast<int32_t>(std::min<int64_t>(p.prefill_tile, len - at));
+      const int64_t count = std::min<int64_t>(p.prefill_tile, len - at);
+      const auto rec = static_cast<size_t>(p.layout.tiles + kTileEntries * ti);
+      out[rec] = static_cast<int32_t>(first_row + at);
+      out[rec + 1] = static_cast<int32_t>(count);
+      out[rec + 2] = static_cast<int32_t>(chunk.start_pos + at + count);
+      out[rec + 3] = static_cast<int32_t>(entry);
     }
     first_row += len;
+    entry += (chunk.start_pos + len + bs - 1) / bs;  // as pack_general lays out the tables
   }
 }
 
@@ -157,7 +164,7 @@ StepMetaLayout StepMetaLayout::of(int64_t tokens, int64_t rows, int64_t seqs, in
   l.tables = l.table_offsets + seqs;
   l.singles = l.tables + table_entries;
   l.tiles = l.singles + num_singles;
-  l.fed = l.tiles + 2 * num_tiles;
+  l.fed = l.tiles + kTileEntries * num_tiles;
   l.end = l.fed + 2 * num_fed;
   return l;
 }

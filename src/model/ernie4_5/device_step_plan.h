@@ -48,9 +48,13 @@ struct StepCounts {
 
 // Offsets, in int32 entries from the metadata's start, of each section:
 // [ids T][positions T][slots T][token_seq T][logit_rows R][table_offsets S]
-// [tables][singles][tiles: (first, count) pairs][fed: (token row, pick row) pairs].
+// [tables][singles][tiles: (first row, count, keys its last token sees, table
+// offset) records][fed: (token row, pick row) pairs].
 // A decode step's layout has T = R = S = its bucket, so its offsets up to
 // the tables depend on the bucket alone (what lets a captured graph replay).
+// int32 entries of one query tile's record.
+inline constexpr int64_t kTileEntries = 4;
+
 struct StepMetaLayout {
   int64_t ids = 0, positions = 0, slots = 0, token_seq = 0, logit_rows = 0, table_offsets = 0, tables = 0;
   int64_t singles = 0, tiles = 0, fed = 0;

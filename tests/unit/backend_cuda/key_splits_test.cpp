@@ -1,9 +1,12 @@
 // The decode kernel's split of a context's keys over the blocks of a kv
 // head (backend/cuda/key_splits.h): every split has keys, together they
-// cover the context, and the block count stays inside the grid's share.
+// cover the context, and the block count stays inside the grid's share;
+// and the decode attention's split count for a batch.
 #include "backend/cuda/key_splits.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace tern::cuda {
 namespace {
@@ -46,6 +49,43 @@ TEST(KeySplits, RoundingDropsEmptySplits) {
   const KeySplits dropped = key_splits(17, 5, 16, 4);
   EXPECT_EQ(dropped.per, 16);
   EXPECT_EQ(dropped.splits, 2);
+}
+
+// The decode attention's split count: the most splits that fit in one wave, which has the fewest waves
+// per split among the counts up to the one that first fills the slots (the smallest on a tie).
+TEST(AttentionSplits, FewestWavesPerSplit) {
+  // 132 SMs x 2 blocks, 2 kv heads: batches 1, 8, 64, 70, 100, 128, 131 and 256.
+  static_assert(attention_splits(2, 264, 32) == 32);
+  EXPECT_EQ(attention_splits(16, 264, 32), 16);  // 256 blocks, one wave (17 would make 272: two)
+  EXPECT_EQ(attention_splits(128, 264, 32), 2);  // 256 blocks, not 384 in 1.45 waves
+  EXPECT_EQ(attention_splits(140, 264, 32), 1);  // 280 blocks in 2 waves take as long as 140 in one
+  EXPECT_EQ(attention_splits(200, 264, 32), 1);
+  EXPECT_EQ(attention_splits(256, 264, 32), 1);
+  EXPECT_EQ(attention_splits(262, 264, 32), 1);  // 524 blocks in 1.98 waves: the same time, with merges
+  EXPECT_EQ(attention_splits(512, 264, 32), 1);
+  EXPECT_EQ(attention_splits(88, 264, 32), 3);   // 264 exactly
+  EXPECT_EQ(attention_splits(16, 264, 5), 5);    // the cap
+  EXPECT_EQ(attention_splits(0, 264, 32), 1);
+  EXPECT_EQ(attention_splits(16, 0, 32), 1);
+  for (int64_t slots : {264, 396, 216, 112}) {
+    for (int64_t blocks = 1; blocks <= 1200; ++blocks) {
+      for (int cap : {1, 3, 32}) {
+        const int s = attention_splits(blocks, slots, cap);
+        const auto reach = static_cast<int>((slots + blocks - 1) / blocks);
+        const int most = std::max(1, std::min(cap, reach));
+        ASSERT_GE(s, 1);
+        ASSERT_LE(s, most);
+        // The fewest waves per split among 1..most, the smallest count on a tie.
+        const auto waves = [&](int n) { return (blocks * n + slots - 1) / slots; };
+        for (int n = 1; n <= most; ++n) {
+          ASSERT_LE(waves(s) * n, waves(n) * s) << blocks << " blocks, " << slots << " slots, cap " << cap;
+          if (n < s) {
+            ASSERT_LT(waves(s) * n, waves(n) * s) << "a smaller count ties: " << blocks << " blocks";
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -173,7 +173,8 @@ TEST(DeviceStepPlan, PrefillChunkInQueryTiles) {
       5,                       // logit_rows: the chunk's last token
       0,                       // table_offsets
       5,  7,                   // tables
-      0,  4,  4,  2,           // tiles: (first, count)
+      0,  4,  6,  0,           // tiles: (first, count, keys seen, table offset)
+      4,  2,  8,  0,
   };
   EXPECT_EQ(pack(plan), want);
 }
@@ -207,7 +208,9 @@ TEST(DeviceStepPlan, MixedStepListsSinglesBesideTilesAndFedTokens) {
       0, 2, 4,                // table_offsets
       9, 1, 0, 2, 4,          // tables
       0, 6,                   // singles: the one-token chunks' rows
-      1, 2, 3, 2, 5, 1,       // tiles
+      1, 2, 2, 2,             // tiles: (first, count, keys seen, table offset)
+      3, 2, 4, 2,
+      5, 1, 5, 2,
       6, 0,                   // fed: row 6 takes the last step's pick 0
   };
   EXPECT_EQ(pack(plan), want);

@@ -179,8 +179,9 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
 
 Status DeviceModel::Impl::plan_workspace() {
   const ModelConfig& c = config;
-  // Flash-decoding splits only while tokens x kv heads < kSplitBlocksPerSm x SMs
-  // (device_step.cpp), so tokens x splits stays under twice that over the kv heads.
+  // Partials for twice the tokens that fill kSplitBlocksPerSm blocks per SM: splits_for
+  // (device_step.cpp) keeps tokens x splits within them, so a split step has at most
+  // split_tokens tokens, which the counters cover.
   const int64_t split_tokens =
       (kSplitBlocksPerSm * static_cast<int64_t>(sm_count) + c.num_kv_heads - 1) / c.num_kv_heads;
   max_partial_rows = std::max<int64_t>(2 * split_tokens, kMaxAttentionSplits);
@@ -583,6 +584,9 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
       options.rope_in_attention && paged_attention_takes_rope(static_cast<int>(c.num_heads),
                                                               static_cast<int>(c.num_kv_heads),
                                                               static_cast<int>(c.head_dim));
+  impl->rope_in_tiles = options.rope_in_attention && impl->prefill_tile > 0 &&
+                        prefill_tiles_take_rope(static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                                static_cast<int>(c.head_dim));
   impl->fp8 = options.fp8_weights;
   TERN_RETURN_IF_ERROR(impl->upload_weights(weights));
   if (impl->fp8) {

@@ -88,8 +88,18 @@ struct DeviceModelOptions : RunnerOptions {
   // Decode steps past the GEMV's sizes rotate q and k and write the token's
   // K/V inside the attention kernel (PagedAttentionParams::rope_kv),
   // where its tensor-core form takes the shape; off: rope_store_kv, one
-  // kernel more per layer. Bit-identical either way.
+  // kernel more per layer. Steps with prefill tiles rotate q in the
+  // attention kernels (PagedAttentionParams::rope_q: the tiles, and a mixed
+  // step's one-token chunks; where prefill_tiles_take_rope), rope_store_kv
+  // writing only K/V; off: rope_store_kv rotates q in place. Bit-identical
+  // either way.
   bool rope_in_attention = true;
+  // The decode attention's K/V chunks (bf16 pool) through shared memory
+  // where two such blocks fit per SM (PagedAttentionParams::stage_kv), in
+  // steps whose tokens' contexts are split (few tokens: the blocks wait on
+  // their loads' latency); off, in steps of one split per token and over an
+  // e4m3 pool: straight into registers, as on GPUs with less shared memory.
+  bool attention_stage_kv = true;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's

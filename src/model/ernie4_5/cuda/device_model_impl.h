@@ -50,7 +50,7 @@ struct StepView {
   bool one_token = false;  // every sequence's chunk is one token (a decode step)
   // With query tiles (general steps with a chunk of >= 2 tokens, on shapes
   // paged_attention_prefill takes): the one-token chunks' tokens go to the
-  // decode kernel (singles), the rest as tiles ([first, count] pairs).
+  // decode kernel (singles), the rest as tiles (StepMetaLayout's records).
   const int32_t* singles = nullptr;
   int64_t num_singles = 0;
   const int32_t* tiles = nullptr;
@@ -86,6 +86,7 @@ struct DeviceModel::Impl {
   int prefill_tile = 0;     // tokens per attention query tile (0: no tiles; options.prefill_tiles or the shape)
   int prefill_chunk = 64;   // keys per shared-memory chunk of the tiles' kernel, from the GPU's shared memory
   bool rope_in_attention = false;  // options.rope_in_attention where the attention's shape takes it
+  bool rope_in_tiles = false;      // options.rope_in_attention where the prefill tiles take it
   bool pdl = false;         // options.pdl on a GPU that has it
   std::string pdl_off_reason;  // why capture_graphs turned pdl off, if it did
   // One-token steps' layers in one launch (decode_layers): options.decode_kernel

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/key_splits.h"
 #include "model/ernie4_5/cuda/device_model_impl.h"
 
 namespace tern::cuda {
@@ -68,21 +69,19 @@ Status DeviceModel::Impl::ensure_meta(size_t count) {
   return Status::ok();
 }
 
-// Flash-decoding splits when (tokens x kv heads) blocks are fewer than
-// kSplitBlocksPerSm per multiprocessor. max_ctx < 0:
-// the contexts are not known at launch (a decode graph), so the split count
-// depends on the batch alone.
+// Flash-decoding splits (attention_splits: the count with the fewest waves
+// of kSplitBlocksPerSm blocks per multiprocessor per split), within the
+// partials' rows. max_ctx < 0: the contexts are not known at launch (a
+// decode graph), so the split count depends on the batch alone.
 int DeviceModel::Impl::splits_for(int64_t num_tokens, int64_t max_ctx) const {
-  const int64_t blocks = num_tokens * config.num_kv_heads;
-  const int64_t target = kSplitBlocksPerSm * static_cast<int64_t>(sm_count);
-  if (blocks >= target) return 1;
-  int64_t splits = (target + blocks - 1) / blocks;
+  if (num_tokens <= 0) return 1;
+  int64_t cap = std::min<int64_t>(kMaxAttentionSplits, max_partial_rows / num_tokens);
   if (max_ctx >= 0) {
     if (max_ctx <= 2 * kAttentionTile) return 1;
-    splits = std::min<int64_t>(splits, (max_ctx + kAttentionTile - 1) / kAttentionTile);
+    cap = std::min<int64_t>(cap, (max_ctx + kAttentionTile - 1) / kAttentionTile);
   }
-  splits = std::min({splits, static_cast<int64_t>(kMaxAttentionSplits), max_partial_rows / num_tokens});
-  return static_cast<int>(std::max<int64_t>(splits, 1));
+  return attention_splits(num_tokens * config.num_kv_heads, kSplitBlocksPerSm * static_cast<int64_t>(sm_count),
+                          static_cast<int>(std::max<int64_t>(cap, 1)));
 }
 
 StepView DeviceModel::Impl::view_of(const int32_t* meta, const StepMetaLayout& l, int64_t T, int64_t R) const {
@@ -128,6 +127,9 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
+  // q's RoPE inside the prefill tiles (and, in a mixed step, inside the one-token chunks' attention), K/V
+  // written by rope_store_kv: q makes no round trip through memory.
+  const bool rope_q = rope_in_tiles && !small && v.num_tiles > 0;
   // What every layer's kernels share (kernels.h): the heads, where the step's tokens sit, their block tables.
   const HeadShape heads = head_shape();
   const TokenPlaces places{v.positions, v.slots, inv_freq.as<float>()};
@@ -172,7 +174,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.qkv, QKV, qkv.as<void>(), GemmOut::kBf16));
       const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
-                            .places = places, .planes = planes};
+                            .places = places, .planes = planes, .kv_only = rope_q};
       if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
     }
 
@@ -191,6 +193,10 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.out = attn.as<bf16>();
     ap.out_row_stride = c.q_dim();
     ap.rope_kv = rope_fused;
+    ap.rope_q = rope_q;
+    // Staging (bf16 pools) won at 8 and 64 tokens (16 and 2 splits) and lost 1.4% at 256 (one split) on
+    // an H100; over an e4m3 pool it lost at every size.
+    ap.stage_kv = options.attention_stage_kv && !planes.fp8() && v.num_splits > 1;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
