@@ -8,7 +8,11 @@ side's range over its runs and the ratio of the medians, B over A.
         --rounds 2 --b-args "--configs graphs,regkv" -- --model /tmp/m --configs graphs --batch 8,64,256
 
 Alternating runs on one GPU keep clock and thermal drift out of the
-comparison. Each run's output goes to --log-dir (a_1.log, b_1.log, ...);
+comparison. A process's first configuration decodes a few percent faster
+than the ones after it, so configurations compare cleanly only in the same
+position; --config-per-run runs each of a side's --configs in a process of
+its own (every one first). Each run's output goes to --log-dir (a_1.log,
+b_1.log, ...; a_1_graphs.log, ... with --config-per-run);
 --json writes the parsed runs and the summary. Exit status: 0 when every
 run succeeded and printed its table, 1 otherwise (the table shows what
 there is).
@@ -65,6 +69,24 @@ def run_once(binary: str, args: list[str], log: Path, timeout: float) -> tuple[l
     return rows, ""
 
 
+def split_configs(args: list[str]) -> tuple[list[str], list[str]]:
+    """`args` without any --configs option, and the configurations the last one names ([] if none)."""
+    rest: list[str] = []
+    configs: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--configs" and i + 1 < len(args):
+            configs = [c for c in args[i + 1].split(",") if c]
+            i += 2
+            continue
+        if args[i].startswith("--configs="):
+            configs = [c for c in args[i].split("=", 1)[1].split(",") if c]
+        else:
+            rest.append(args[i])
+        i += 1
+    return rest, configs
+
+
 def span(values: list[float]) -> str:
     if not values:
         return "-"
@@ -116,12 +138,14 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--a", required=True, help="tern_gpu_bench binary A (the baseline)")
     p.add_argument("--b", required=True, help="tern_gpu_bench binary B")
-    p.add_argument("--a-args", default="", help="arguments for A only (one shell-quoted string)")
-    p.add_argument("--b-args", default="", help="arguments for B only (one shell-quoted string)")
+    p.add_argument("--a-args", default="", help="arguments for A only (one shell-quoted string; --a-args=--x for one word)")
+    p.add_argument("--b-args", default="", help="arguments for B only (one shell-quoted string; --b-args=--x for one word)")
     p.add_argument("--rounds", type=int, default=2, help="runs of each, alternating (default 2)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default 300)")
     p.add_argument("--log-dir", default=".", help="where each run's output goes (default .)")
     p.add_argument("--json", help="write the runs and the summary here")
+    p.add_argument("--config-per-run", action="store_true",
+                   help="run each of a side's --configs in a process of its own (each one first)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: at least 1")
@@ -138,14 +162,22 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     for r in range(1, args.rounds + 1):
         for side in ("a", "b"):
-            extra = shlex.split(getattr(args, f"{side}_args"))
-            log = log_dir / f"{side}_{r}.log"
-            rows, error = run_once(getattr(args, side), [*common, *extra], log, args.timeout)
-            runs[side].append(rows)
-            status = error or f"{len(rows)} rows"
-            print(f"{side.upper()} run {r}: {status} ({log})", flush=True)
-            if error:
-                errors.append(f"{side.upper()} run {r}: {error}")
+            side_args = [*common, *shlex.split(getattr(args, f"{side}_args"))]
+            rest, configs = split_configs(side_args)
+            if args.config_per_run and configs:
+                jobs = [(f"{side}_{r}_{c}.log", f" {c}", [*rest, "--configs", c]) for c in configs]
+            else:
+                jobs = [(f"{side}_{r}.log", "", side_args)]
+            round_rows: list[dict] = []
+            for name, label, run_args in jobs:
+                log = log_dir / name
+                rows, error = run_once(getattr(args, side), run_args, log, args.timeout)
+                round_rows.extend(rows)
+                status = error or f"{len(rows)} rows"
+                print(f"{side.upper()} run {r}{label}: {status} ({log})", flush=True)
+                if error:
+                    errors.append(f"{side.upper()} run {r}{label}: {error}")
+            runs[side].append(round_rows)
     summary = summarize(runs)
     print()
     print(markdown(summary))

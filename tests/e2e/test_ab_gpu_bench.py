@@ -1,8 +1,9 @@
 """bench/kernels/ab_gpu_bench.py against stand-in tern_gpu_bench binaries
 (scripts that print the closing table tern_gpu_bench prints): the runs
 alternate A, B, A, B; each side's range and the ratio of the medians come out
-per configuration and batch; a failing run is named and fails the exit
-status; bad arguments are refused."""
+per configuration and batch; --config-per-run gives each configuration a
+process of its own; a failing run is named and fails the exit status; bad
+arguments are refused."""
 
 import json
 import os
@@ -79,6 +80,27 @@ def test_alternates_and_compares_medians(tmp_path):
     assert saved["errors"] == []
     assert len(saved["runs"]["a"]) == 2 and len(saved["runs"]["b"]) == 2
     assert saved["summary"][0]["a"]["decode"] == [800.0, 808.0]
+
+
+def test_config_per_run_starts_a_process_for_each_configuration(tmp_path):
+    a, b = make_fakes(tmp_path)
+    order = tmp_path / "order.txt"
+    env = dict(os.environ, AB_ORDER=str(order), BASE_OLDA="100", BASE_NEWB="200")
+    done = run_tool(["--a", str(a), "--b", str(b), "--rounds", "1", "--config-per-run", "--log-dir", str(tmp_path),
+                     "--a-args", "--configs graphs", "--b-args=--configs=graphs,regkv", "--",
+                     "--model", "/tmp/m", "--configs", "ignored", "--batch", "8,64"], env)
+    assert done.returncode == 0, done.stderr
+    # Each side's last --configs wins; each configuration alone, after the other arguments.
+    assert order.read_text().splitlines() == [
+        "olda --model /tmp/m --batch 8,64 --configs graphs",
+        "newb --model /tmp/m --batch 8,64 --configs graphs",
+        "newb --model /tmp/m --batch 8,64 --configs regkv",
+    ]
+    assert "B run 1 regkv: 2 rows" in done.stdout
+    assert (tmp_path / "b_1_regkv.log").exists()
+    # B's runs: bases 200 (graphs), 201 (regkv); both in one round's rows.
+    assert "| graphs | 8 | 800 | 1,600 | 2.000 |" in done.stdout
+    assert "| regkv | 8 | - | 1,608 | - |" in done.stdout
 
 
 def test_a_failing_run_is_named_and_fails_the_exit_status(tmp_path):
