@@ -368,7 +368,8 @@ struct AttnLaunch {
 // holds e4m3 bytes, and the reference reads the same bytes through an fp8
 // KvRowTable (the CPU reference of --kv-cache-dtype fp8). stage_kv false:
 // the tensor-core decode form's register loads (what GPUs with less shared
-// memory run) instead of its shared-memory stages.
+// memory run) instead of its shared-memory stages; an e4m3 pool takes the
+// register loads either way.
 void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64,
                      bool fp8 = false, bool stage_kv = true) {
   std::mt19937 rng(seed);

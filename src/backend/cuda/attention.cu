@@ -197,23 +197,20 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // q fragments use the same permutation of dims; V's fragments pair two
 // keys of one dim with a byte permute, and the output dims come out
 // permuted the same known way. Warp w of the block takes 16-key chunks
-// w, w + W, ... of the split (through shared memory, cp.async stages of
-// 24 KB a warp, where two such blocks fit per SM; straight into registers
-// on GPUs with less shared memory, and for an e4m3 pool at head_dim 64); the
+// w, w + W, ... of the split (a bf16 pool's through shared memory, cp.async
+// stages of 24 KB a warp, where two such blocks fit per SM and the caller
+// asks (stage_kv); an e4m3 pool's, or on GPUs with less shared memory,
+// straight into registers); the
 // warps' softmax states merge through shared memory, then (several splits)
 // through the partials as above.
 constexpr int kMmaWarps = 4;
 constexpr int kChunkKeys = 16;
-// Shared-memory stages per warp in the staged form: three of bf16 rows, six
-// of e4m3 (24 KB a warp either way at head_dim 128), so two blocks per SM on
-// sm_90, the occupancy the register form has and the host's split count
-// assumes (kSplitBlocksPerSm): three would leave a 256-token step's 512
-// blocks in 1.3 waves of 396 slots, the second mostly idle, against 1.94 of
-// 264.
-template <typename Cache>
-__host__ __device__ constexpr int mma_stages() {
-  return sizeof(Cache) == 2 ? 3 : 6;
-}
+// Shared-memory stages per warp in the staged form (bf16 rows): three, 24 KB
+// a warp at head_dim 128, so two blocks per SM on sm_90, the occupancy the
+// register form has and the host's split count assumes (kSplitBlocksPerSm):
+// three blocks would leave a 256-token step's 512 blocks in 1.3 waves of 396
+// slots, the second mostly idle, against 1.94 of 264.
+constexpr int kMmaStages = 3;
 // Fewest keys per split: a chunk per warp.
 constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
 
@@ -228,9 +225,9 @@ template <int HD, typename Cache, bool kStaged>
 __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
-  // Staged: the chunks come in through shared memory; otherwise (too little shared memory for two
-  // staged blocks per SM, or an e4m3 pool at head_dim 64) they are loaded into registers.
-  static_assert(!kStaged || sizeof(Cache) == 2 || HD == 128, "the staged form's e4m3 swizzle is for 128 codes a row");
+  // Staged: a bf16 pool's chunks come in through shared memory; otherwise (an e4m3 pool, or too little
+  // shared memory for two staged blocks per SM) they are loaded into registers.
+  static_assert(!kStaged || sizeof(Cache) == 2, "the staged form is for bf16 pools");
   extern __shared__ uint4 attn_smem[];  // the staged chunks during the keys, then the warps' merge
   allow_dependent_launch();
   const int64_t x = blockIdx.x;  // indexes the partials and counters
@@ -391,15 +388,13 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
     // with cp.async (one group per chunk, all stages but one in flight while
     // one computes), so the loads wait in the copy engine, not in registers;
     // only __syncwarp orders a warp's copies and reads. Rows keep their
-    // bytes (e4m3 codes are converted as the fragments are read), their
-    // 16-byte units swizzled (k_unit / k8_unit, v_unit).
-    constexpr int kStages = mma_stages<Cache>();
-    constexpr int kRowBytes = HD * static_cast<int>(sizeof(Cache));
+    // bytes, their 16-byte units swizzled (k_unit, v_unit).
+    constexpr int kStages = kMmaStages;
+    constexpr int kRowBytes = HD * static_cast<int>(sizeof(bf16));
     constexpr int kUnits = kRowBytes / 16;                 // 16-byte units per K or V row
     constexpr int kChunk = kChunkKeys * kRowBytes;         // bytes of one stage's K (or V)
     constexpr int kCopies = kChunkKeys * kUnits / 32;      // each lane's copies per plane and chunk
     static_assert(32 % kUnits == 0 || kUnits % 32 == 0, "a lane's rows follow from its lane");
-    constexpr bool kCodes = sizeof(Cache) == 1;
     unsigned char* stages = reinterpret_cast<unsigned char*>(attn_smem) + warp * kStages * 2 * kChunk;
     auto issue = [&](int base, int stage) {
       unsigned char* ks = stages + stage * 2 * kChunk;
@@ -409,8 +404,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
       for (int n = 0; n < kCopies; ++n) {
         const int i = lane + 32 * n, row = i / kUnits, unit = i % kUnits;
         const int64_t off = __shfl_sync(0xffffffffu, mine, row);
-        const int ku = kCodes ? k8_unit(row, unit) : k_unit(row, unit);
-        copy_async16(ks + row * kRowBytes + 16 * ku, reinterpret_cast<const unsigned char*>(k_base + off) + 16 * unit);
+        copy_async16(ks + row * kRowBytes + 16 * k_unit(row, unit),
+                     reinterpret_cast<const unsigned char*>(k_base + off) + 16 * unit);
         copy_async16(vs + row * kRowBytes + 16 * v_unit(row, unit),
                      reinterpret_cast<const unsigned char*>(v_base + off) + 16 * unit);
       }
@@ -431,29 +426,22 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
       __syncwarp();  // every lane's copies of this chunk have landed
       const unsigned char* ks = stages + stage * 2 * kChunk;
       const unsigned char* vs = ks + kChunk;
-      // Element 8 u8 on of a staged row as 8 bf16: a 16-byte unit of bf16, or half of one of e4m3 codes.
-      const auto staged8 = [&](const unsigned char* rows, int row, int u8, auto unit_at) {
-        const unsigned char* at = rows + row * kRowBytes;
-        if constexpr (kCodes) {
-          return e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(at + 16 * unit_at(row, u8 >> 1) + 8 * (u8 & 1)));
-        } else {
-          return *reinterpret_cast<const uint4*>(at + 16 * unit_at(row, u8));
-        }
+      // Unit u of a staged row (8 bf16).
+      const auto unit8 = [](const unsigned char* rows, int row, int unit) {
+        return *reinterpret_cast<const uint4*>(rows + row * kRowBytes + 16 * unit);
       };
-      const auto k_at = [](int row, int unit) { return kCodes ? k8_unit(row, unit) : k_unit(row, unit); };
       uint4 kr[2][kPairs];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) kr[e][j] = staged8(ks, 8 * e + g, 4 * j + c, k_at);  // dims 32 j + 8 c ..
+        for (int j = 0; j < kPairs; ++j) kr[e][j] = unit8(ks, 8 * e + g, k_unit(8 * e + g, 4 * j + c));  // dims 32 j + 8 c ..
       }
       uint4 vr[4][kHalves];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
+        const int row = 2 * c + (i & 1) + 8 * (i >> 1);
 #pragma unroll
-        for (int h = 0; h < kHalves; ++h) {  // dims 64 h + 8 g ..
-          vr[i][h] = staged8(vs, 2 * c + (i & 1) + 8 * (i >> 1), 8 * h + g, [](int row, int unit) { return v_unit(row, unit); });
-        }
+        for (int h = 0; h < kHalves; ++h) vr[i][h] = unit8(vs, row, v_unit(row, 8 * h + g));  // dims 64 h + 8 g ..
       }
       chunk_math(base, kr, vr);
       __syncwarp();  // every lane is done with this stage before a later iteration refills it
@@ -641,28 +629,23 @@ template <int HD, typename Cache, bool kStaged>
 constexpr size_t mma_smem_bytes() {
   constexpr size_t merge = sizeof(float) * kMmaWarps * 16 * (2 + HD + 4 + 1);  // red_ml, red_o, red_w
   constexpr size_t staged =
-      kStaged ? sizeof(Cache) * kMmaWarps * mma_stages<Cache>() * 2 * kChunkKeys * HD : 0;
+      kStaged ? sizeof(Cache) * kMmaWarps * kMmaStages * 2 * kChunkKeys * HD : 0;
   return merge > staged ? merge : staged;
 }
 
-// Whether two staged blocks fit in a multiprocessor's shared memory (sm_90's 228 KB at head_dim 128; not
-// sm_80's 164 or sm_86 / sm_89's 100, where the register form keeps two blocks per SM). An e4m3 pool
-// stages at head_dim 128 only (k8_unit's swizzle).
-template <int HD, typename Cache>
+// Whether two staged blocks (bf16 pool) fit in a multiprocessor's shared memory (sm_90's 228 KB at
+// head_dim 128; not sm_80's 164 or sm_86 / sm_89's 100, where the register form keeps two blocks per SM).
+template <int HD>
 bool staged_fits() {
-  if constexpr (sizeof(Cache) == 1 && HD != 128) {
-    return false;
-  } else {
-    static const bool fits = [] {
-      int device = 0, per_sm = 0;
-      if (cudaGetDevice(&device) != cudaSuccess ||
-          cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
-        return false;
-      }
-      return 2 * (mma_smem_bytes<HD, Cache, true>() + 1024) <= static_cast<size_t>(per_sm);
-    }();
-    return fits;
-  }
+  static const bool fits = [] {
+    int device = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+      return false;
+    }
+    return 2 * (mma_smem_bytes<HD, bf16, true>() + 1024) <= static_cast<size_t>(per_sm);
+  }();
+  return fits;
 }
 
 template <int HD, typename Cache, bool kStaged>
@@ -677,14 +660,9 @@ cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t st
 
 template <int HD>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  if (p.planes.fp8()) {
-    if constexpr (HD == 128) {
-      if (p.stage_kv && staged_fits<HD, fp8e4m3>()) return launch_mma<HD, fp8e4m3, true>(p, grid, stream, pdl);
-    }
-    return launch_mma<HD, fp8e4m3, false>(p, grid, stream, pdl);
-  }
-  return p.stage_kv && staged_fits<HD, bf16>() ? launch_mma<HD, bf16, true>(p, grid, stream, pdl)
-                                               : launch_mma<HD, bf16, false>(p, grid, stream, pdl);
+  if (p.planes.fp8()) return launch_mma<HD, fp8e4m3, false>(p, grid, stream, pdl);
+  return p.stage_kv && staged_fits<HD>() ? launch_mma<HD, bf16, true>(p, grid, stream, pdl)
+                                         : launch_mma<HD, bf16, false>(p, grid, stream, pdl);
 }
 
 template <int kDimsPerLane, typename Cache>

@@ -95,13 +95,13 @@ __device__ __forceinline__ uint16_t fp8x2_of(float a, float b) {
   return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
 
-// 8 consecutive elements of a K/V row as 8 bf16 (16 bytes): one 16-byte
-// load of bf16, or an 8-byte load of e4m3 converted exactly.
 // 8 e4m3 codes (8 bytes, the first in the low byte) as 8 bf16, exactly.
 __device__ __forceinline__ uint4 e4m3x8_to_bf16(uint2 w) {
   return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
                     fp8x2_to_bf16x2(w.y >> 16));
 }
+// 8 consecutive elements of a K/V row as 8 bf16 (16 bytes): one 16-byte
+// load of bf16, or an 8-byte load of e4m3 converted exactly.
 __device__ __forceinline__ uint4 load_kv8(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 load_kv8(const fp8e4m3* p) {
   return e4m3x8_to_bf16(*reinterpret_cast<const uint2*>(p));
@@ -194,10 +194,6 @@ __device__ __forceinline__ void wait_async() {
 // 2c + 8, 2c + 9 at unit 8 h + g (g = lane / 4, c = lane % 4).
 __device__ __forceinline__ int k_unit(int row, int unit) { return unit ^ ((row & 1) << 2); }
 __device__ __forceinline__ int v_unit(int row, int unit) { return unit ^ (((row >> 1) & 3) << 1); }
-// The same for e4m3 rows of 128 codes (8 units of 16 codes), read 8 codes at a time: K by rows g, g + 8 at
-// unit 2 j + c / 2 (half c % 2), V by rows 2c, 2c + 1, 2c + 8, 2c + 9 at unit 4 h + g / 2 (half g % 2), as
-// v_unit places them.
-__device__ __forceinline__ int k8_unit(int row, int unit) { return unit ^ ((row & 3) << 1); }
 
 // ldmatrix.x4.trans (sm_75+): four 8x8 matrices of b16, lane l naming the
 // 16-byte row l % 8 of matrix l / 8; r[i] is matrix i transposed into an MMA

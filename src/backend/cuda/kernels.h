@@ -140,10 +140,11 @@ struct PagedAttentionParams {
   // tensor-core decode form (paged_attention_takes_rope; not with rope_kv)
   // at its token's.
   bool rope_q = false;
-  // Tensor-core decode form: K/V chunks staged through shared memory where
-  // two such blocks fit per SM (sm_90); false: loaded straight into
-  // registers, the form GPUs with less shared memory run (for tests and
-  // comparisons). The same output within rounding of the sums' order.
+  // Tensor-core decode form over a bf16 pool: K/V chunks staged through
+  // shared memory where two such blocks fit per SM (sm_90); false: loaded
+  // straight into registers, the form GPUs with less shared memory and
+  // e4m3 pools run (staging lost to it there on an H100). The same output
+  // within rounding of the sums' order.
   bool stage_kv = true;
 };
 constexpr int kAttentionTile = 32;

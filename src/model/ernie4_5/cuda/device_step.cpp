@@ -194,9 +194,9 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.out_row_stride = c.q_dim();
     ap.rope_kv = rope_fused;
     ap.rope_q = rope_q;
-    // Staging (bf16 pools) won at 8 and 64 tokens (16 and 2 splits) and lost 1.4% at 256 (one split) on
-    // an H100; over an e4m3 pool it lost at every size.
-    ap.stage_kv = options.attention_stage_kv && !planes.fp8() && v.num_splits > 1;
+    // Staged chunks (bf16 pools; kernels.h) measured +8% at 64 tokens (2 splits) and -1.4% at 256 (one
+    // split per token) against the register form on an H100.
+    ap.stage_kv = options.attention_stage_kv && v.num_splits > 1;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
