@@ -165,7 +165,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tern_gpu_bench: --steps %ld: at least 8 decode steps are timed\n", static_cast<long>(steps));
     return 2;
   }
+  // The configurations the header lists; a name outside them is refused rather than run as graphs.
+  const auto known = [](const std::string& config) {
+    static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
+                                         "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
+                                         "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel"};
+    for (const char* name : kNames) {
+      if (config == name) return true;
+    }
+    const auto digits_after = [&](const std::string& prefix) {
+      return config.size() > prefix.size() && config.size() <= prefix.size() + 9 && config.rfind(prefix, 0) == 0 &&
+             config.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+    };
+    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc");
+  };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
+    if (!known(config)) {
+      std::fprintf(stderr, "tern_gpu_bench: --configs: unknown configuration '%s' (the header lists them)\n",
+                   config.c_str());
+      return 2;
+    }
     if (config.rfind("tokens", 0) == 0 && std::atoll(config.c_str() + 6) < prompt) {
       std::fprintf(stderr, "tern_gpu_bench: %s: tokensN takes a token count of at least --prompt (%ld)\n",
                    config.c_str(), static_cast<long>(prompt));
