@@ -15,6 +15,9 @@
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
 // loaded into registers in every step, never staged through shared memory),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
+// prefetchD and kv-fp8-prefetchD (the decode attention's register form
+// prefetching its chunks D = 0..9 chunks ahead into L2 instead of the
+// default: none over a bf16 pool, 1 over an e4m3 one),
 // fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
 // dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
 // offers them, the server's default), fp8-nokernel (FP8, no persistent kernel), int4 (the model
@@ -32,6 +35,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -177,7 +181,11 @@ int main(int argc, char** argv) {
       return config.size() > prefix.size() && config.size() <= prefix.size() + 9 && config.rfind(prefix, 0) == 0 &&
              config.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
     };
-    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc");
+    const auto one_digit_after = [&](const std::string& prefix) {
+      return config.size() == prefix.size() + 1 && config.rfind(prefix, 0) == 0 && std::isdigit(config.back()) != 0;
+    };
+    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc") || one_digit_after("prefetch") ||
+           one_digit_after("kv-fp8-prefetch");
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
     if (!known(config)) {
@@ -224,7 +232,7 @@ int main(int argc, char** argv) {
     }
     o.max_num_seqs = std::max<int64_t>(max_batch, 1);
     o.max_model_len = prompt + steps;
-    if (config == "kv-fp8") o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
+    if (config.rfind("kv-fp8", 0) == 0) o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
     o.kv_cache_bytes =
         max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * tern::kv_element_bytes(o.kv_cache_dtype, 2);
     o.enforce_eager = config == "eager" || config == "cublas-eager";
@@ -234,6 +242,8 @@ int main(int argc, char** argv) {
     if (config == "notiles") o.prefill_tiles = false;
     if (config == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (config == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
+    if (config.size() == 9 && config.rfind("prefetch", 0) == 0) o.attention_prefetch_chunks = config[8] - '0';
+    if (config.size() == 16 && config.rfind("kv-fp8-prefetch", 0) == 0) o.attention_prefetch_chunks = config[15] - '0';
     if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,

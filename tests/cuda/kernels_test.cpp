@@ -498,6 +498,13 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   d_out.upload(std::vector<bf16>(static_cast<size_t>(T * q_dim), kNanBf16));
   TERN_ASSERT_CUDA(launch());
   EXPECT_EQ(test::to_f32(d_out.download()), got) << "second launch differs";
+  // Another prefetch distance changes no bit.
+  p.prefetch_chunks = 3;
+  d_out.upload(std::vector<bf16>(static_cast<size_t>(T * q_dim), kNanBf16));
+  TERN_ASSERT_CUDA(launch());
+  EXPECT_EQ(test::to_f32(d_out.download()), got) << "prefetch distance 3 differs";
+  for (int c : launch_bufs.counters.download()) ASSERT_EQ(c, 0) << "split counters not reset";
+  p.prefetch_chunks = 1;
   const std::string what = "attention heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
                            std::to_string(num_splits) +

@@ -450,6 +450,19 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
     wait_async<0>();
     __syncthreads();  // the stages are the merge's shared memory below
   } else {
+    // The warp's chunk at `base` into L2 ahead of its loads: lane l fetches key l / 2's K (even lanes) or V
+    // (odd lanes) row, HD elements; p.prefetch_chunks of the warp's chunks ahead of the one computing.
+    const auto prefetch = [&](int base) {
+      if (const int key = base + (lane >> 1); key < end) {
+        const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(key);
+#pragma unroll
+        for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
+        }
+      }
+    };
+    const int ahead = p.prefetch_chunks * kStride;
+    for (int d = kStride; d < ahead; d += kStride) prefetch(begin + warp * kChunkKeys + d);
     for (int base = begin + warp * kChunkKeys; base < end; base += kStride) {
       uint4 kr[2][kPairs];
 #pragma unroll
@@ -465,15 +478,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
 #pragma unroll
         for (int h = 0; h < kHalves; ++h) vr[i][h] = load_kv8(v_base + off + 64 * h + 8 * g);
       }
-      // The warp's next chunk into L2 while this one computes: lane l fetches
-      // key l / 2's K (even lanes) or V (odd lanes) row, HD elements.
-      if (const int next = base + kStride + (lane >> 1); next < end) {
-        const Cache* row = ((lane & 1) ? v_base : k_base) + row_of(next);
-#pragma unroll
-        for (int b = 0; b < HD * static_cast<int>(sizeof(Cache)); b += 128) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
-        }
-      }
+      if (ahead > 0) prefetch(base + ahead);
       chunk_math(base, kr, vr);
     }
   }

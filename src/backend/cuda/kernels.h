@@ -146,6 +146,10 @@ struct PagedAttentionParams {
   // e4m3 pools run (staging lost to it there on an H100). The same output
   // within rounding of the sums' order.
   bool stage_kv = true;
+  // Tensor-core decode form, register loads: each warp prefetches into L2
+  // the K/V rows of its chunk this many chunks ahead of the one it computes
+  // (0: none). No effect on the output.
+  int prefetch_chunks = 1;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.

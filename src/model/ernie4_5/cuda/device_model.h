@@ -100,6 +100,12 @@ struct DeviceModelOptions : RunnerOptions {
   // their loads' latency); off, in steps of one split per token and over an
   // e4m3 pool: straight into registers, as on GPUs with less shared memory.
   bool attention_stage_kv = true;
+  // The decode attention's L2 prefetch distance in chunks
+  // (PagedAttentionParams::prefetch_chunks); -1: by the pool's dtype, none
+  // over bf16 and one chunk over e4m3. Measured on an H100 at 256 tokens
+  // (bench/kernels/NOTES.md): bf16 +1.5% without it, -2.2% / -3.4% at 2 / 3
+  // chunks; e4m3 -6% without it, -2.9% / -5.8% at 2 / 3.
+  int attention_prefetch_chunks = -1;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's
