@@ -35,7 +35,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -177,15 +176,13 @@ int main(int argc, char** argv) {
     for (const char* name : kNames) {
       if (config == name) return true;
     }
-    const auto digits_after = [&](const std::string& prefix) {
-      return config.size() > prefix.size() && config.size() <= prefix.size() + 9 && config.rfind(prefix, 0) == 0 &&
+    // prefix then 1 to `most` digits.
+    const auto digits_after = [&](const std::string& prefix, size_t most = 9) {
+      return config.size() > prefix.size() && config.size() <= prefix.size() + most && config.rfind(prefix, 0) == 0 &&
              config.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
     };
-    const auto one_digit_after = [&](const std::string& prefix) {
-      return config.size() == prefix.size() + 1 && config.rfind(prefix, 0) == 0 && std::isdigit(config.back()) != 0;
-    };
-    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc") || one_digit_after("prefetch") ||
-           one_digit_after("kv-fp8-prefetch");
+    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc") || digits_after("prefetch", 1) ||
+           digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
     if (!known(config)) {
@@ -242,8 +239,9 @@ int main(int argc, char** argv) {
     if (config == "notiles") o.prefill_tiles = false;
     if (config == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (config == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
-    if (config.size() == 9 && config.rfind("prefetch", 0) == 0) o.attention_prefetch_chunks = config[8] - '0';
-    if (config.size() == 16 && config.rfind("kv-fp8-prefetch", 0) == 0) o.attention_prefetch_chunks = config[15] - '0';
+    if (config.rfind("prefetch", 0) == 0 || config.rfind("kv-fp8-prefetch", 0) == 0) {
+      o.attention_prefetch_chunks = config.back() - '0';  // one digit (known() checked)
+    }
     if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,
