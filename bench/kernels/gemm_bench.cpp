@@ -9,11 +9,12 @@
 // stages, cluster shape, split-K and the heuristic's wave count, then
 // microseconds a call, TFLOP/s and the largest difference from linear()'s
 // output relative to its largest magnitude.
-// Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down] [--candidates 64] [--reps 20]
+// Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down,o-bf16,down-bf16] [--candidates 64] [--reps 20]
 //                        [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072]
 // The defaults are ERNIE-4.5-0.3B's layers (16 q heads and 2 kv heads of 128): q|k|v 1024 -> 2560, o
 // 2048 -> 1024 (added), gate|up 1024 -> 6144, down 3072 -> 1024 (added); 16 weight copies (84 MB of q|k|v)
-// so that the weights come from memory, not from a 50 MB L2.
+// so that the weights come from memory, not from a 50 MB L2. o-bf16 and down-bf16 are o and down
+// written as bf16 instead of added into fp32 (what a residual add outside the GEMM would take).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -262,7 +263,9 @@ int main(int argc, char** argv) {
     else if (s == "o") shapes.push_back({s, q_dim, hidden, cuda::GemmOut::kAddF32});
     else if (s == "gate_up") shapes.push_back({s, hidden, 2 * inter, cuda::GemmOut::kBf16});
     else if (s == "down") shapes.push_back({s, inter, hidden, cuda::GemmOut::kAddF32});
-    else die("unknown shape '" + s + "' (qkv, o, gate_up, down)");
+    else if (s == "o-bf16") shapes.push_back({s, q_dim, hidden, cuda::GemmOut::kBf16});
+    else if (s == "down-bf16") shapes.push_back({s, inter, hidden, cuda::GemmOut::kBf16});
+    else die("unknown shape '" + s + "' (qkv, o, gate_up, down, o-bf16, down-bf16)");
   }
 
   cudaStream_t stream = nullptr;

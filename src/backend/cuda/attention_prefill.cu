@@ -16,8 +16,13 @@ namespace {
 // loads of chunk n + 1 run under chunk n's math. Each warp takes a chunk in
 // 32-key rounds (S for 32 keys, one softmax rescale, then P V), skipping
 // rounds past all of its rows' positions and masking keys past each row's
-// own position (causal). No splits and no merge: each warp owns its rows
-// from start to end. Blocks take the tiles last first, so a sequence's
+// own position (causal). A row's running maximum moves only when a round's
+// passes it by more than kRescaleSlack (the weights then stay below
+// 2^kRescaleSlack), so the output's rescale, 64 products a lane at
+// head_dim 128, runs in few rounds instead of nearly all; the final
+// division by the row's sum is the same whichever maximum the weights were
+// taken against. No splits and no merge: each warp owns its rows from start
+// to end. Blocks take the tiles last first, so a sequence's
 // longest tiles start first. An FP8 E4M3 pool is read with plain 8-byte
 // loads converted (exactly) to bf16 as they are stored to shared memory,
 // so everything after the copy is the bf16 kernel.
@@ -25,6 +30,23 @@ constexpr int kPrefillRoundKeys = 32;  // keys per online-softmax round (a chunk
 constexpr int kPrefillRowsPerWarp = 16;
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
+constexpr float kRescaleSlack = 8.0f;  // log2 units: weights up to 256 before a row's maximum moves
+
+// mma_rows_rescale with the slack above: the rows' maxima over the 4 lanes of a row, and a row's
+// factor 1 unless its maximum moved.
+__device__ __forceinline__ void lazy_rows_rescale(float (&row_max)[2], float (&m)[2], float (&l)[2],
+                                                  float (&corr)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    // From -FLT_MAX (no key yet) any finite maximum moves it; a row with every key masked stays.
+    const bool moves = row_max[r] > m[r] + kRescaleSlack;
+    corr[r] = moves ? fast_exp2(m[r] - row_max[r]) : 1.0f;
+    m[r] = moves ? row_max[r] : m[r];
+    l[r] *= corr[r];
+  }
+}
 
 // V's rows in a stage: 16-byte units XOR-swizzled by the row's low 3 bits, so the 8 rows each
 // ldmatrix.trans matrix names (8 consecutive keys at one unit) hit distinct banks.
@@ -51,18 +73,28 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   bf16* k_s = reinterpret_cast<bf16*>(prefill_smem);  // [stage][key][HD]
   bf16* v_s = k_s + 2 * kStage;
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
+  // The thread's rotary frequency (rope_q): every pair it rotates below is pair threadIdx.x % (HD / 2).
+  static_assert(kPrefillThreads % (HD / 2) == 0, "a thread's rotations share one frequency");
+  const float inv_freq = p.rope_q ? p.places.inv_freq[threadIdx.x % (HD / 2)] : 0.0f;
   // The tile's record (kernels.h): one round trip before the first chunk's table entries.
   const int first = tiles[4 * tile], count = tiles[4 * tile + 1];
   const int end = tiles[4 * tile + 2];  // keys the tile's last token sees
   const int32_t* table = p.tables.block_tables + tiles[4 * tile + 3];
   const int kvh = blockIdx.y;
-  const int group = p.heads.num_heads / p.heads.num_kv_heads;
-  const int per_warp = kPrefillRowsPerWarp / group;  // tokens per warp
+  // The group divides the 16 MMA rows (prefill_tile_tokens), so it is a power of two: the row
+  // <-> (token, head) maps below are shifts, not divisions.
+  const int group_shift = __ffs(p.heads.num_heads / p.heads.num_kv_heads) - 1;
+  const int group_mask = (1 << group_shift) - 1;
+  const int per_warp = kPrefillRowsPerWarp >> group_shift;  // tokens per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
-  const Cache* k_head = k_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
-  const Cache* v_head = v_plane<Cache>(p.planes) + static_cast<int64_t>(kvh) * HD;
+  const int kv_dim = p.heads.num_kv_heads * HD;
+  const Cache* k_head = k_plane<Cache>(p.planes) + kvh * HD;
+  const Cache* v_head = v_plane<Cache>(p.planes) + kvh * HD;
+  // A key's slot (int32: the model keeps block * block_size + offset below 2^31): shifts when the
+  // block size is a power of two (the default 16), else a division.
+  const int bs = p.tables.block_size;
+  const int block_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
 
   // Keys base .. base + 63 into a stage (past the end: the last key, masked below), as one cp.async group.
   // Thread i copies unit i % kUnits of rows i / kUnits + kRowsPerPass * n; the swizzles repeat every 8 rows,
@@ -71,14 +103,29 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
   static_assert(kRowsPerPass % 8 == 0, "a pass must keep each thread's swizzled units");
   const int lrow = static_cast<int>(threadIdx.x) / kUnits, lunit = static_cast<int>(threadIdx.x) % kUnits;
   const int k_dst = lrow * HD + 8 * k_unit(lrow, lunit), v_dst = lrow * HD + 8 * vt_unit(lrow, lunit);
+  constexpr int kPasses = kPrefillKeys / kRowsPerPass;
   auto load_chunk = [&](int base, int stage) {
     bf16* ks = k_s + stage * kStage + k_dst;
     bf16* vs = v_s + stage * kStage + v_dst;
+    // Every pass's slot first: the block table's loads go out together, not each behind the copies
+    // before it (cp.async's asm orders the loads around it).
+    int slots[kPasses];
+    if (block_shift >= 0) {
 #pragma unroll
-    for (int n = 0; n < kPrefillKeys / kRowsPerPass; ++n) {
-      const int key = min(base + lrow + n * kRowsPerPass, end - 1);
-      const int64_t off = (static_cast<int64_t>(table[key / p.tables.block_size]) * p.tables.block_size +
-                           key % p.tables.block_size) * kv_dim + 8 * lunit;
+      for (int n = 0; n < kPasses; ++n) {
+        const int key = min(base + lrow + n * kRowsPerPass, end - 1);
+        slots[n] = (table[key >> block_shift] << block_shift) | (key & (bs - 1));
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kPasses; ++n) {
+        const int key = min(base + lrow + n * kRowsPerPass, end - 1);
+        slots[n] = table[key / bs] * bs + key % bs;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kPasses; ++n) {
+      const int64_t off = static_cast<int64_t>(slots[n]) * kv_dim + 8 * lunit;
       if constexpr (sizeof(Cache) == 1) {
         *reinterpret_cast<uint4*>(ks + n * kRowsPerPass * HD) = load_kv8(k_head + off);
         *reinterpret_cast<uint4*>(vs + n * kRowsPerPass * HD) = load_kv8(v_head + off);
@@ -89,13 +136,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
     }
     commit_async();
   };
-  load_chunk(0, 0);
 
   // Rows g and g + 8 of this warp: their token (or -1 past the tile) and position.
   int tok[2], pos[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h, local = warp * per_warp + r / group;
+    const int r = g + 8 * h, local = warp * per_warp + (r >> group_shift);
     tok[h] = local < count ? first + local : -1;
     pos[h] = tok[h] >= 0 ? end - count + local : -1;  // consecutive positions, the last end - 1
   }
@@ -111,12 +157,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     const bf16* q0 = p.q + static_cast<int64_t>(tok[0]) * p.q_row_stride +
-                     (static_cast<int64_t>(kvh) * group + g % group) * HD + 32 * j + 8 * c;
+                     ((kvh << group_shift) + (g & group_mask)) * HD + 32 * j + 8 * c;
     const bf16* q1 = p.q + static_cast<int64_t>(tok[1]) * p.q_row_stride +
-                     (static_cast<int64_t>(kvh) * group + (g + 8) % group) * HD + 32 * j + 8 * c;
+                     ((kvh << group_shift) + ((g + 8) & group_mask)) * HD + 32 * j + 8 * c;
     qa[j] = tok[0] >= 0 ? *reinterpret_cast<const uint4*>(q0) : make_uint4(0, 0, 0, 0);
     qb[j] = tok[1] >= 0 ? *reinterpret_cast<const uint4*>(q1) : make_uint4(0, 0, 0, 0);
   }
+  // The first chunk after q's loads are out (its copies are ordered after every load before them), so
+  // q's round trip and the block table's overlap.
+  load_chunk(0, 0);
   if (p.rope_q) {
     // q as the q|k|v GEMM wrote it: each row rotated here exactly as rope_store_kv would rotate it
     // (kernels.h). The tile's cos/sin (at most 16 tokens: 64 * HD bytes) go into stage 1's K space,
@@ -124,17 +173,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
     static_assert(16 * (HD / 2) * sizeof(float2) <= kStage * sizeof(bf16), "the rotations fit in a stage's K");
     float2* rot = reinterpret_cast<float2*>(k_s + kStage);  // [local token][HD / 2]: (cos, sin)
     for (int i = static_cast<int>(threadIdx.x); i < count * (HD / 2); i += kPrefillThreads) {
-      const int local = i / (HD / 2), pair = i % (HD / 2);
+      const int local = i / (HD / 2);
       float sn, cs;
-      sincosf(p.places.inv_freq[pair] * static_cast<float>(end - count + local), &sn, &cs);
+      sincosf(inv_freq * static_cast<float>(end - count + local), &sn, &cs);
       rot[i] = make_float2(cs, sn);
     }
     __syncthreads();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (tok[h] < 0) continue;
-      const float2* r = rot + (tok[h] - first) * (HD / 2);
-      uint4* q = h == 0 ? qa : qb;
+    const auto rotate = [&](uint4 (&q)[kPairs], int t) {  // rows past the tile (t < 0) stay zero
+      if (t < 0) return;
+      const float2* r = rot + (t - first) * (HD / 2);
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) {  // word w of unit j is pair 16 j + 4 c + w
 #pragma unroll
@@ -144,7 +191,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
           *word = rope_pair(*word, cs.x, cs.y);
         }
       }
-    }
+    };
+    rotate(qa, tok[0]);
+    rotate(qb, tok[1]);
     __syncthreads();  // every rotation is read before the loop refills stage 1
   }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;
@@ -156,6 +205,17 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
+
+  // Each lane's offsets into a stage, the same in every round: K row 8 e + g's unit 4 j + c sits at
+  // unit (4 j + c) ^ ((g & 1) << 2) (k_unit); V's ldmatrix row (lane & 7) + 8 ((lane >> 3) & 1) at
+  // unit (2 tp + (lane >> 4)) ^ (lane & 7) (vt_unit), whose low 3 bits take 4 values over tp.
+  int k_off[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) k_off[j] = g * HD + 8 * k_unit(g, 4 * j + c);
+  const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1);
+  int v_off[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) v_off[u] = v_row * HD + 8 * vt_unit(v_row, 2 * u + (lane >> 4));
 
   int stage = 0;
   for (int base = 0; base < end; base += kPrefillKeys, stage ^= 1) {
@@ -181,8 +241,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
       for (int j = 0; j < kPairs; ++j) {
 #pragma unroll
         for (int e = 0; e < kGroups; ++e) {
-          const int row = r0 + 8 * e + g;
-          const uint4 kr = *reinterpret_cast<const uint4*>(ks + row * HD + 8 * k_unit(row, 4 * j + c));
+          const uint4 kr = *reinterpret_cast<const uint4*>(ks + (r0 + 8 * e) * HD + k_off[j]);
           mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr.x, kr.y);
           mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
         }
@@ -208,14 +267,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
       row_max[0] *= scale;
       row_max[1] *= scale;
       float corr[2];
-      mma_rows_rescale(row_max, m, l, corr);
+      lazy_rows_rescale(row_max, m, l, corr);
       uint32_t pa[kGroups / 2][4];  // P of each 16 keys as the A fragment: rows g / g + 8, keys 2c (+1), 8 + 2c (+1)
 #pragma unroll
       for (int e = 0; e < kGroups; ++e) {
         float pr[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
+          pr[i] = fast_exp2(fmaf(s[e][i], scale, -m[i >> 1]));
           l[i >> 1] += pr[i];
         }
         pa[e >> 1][2 * (e & 1)] = pack_bf16x2(pr[0], pr[1]);
@@ -227,11 +286,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
       // accumulates in o[h][j]: dims 8 t + 2c, + 1 of rows g and g + 8.
 #pragma unroll
       for (int half = 0; half < kGroups / 2; ++half) {
-        const int vrow = r0 + 16 * half + (lane & 7) + 8 * ((lane >> 3) & 1);
+        const bf16* vh = vs + (r0 + 16 * half) * HD;
 #pragma unroll
         for (int tp = 0; tp < HD / 16; ++tp) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vs + vrow * HD + 8 * vt_unit(vrow, 2 * tp + (lane >> 4)));
+          uint32_t b[4];  // unit 2 tp + (lane >> 4) of the lane's row: 8 units past tp % 4's for tp >= 4
+          ldmatrix_x4_trans(b, vh + v_off[tp & 3] + 64 * (tp >> 2));
           mma_bf16(o[tp >> 2][2 * (tp & 3)], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b[0], b[1]);
           mma_bf16(o[tp >> 2][2 * (tp & 3) + 1], pa[half][0], pa[half][1], pa[half][2], pa[half][3], b[2], b[3]);
         }
@@ -271,9 +330,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
 #pragma unroll
   for (int i = lane; i < kPrefillRowsPerWarp * kRowUnits; i += 32) {
     const int row = i / kRowUnits, unit = i % kRowUnits;
-    const int local = warp * per_warp + row / group;
+    const int local = warp * per_warp + (row >> group_shift);
     if (local >= count) continue;
-    const int head = kvh * group + row % group;
+    const int head = (kvh << group_shift) + (row & group_mask);
     *reinterpret_cast<uint4*>(p.out + static_cast<int64_t>(first + local) * p.out_row_stride +
                               static_cast<int64_t>(head) * HD + 8 * unit) =
         *reinterpret_cast<const uint4*>(rows + row * kOutStride + 8 * unit);

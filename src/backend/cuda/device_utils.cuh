@@ -40,6 +40,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
+// 2^x on the special-function unit (PTX ex2.approx.ftz: relative error near
+// 2^-22, results below 2^-126 flush to zero), one instruction where exp2f
+// adds a range fix-up for such results.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two floats as bf16 (round to nearest even) in one word, a in the low half (the lower address).
 __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);

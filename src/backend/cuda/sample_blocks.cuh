@@ -39,14 +39,9 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 
 __device__ __forceinline__ bool finite_logit(float v) { return v > -INFINITY && v == v; }
 
-// 2^x and log2(x) on the special-function units (PTX ex2/lg2.approx,
-// relative errors near 2^-22; lg2's absolute error near x = 1 is about
-// 2^-22.6, and subnormals flush to zero).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// log2(x) on the special-function units (PTX lg2.approx; its absolute error
+// near x = 1 is about 2^-22.6, and subnormals flush to zero); fast_exp2 is
+// device_utils.cuh's.
 __device__ __forceinline__ float fast_log2(float x) {
   float y;
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
