@@ -38,8 +38,7 @@ __device__ __forceinline__ void lazy_rows_rescale(float (&row_max)[2], float (&m
                                                   float (&corr)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
-    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    row_max[r] = quad_max(row_max[r]);
     // From -FLT_MAX (no key yet) any finite maximum moves it; a row with every key masked stays.
     const bool moves = row_max[r] > m[r] + kRescaleSlack;
     corr[r] = moves ? fast_exp2(m[r] - row_max[r]) : 1.0f;

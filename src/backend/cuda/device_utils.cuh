@@ -143,6 +143,12 @@ __device__ __forceinline__ void store_kv2(fp8e4m3* plane, int64_t at, uint32_t w
   reinterpret_cast<uint16_t*>(plane + at)[0] = fp8x2_of(lo_bf16(word2), hi_bf16(word2));
 }
 
+// The maximum of v over the 4 lanes of an MMA fragment row (lanes 4g .. 4g + 3).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
 // One online-softmax round of an MMA accumulator's two rows (g and g + 8,
 // log2 units): row_max holds this lane's maxima of the round's scores and
 // is reduced over the row's 4 lanes; the running maxima m rise to include
@@ -152,8 +158,7 @@ __device__ __forceinline__ void mma_rows_rescale(float (&row_max)[2], float (&m)
                                                  float (&corr)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
-    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    row_max[r] = quad_max(row_max[r]);
     const float m_new = fmaxf(m[r], row_max[r]);
     corr[r] = exp2f(m[r] - m_new);
     m[r] = m_new;
