@@ -11,7 +11,8 @@
 # same for one 2048-token prefill step, PROFILE_SASS=1 ncu's SASS-level
 # stall samples of one decode step's decode_layers kernel (or the kernel
 # SASS_KERNEL names), summed per stretch between barriers by
-# sass_regions.py (sass_regions.txt), SANITIZE=1 adds
+# sass_regions.py (sass_regions.txt) and per run of equally executed code by
+# instructions executed (sass_runs.txt), SANITIZE=1 adds
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests).
 set -u
 D=build-cuda/device
@@ -76,6 +77,7 @@ if [ "${PROFILE_SASS:-0}" = 1 ] && [ -n "$NCU" ]; then  # batch 1: the persisten
   echo "ncu sass rc=$?"
   "$NCU" --import /tmp/tern_sass.ncu-rep --page source --csv --print-source sass >"$OUT/source_sass.csv" 2>&1
   python3 bench/kernels/sass_regions.py "$OUT/source_sass.csv" | tee "$OUT/sass_regions.txt" | head -20
+  python3 bench/kernels/sass_regions.py "$OUT/source_sass.csv" --split runs --sort executed > "$OUT/sass_runs.txt"
 fi
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1
