@@ -108,19 +108,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 3)
     bf16* vs = v_s + stage * kStage + v_dst;
     // Every pass's slot first: the block table's loads go out together, not each behind the copies
     // before it (cp.async's asm orders the loads around it).
+    const auto key_of = [&](int n) { return min(base + lrow + n * kRowsPerPass, end - 1); };
     int slots[kPasses];
     if (block_shift >= 0) {
 #pragma unroll
       for (int n = 0; n < kPasses; ++n) {
-        const int key = min(base + lrow + n * kRowsPerPass, end - 1);
-        slots[n] = (table[key >> block_shift] << block_shift) | (key & (bs - 1));
+        slots[n] = (table[key_of(n) >> block_shift] << block_shift) | (key_of(n) & (bs - 1));
       }
     } else {
 #pragma unroll
-      for (int n = 0; n < kPasses; ++n) {
-        const int key = min(base + lrow + n * kRowsPerPass, end - 1);
-        slots[n] = table[key / bs] * bs + key % bs;
-      }
+      for (int n = 0; n < kPasses; ++n) slots[n] = table[key_of(n) / bs] * bs + key_of(n) % bs;
     }
 #pragma unroll
     for (int n = 0; n < kPasses; ++n) {
