@@ -20,7 +20,10 @@
 // default: none over a bf16 pool, 1 over an e4m3 one),
 // fp8 (--quantization fp8: FP8 weights, large steps on the bf16 GEMM of
 // dequantized weights), fp8-tc (FP8 tensor-core GEMMs where cuBLASLt
-// offers them, the server's default), fp8-nokernel (FP8, no persistent kernel), int4 (the model
+// offers them, the server's default; fp8-tcN: up to N tokens), fp8-nofold and fp8-nofoldN
+// (fp8-tc, fp8-tcN with a quantization before and a scaling pass after each
+// GEMM instead of both folded into the norm and SiLU kernels),
+// fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
 // weights), int4-nokernel (int4, no persistent kernel), tokensN (graphs
@@ -172,7 +175,8 @@ int main(int argc, char** argv) {
   const auto known = [](const std::string& config) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
-                                         "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel"};
+                                         "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
+                                         "fp8-nofold"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -181,7 +185,8 @@ int main(int argc, char** argv) {
       return config.size() > prefix.size() && config.size() <= prefix.size() + most && config.rfind(prefix, 0) == 0 &&
              config.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
     };
-    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc") || digits_after("prefetch", 1) ||
+    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc") || digits_after("fp8-nofold") ||
+           digits_after("prefetch", 1) ||
            digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
@@ -246,8 +251,11 @@ int main(int argc, char** argv) {
     if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,
     // fp8-tcN up to N tokens.
-    o.fp8_tensor_cores = config.rfind("fp8-tc", 0) == 0;
+    const bool nofold = config.rfind("fp8-nofold", 0) == 0;
+    o.fp8_tensor_cores = config.rfind("fp8-tc", 0) == 0 || nofold;
+    o.fp8_fold_scales = !nofold;
     if (config.size() > 6 && config.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(config.substr(6));
+    if (config.size() > 10 && nofold) o.fp8_tensor_core_max_tokens = std::stoll(config.substr(10));
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below
@@ -262,9 +270,10 @@ int main(int argc, char** argv) {
       std::printf("[%s] pdl turned off: %s\n", config.c_str(), gpu.value()->pdl_off_reason().c_str());
     }
     if (gpu.value()->fp8_weights()) {
-      std::printf("[%s] FP8 weights; large steps on %s\n", config.c_str(),
+      std::printf("[%s] FP8 weights; large steps on %s%s\n", config.c_str(),
                   gpu.value()->fp8_tensor_core_gemms() ? "FP8 tensor-core GEMMs (cuBLASLt, per-token activation scales)"
-                                                       : "bf16 GEMMs of dequantized weights");
+                                                       : "bf16 GEMMs of dequantized weights",
+                  gpu.value()->fp8_folded_scales() ? ", the scales folded into the norms and SiLU" : "");
     }
     if (gpu.value()->int4_matrices() > 0) {
       std::printf(

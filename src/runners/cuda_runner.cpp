@@ -186,9 +186,9 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
   static_cast<RunnerOptions&>(options) = o;
   TERN_ASSIGN_OR_RETURN(auto device, cuda::DeviceModel::create(model.config(), cuda_host_weights(model), options));
   if (device->fp8_weights() && device->fp8_tensor_core_tokens() > 0) {
-    spdlog::info("GPU: FP8 weights (e4m3, a scale per row); steps of 5 to {} tokens on FP8 tensor-core GEMMs (W8A8), "
-                 "larger ones on bf16 GEMMs of dequantized weights",
-                 device->fp8_tensor_core_tokens());
+    spdlog::info("GPU: FP8 weights (e4m3, a scale per row); steps of 5 to {} tokens on FP8 tensor-core GEMMs (W8A8){}",
+                 device->fp8_tensor_core_tokens(),
+                 device->fp8_folded_scales() ? ", the scales folded into the norm and SiLU kernels" : "");
   } else if (device->fp8_weights()) {
     spdlog::info("GPU: FP8 weights (e4m3, a scale per row); steps past 4 tokens on bf16 GEMMs of dequantized weights "
                  "(no FP8 tensor-core GEMM on this GPU)");

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -109,6 +110,97 @@ TEST(CudaFp8, ActivationQuantizerMatchesHostBitForBit) {
       }
     }
   }
+}
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+// The folded kernels (a folded FP8 step's norms and SiLU) against the
+// unfused kernels they replace, bit for bit: add_rmsnorm_e4m3 against
+// scale_e4m3_sums(kAddF32) into x, add_rmsnorm, quantize_rows_e4m3;
+// silu_mul_e4m3 against scale_e4m3_sums(kBf16), silu_mul,
+// quantize_rows_e4m3. Widths of add_rmsnorm's warp form and of its block
+// form, odd ones, and a zero row.
+TEST(CudaFp8, FoldedKernelsMatchTheUnfusedOnesBitForBit) {
+  std::mt19937 rng(29);
+  const int64_t rows = 37;
+  for (int64_t hidden : {64, 96, 256, 1000, 1024, 2048}) {
+    for (bool with_delta : {true, false}) {
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(rows * hidden), -3, 3);
+      std::vector<float> sums = random_floats(rng, static_cast<size_t>(rows * hidden), -300, 300);
+      std::vector<float> xs = random_floats(rng, static_cast<size_t>(rows), 0.001f, 0.02f);
+      std::vector<float> ws = random_floats(rng, static_cast<size_t>(hidden), 0.0005f, 0.01f);
+      std::vector<float> weight = random_floats(rng, static_cast<size_t>(hidden), 0.5f, 1.5f);
+      for (int64_t j = 0; j < hidden; ++j) {  // row 2 ends up zero; row 3 has a zero scale
+        x[static_cast<size_t>(2 * hidden + j)] = 0;
+        sums[static_cast<size_t>(2 * hidden + j)] = 0;
+      }
+      xs[3] = 0;
+      DeviceArray<float> d_sums(sums), d_xs(xs), d_ws(ws), d_weight(weight);
+      // Unfused.
+      DeviceArray<float> x_a(x);
+      DeviceArray<bf16> h(static_cast<size_t>(rows * hidden));
+      DeviceArray<uint8_t> codes_a(std::vector<uint8_t>(static_cast<size_t>(rows * hidden), 0xaa));
+      DeviceArray<float> scales_a(std::vector<float>(static_cast<size_t>(rows), NAN));
+      if (with_delta) {
+        TERN_ASSERT_CUDA(cuda::scale_e4m3_sums(d_sums.get(), rows, hidden, d_xs.get(), d_ws.get(), x_a.get(),
+                                               cuda::GemmOut::kAddF32, nullptr));
+      }
+      TERN_ASSERT_CUDA(cuda::add_rmsnorm(x_a.get(), nullptr, d_weight.get(), nullptr, rows, hidden, 1e-5f, h.get(),
+                                         nullptr));
+      TERN_ASSERT_CUDA(cuda::quantize_rows_e4m3(h.get(), rows, hidden, codes_a.get(), scales_a.get(), nullptr));
+      // Folded.
+      DeviceArray<float> x_b(x);
+      DeviceArray<uint8_t> codes_b(std::vector<uint8_t>(static_cast<size_t>(rows * hidden), 0x55));
+      DeviceArray<float> scales_b(std::vector<float>(static_cast<size_t>(rows), NAN));
+      const cuda::Fp8Sums delta =
+          with_delta ? cuda::Fp8Sums{d_sums.get(), d_xs.get(), d_ws.get()} : cuda::Fp8Sums{};
+      TERN_ASSERT_CUDA(cuda::add_rmsnorm_e4m3(x_b.get(), delta, d_weight.get(), rows, hidden, 1e-5f, codes_b.get(),
+                                              scales_b.get(), nullptr));
+      const std::string what = "hidden " + std::to_string(hidden) + (with_delta ? " with delta" : "");
+      const std::vector<float> xa = x_a.download(), xb = x_b.download();
+      ASSERT_EQ(std::memcmp(xa.data(), xb.data(), xa.size() * sizeof(float)), 0) << what << ": the residual";
+      const std::vector<float> sa = scales_a.download(), sb = scales_b.download();
+      ASSERT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << what << ": the row scales";
+      EXPECT_EQ(sb[2], 0.0f) << what;
+      ASSERT_EQ(codes_a.download(), codes_b.download()) << what << ": the codes";
+    }
+  }
+  for (int64_t inter : {100, 192, 384, 3072}) {
+    std::vector<float> sums = random_floats(rng, static_cast<size_t>(rows * 2 * inter), -400, 400);
+    std::vector<float> xs = random_floats(rng, static_cast<size_t>(rows), 0.001f, 0.02f);
+    std::vector<float> ws = random_floats(rng, static_cast<size_t>(2 * inter), 0.0005f, 0.01f);
+    for (int64_t j = 0; j < 2 * inter; ++j) sums[static_cast<size_t>(4 * 2 * inter + j)] = 0;  // row 4: zero
+    DeviceArray<float> d_sums(sums), d_xs(xs), d_ws(ws);
+    DeviceArray<bf16> gate_up(static_cast<size_t>(rows * 2 * inter)), act(static_cast<size_t>(rows * inter));
+    DeviceArray<uint8_t> codes_a(std::vector<uint8_t>(static_cast<size_t>(rows * inter), 0xaa));
+    DeviceArray<float> scales_a(std::vector<float>(static_cast<size_t>(rows), NAN));
+    TERN_ASSERT_CUDA(cuda::scale_e4m3_sums(d_sums.get(), rows, 2 * inter, d_xs.get(), d_ws.get(), gate_up.get(),
+                                           cuda::GemmOut::kBf16, nullptr));
+    TERN_ASSERT_CUDA(cuda::silu_mul(gate_up.get(), rows, inter, act.get(), nullptr));
+    TERN_ASSERT_CUDA(cuda::quantize_rows_e4m3(act.get(), rows, inter, codes_a.get(), scales_a.get(), nullptr));
+    DeviceArray<uint8_t> codes_b(std::vector<uint8_t>(static_cast<size_t>(rows * inter), 0x55));
+    DeviceArray<float> scales_b(std::vector<float>(static_cast<size_t>(rows), NAN));
+    TERN_ASSERT_CUDA(cuda::silu_mul_e4m3(cuda::Fp8Sums{d_sums.get(), d_xs.get(), d_ws.get()}, rows, inter,
+                                         codes_b.get(), scales_b.get(), nullptr));
+    const std::string what = "inter " + std::to_string(inter);
+    const std::vector<float> sa = scales_a.download(), sb = scales_b.download();
+    ASSERT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << what << ": the row scales";
+    EXPECT_EQ(sb[4], 0.0f) << what;
+    ASSERT_EQ(codes_a.download(), codes_b.download()) << what << ": the codes";
+  }
+  // What the folded SiLU cannot take is refused, not run.
+  DeviceArray<float> f(64);
+  DeviceArray<uint8_t> c(64);
+  EXPECT_EQ(cuda::silu_mul_e4m3(cuda::Fp8Sums{f.get(), f.get(), f.get()}, 1, 6, c.get(), f.get(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::silu_mul_e4m3(cuda::Fp8Sums{f.get(), f.get(), f.get()}, 1, cuda::kMaxSiluE4m3Inter + 4, c.get(),
+                                f.get(), nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(CudaFp8, WeightDequantizerMatchesHost) {

@@ -1108,6 +1108,77 @@ void check_rope_in_tiles(KvCacheDType dtype) {
   EXPECT_GT(decode_steps, 5);
 }
 
+// --quantization fp8 with the scales folded into the norm and SiLU kernels
+// (DeviceModelOptions::fp8_fold_scales) against the unfused form (a
+// quantization before and a scaling pass after each unscaled GEMM), bit
+// for bit: prompt steps, decode steps of the graphs' buckets and steps that
+// mix them. Where cuBLASLt's e4m3 GEMM takes the scales itself (or there is
+// none), nothing is folded, and the test says so.
+void check_fp8_folded(const std::string& dir, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto cpu = load_cpu(dir);
+  ASSERT_NE(cpu, nullptr);
+  const int64_t bs = 16;
+  StepDriver driver(cpu->config(), 40, bs, 160, rng);
+  StepDriver joining(cpu->config(), 12, bs, 96, rng);
+  const auto shift = static_cast<int32_t>(driver.blocks_needed());
+  for (auto& stream : joining.streams) {
+    for (int32_t& block : stream.table) block += shift;
+  }
+  cuda::DeviceModelOptions on, off;
+  for (cuda::DeviceModelOptions* o : {&on, &off}) {
+    o->max_num_seqs = 64;
+    o->fp8_weights = true;
+    o->fp8_tensor_cores = true;
+    o->fp8_tensor_core_max_tokens = 256;
+  }
+  off.fp8_fold_scales = false;
+  const int64_t blocks = driver.blocks_needed() + joining.blocks_needed() + 2;
+  auto folded = make_gpu(*cpu, bs, blocks, 256, &on);
+  auto unfolded = make_gpu(*cpu, bs, blocks, 256, &off);
+  ASSERT_TRUE(folded && unfolded);
+  EXPECT_FALSE(unfolded->fp8_folded_scales());
+  if (!folded->fp8_folded_scales()) {
+    std::printf("[fp8 folded %s] not folded here (%s): nothing to compare\n", dir.c_str(),
+                folded->fp8_tensor_core_gemms() ? "cuBLASLt applies the scales" : "no FP8 tensor-core GEMM");
+    return;
+  }
+  int prompt_steps = 0, mixed_steps = 0, decode_steps = 0;
+  std::vector<size_t> owners, joining_owners;
+  for (int step = 0; step < 80; ++step) {
+    const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
+    std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
+    if (batch.empty()) break;
+    const bool decoding = std::all_of(batch.begin(), batch.end(), [](const auto& ch) { return ch.tokens.size() == 1; });
+    std::vector<SequenceChunk> joined;
+    if (decoding) joined = joining.next(rng, 0, &joining_owners);
+    const size_t own = batch.size();
+    batch.insert(batch.end(), joined.begin(), joined.end());
+    const StepResult a = run_step(*folded, batch, {});
+    const StepResult b = run_step(*unfolded, batch, {});
+    (!decoding ? prompt_steps : !joined.empty() ? mixed_steps : decode_steps) += 1;
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0)
+        << dir << " step " << step << " (" << batch.size() << " chunks, " << joined.size() << " joining): logits differ";
+    batch.resize(own);
+    driver.advance(batch, owners);
+    joining.advance(joined, joining_owners);
+  }
+  EXPECT_GT(prompt_steps, 5);
+  EXPECT_GT(mixed_steps, 2);
+  EXPECT_GT(decode_steps, 5);
+  std::printf("[fp8 folded %s] %d prompt, %d mixed, %d decode steps: logits bit for bit\n", dir.c_str(), prompt_steps,
+              mixed_steps, decode_steps);
+}
+
+TEST(GpuModel, Fp8FoldedScalesMatchUnfoldedBitForBit) {
+  // ernie-tiny: hidden 64 (add_rmsnorm's block form), inter 192; the head_dim-128 model: hidden 256 (warp form).
+  check_fp8_folded(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 61);
+  test::TinySpec spec = head_dim_128_spec(512);
+  test::TinyModelDir dir(spec, 18);
+  check_fp8_folded(dir.path(), 62);
+}
+
 TEST(GpuModel, RopeInPrefillTilesMatchesRopeStoreKvBitForBit) {
   check_rope_in_tiles(KvCacheDType::kAuto);
   check_rope_in_tiles(KvCacheDType::kFp8E4m3);

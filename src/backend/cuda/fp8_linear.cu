@@ -1,7 +1,8 @@
 // The FP8 linear layers' kernels (gemm_fp8.h): per-token e4m3
 // quantization of the activations for the tensor-core GEMM, the scales
-// applied to its unscaled fp32 sums, and the weights dequantized to bf16
-// for the fallback.
+// applied to its unscaled fp32 sums, the two fused forms that do both
+// around the MLP (the residual add and RMSNorm, SiLU * up), and the
+// weights dequantized to bf16 for the fallback.
 #include <algorithm>
 #include <cstdint>
 
@@ -94,15 +95,225 @@ __global__ void scale_sums_kernel(const float* sums, int64_t quads, int64_t N, c
       reinterpret_cast<uint2*>(y)[q] = make_uint2(pack_bf16x2(r.x, r.y), pack_bf16x2(r.z, r.w));
     } else if constexpr (kOut == GemmOut::kF32) {
       reinterpret_cast<float4*>(y)[q] = r;
-    } else {
+    } else {  // one rounding for the product and the add, as add_rmsnorm_e4m3 does
       float4* p = reinterpret_cast<float4*>(y) + q;
       const float4 old = *p;
-      *p = make_float4(old.x + r.x, old.y + r.y, old.z + r.z, old.w + r.w);
+      *p = make_float4(__fmaf_rn(v.x * xs, ws.x, old.x), __fmaf_rn(v.y * xs, ws.y, old.y),
+                       __fmaf_rn(v.z * xs, ws.z, old.z), __fmaf_rn(v.w * xs, ws.w, old.w));
     }
   }
 }
 
+// The block's largest value (kQuantThreads threads; every thread gets it).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[kQuantThreads / 32];
+  __shared__ float result;
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float m = threadIdx.x < kQuantThreads / 32 ? partial[threadIdx.x] : 0.0f;
+    m = warp_max(m);
+    if (threadIdx.x == 0) result = m;
+  }
+  __syncthreads();
+  return result;
+}
+
+// Four values' e4m3 codes of v / s in one word, the first in the low byte.
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d, float s) {
+  return static_cast<uint32_t>(f32_to_e4m3(a / s)) | static_cast<uint32_t>(f32_to_e4m3(b / s)) << 8 |
+         static_cast<uint32_t>(f32_to_e4m3(c / s)) << 16 | static_cast<uint32_t>(f32_to_e4m3(d / s)) << 24;
+}
+
+// add_rmsnorm_e4m3, one warp per row of 128 N floats (add_rmsnorm's warp
+// form: the same loads, sums and roundings), 8 rows a block: the row, its
+// delta's sums and the weights in registers; the normalized row as bf16
+// pairs; its codes out as one word per 4 values.
+template <int N>
+__global__ void __launch_bounds__(kQuantThreads)
+    add_rmsnorm_e4m3_warp_kernel(float* x, Fp8Sums delta, const float* weight, int64_t num_rows, float eps,
+                                 uint8_t* codes, float* scales) {
+  constexpr int64_t kHidden = 128 * N;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) + (threadIdx.x >> 5);
+  if (r >= num_rows) return;
+  float4* xr = reinterpret_cast<float4*>(x + r * kHidden);
+  const float4* w4 = reinterpret_cast<const float4*>(weight);
+  float4 v[N], w[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = xr[lane + 32 * k];
+  if (delta.sums != nullptr) {
+    const float4* dr = reinterpret_cast<const float4*>(delta.sums + r * kHidden);
+    const float4* ws4 = reinterpret_cast<const float4*>(delta.w_scales);
+    const float xs = delta.x_scales[r];
+    float4 d[N], ws[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      d[k] = dr[lane + 32 * k];
+      ws[k] = ws4[lane + 32 * k];
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      v[k] = make_float4(__fmaf_rn(d[k].x * xs, ws[k].x, v[k].x), __fmaf_rn(d[k].y * xs, ws[k].y, v[k].y),
+                         __fmaf_rn(d[k].z * xs, ws[k].z, v[k].z), __fmaf_rn(d[k].w * xs, ws[k].w, v[k].w));
+      xr[lane + 32 * k] = v[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) w[k] = w4[lane + 32 * k];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) sum_sq += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  const float scale = 1.0f / sqrtf(warp_sum(sum_sq) / static_cast<float>(kHidden) + eps);
+  uint32_t h[N][2];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    h[k][0] = pack_bf16x2(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y);
+    h[k][1] = pack_bf16x2(v[k].z * scale * w[k].z, v[k].w * scale * w[k].w);
+    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(lo_bf16(h[k][0])), fabsf(hi_bf16(h[k][0]))),
+                             fmaxf(fabsf(lo_bf16(h[k][1])), fabsf(hi_bf16(h[k][1])))));
+  }
+  amax = warp_max(amax);
+  uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * kHidden);
+  if (amax == 0.0f) {  // as quantize_rows_kernel: scale 0, codes 0
+#pragma unroll
+    for (int k = 0; k < N; ++k) cr[lane + 32 * k] = 0;
+    if (lane == 0) scales[r] = 0.0f;
+    return;
+  }
+  const float s = amax / 448.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    cr[lane + 32 * k] = e4m3x4(lo_bf16(h[k][0]), hi_bf16(h[k][0]), lo_bf16(h[k][1]), hi_bf16(h[k][1]), s);
+  }
+  if (lane == 0) scales[r] = s;
+}
+
+// The same for any width, one block per row (add_rmsnorm's block form: the
+// same strides and block sum): the sums pass writes the row back, the
+// normalized row is made twice (its maximum, then its codes) from the
+// row each thread wrote itself.
+__global__ void __launch_bounds__(kQuantThreads)
+    add_rmsnorm_e4m3_kernel(float* x, Fp8Sums delta, const float* weight, int64_t hidden, float eps, uint8_t* codes,
+                            float* scales) {
+  const int64_t r = blockIdx.x;
+  float* xr = x + r * hidden;
+  float sum_sq = 0.0f;
+  if (delta.sums != nullptr) {
+    const float* dr = delta.sums + r * hidden;
+    const float xs = delta.x_scales[r];
+    for (int64_t j = threadIdx.x; j < hidden; j += kQuantThreads) {
+      const float v = __fmaf_rn(dr[j] * xs, delta.w_scales[j], xr[j]);
+      xr[j] = v;
+      sum_sq += v * v;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < hidden; j += kQuantThreads) sum_sq += xr[j] * xr[j];
+  }
+  const float total = block_sum(sum_sq);
+  const float scale = 1.0f / sqrtf(total / static_cast<float>(hidden) + eps);
+  float amax = 0.0f;
+  for (int64_t j = threadIdx.x; j < hidden; j += kQuantThreads) {
+    amax = fmaxf(amax, fabsf(round_bf16(xr[j] * scale * weight[j])));
+  }
+  const float a = block_max(amax);
+  uint8_t* cr = codes + r * hidden;
+  if (a == 0.0f) {
+    for (int64_t j = threadIdx.x; j < hidden; j += kQuantThreads) cr[j] = 0;
+    if (threadIdx.x == 0) scales[r] = 0.0f;
+    return;
+  }
+  const float s = a / 448.0f;
+  for (int64_t j = threadIdx.x; j < hidden; j += kQuantThreads) {
+    cr[j] = f32_to_e4m3(round_bf16(xr[j] * scale * weight[j]) / s);
+  }
+  if (threadIdx.x == 0) scales[r] = s;
+}
+
+// silu_mul_e4m3, one block per row: each thread takes 4 columns at a time
+// (16-byte loads of the gate and up sums and their weight scales), makes
+// gate and up as scale_sums_kernel<kBf16> rounds them, the products as
+// silu_mul rounds them (kept as bf16 in shared memory: inter * 2 bytes),
+// then the row's codes as quantize_rows_kernel makes them.
+__global__ void __launch_bounds__(kQuantThreads)
+    silu_mul_e4m3_kernel(Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
+  extern __shared__ uint2 products[];  // [inter / 4]: 4 bf16 each
+  const int64_t r = blockIdx.x;
+  const int quads = inter / 4;
+  const float4* g4 = reinterpret_cast<const float4*>(gu.sums + r * 2 * inter);
+  const float4* u4 = g4 + quads;
+  const float4* gs4 = reinterpret_cast<const float4*>(gu.w_scales);
+  const float4* us4 = gs4 + quads;
+  const float xs = gu.x_scales[r];
+  float amax = 0.0f;
+  for (int q = threadIdx.x; q < quads; q += kQuantThreads) {
+    const float4 g = g4[q], u = u4[q], gs = gs4[q], us = us4[q];
+    const uint32_t gw[2] = {pack_bf16x2(g.x * xs * gs.x, g.y * xs * gs.y), pack_bf16x2(g.z * xs * gs.z, g.w * xs * gs.w)};
+    const uint32_t uw[2] = {pack_bf16x2(u.x * xs * us.x, u.y * xs * us.y), pack_bf16x2(u.z * xs * us.z, u.w * xs * us.w)};
+    uint32_t pw[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float g0 = lo_bf16(gw[h]), g1 = hi_bf16(gw[h]), u0 = lo_bf16(uw[h]), u1 = hi_bf16(uw[h]);
+      pw[h] = pack_bf16x2(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
+      amax = fmaxf(amax, fmaxf(fabsf(lo_bf16(pw[h])), fabsf(hi_bf16(pw[h]))));
+    }
+    products[q] = make_uint2(pw[0], pw[1]);
+  }
+  const float a = block_max(amax);  // its barrier also makes the products visible
+  uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * inter);
+  if (a == 0.0f) {
+    for (int q = threadIdx.x; q < quads; q += kQuantThreads) cr[q] = 0;
+    if (threadIdx.x == 0) scales[r] = 0.0f;
+    return;
+  }
+  const float s = a / 448.0f;
+  for (int q = threadIdx.x; q < quads; q += kQuantThreads) {
+    const uint2 p = products[q];
+    cr[q] = e4m3x4(lo_bf16(p.x), hi_bf16(p.x), lo_bf16(p.y), hi_bf16(p.y), s);
+  }
+  if (threadIdx.x == 0) scales[r] = s;
+}
+
+template <int N>
+cudaError_t launch_rmsnorm_e4m3_warp(float* x, const Fp8Sums& delta, const float* weight, int64_t rows, float eps,
+                                     uint8_t* codes, float* scales, cudaStream_t stream) {
+  add_rmsnorm_e4m3_warp_kernel<N>
+      <<<blocks_for(rows, kQuantThreads / 32), kQuantThreads, 0, stream>>>(x, delta, weight, rows, eps, codes, scales);
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t add_rmsnorm_e4m3(float* x, const Fp8Sums& delta, const float* weight, int64_t rows, int64_t hidden,
+                             float eps, uint8_t* codes, float* scales, cudaStream_t stream) {
+  if (rows <= 0 || hidden <= 0) return cudaSuccess;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  switch (hidden) {  // add_rmsnorm's warp widths
+    case 256: return launch_rmsnorm_e4m3_warp<2>(x, delta, weight, rows, eps, codes, scales, stream);
+    case 512: return launch_rmsnorm_e4m3_warp<4>(x, delta, weight, rows, eps, codes, scales, stream);
+    case 1024: return launch_rmsnorm_e4m3_warp<8>(x, delta, weight, rows, eps, codes, scales, stream);
+    case 2048: return launch_rmsnorm_e4m3_warp<16>(x, delta, weight, rows, eps, codes, scales, stream);
+    default: break;
+  }
+  add_rmsnorm_e4m3_kernel<<<static_cast<unsigned int>(rows), kQuantThreads, 0, stream>>>(x, delta, weight, hidden,
+                                                                                          eps, codes, scales);
+  return cudaGetLastError();
+}
+
+cudaError_t silu_mul_e4m3(const Fp8Sums& gu, int64_t rows, int64_t inter, uint8_t* codes, float* scales,
+                          cudaStream_t stream) {
+  if (rows <= 0 || inter <= 0) return cudaSuccess;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (rows > 0x7fffffff || inter % 4 != 0 || inter > kMaxSiluE4m3Inter || !aligned(gu.sums) ||
+      !aligned(gu.w_scales) || reinterpret_cast<uintptr_t>(codes) % 4 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  silu_mul_e4m3_kernel<<<static_cast<unsigned int>(rows), kQuantThreads, static_cast<size_t>(inter) * 2, stream>>>(
+      gu, static_cast<int>(inter), codes, scales);
+  return cudaGetLastError();
+}
 
 cudaError_t quantize_rows_e4m3(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scales,
                                cudaStream_t stream) {

@@ -112,6 +112,20 @@ bool Fp8Gemm::needs_sums(int64_t T, int64_t K, int64_t N, GemmOut out) {
   return p.is_ok() && (*p)->unit_scales;
 }
 
+Status Fp8Gemm::sums(const uint8_t* x_codes, int64_t T, int64_t K, const uint8_t* codes, int64_t N, float* sums,
+                     void* workspace, cudaStream_t stream) {
+  if (T <= 0) return Status::ok();
+  if (!needs_sums(T, K, N, GemmOut::kF32)) {
+    return internal_error("FP8 GEMM sums: cuBLASLt offers no unscaled e4m3 GEMM for " + std::to_string(T) + " x " +
+                          std::to_string(K) + " -> " + std::to_string(N));
+  }
+  TERN_ASSIGN_OR_RETURN(Plan * p, plan(T, K, N, GemmOut::kF32));
+  const float alpha = 1.0f, beta = 0.0f;
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_, p->desc, &alpha, codes, p->a, x_codes, p->b, &beta, sums, p->c,
+                                             sums, p->c, &p->algo, workspace, workspace_bytes_, stream));
+  return Status::ok();
+}
+
 Status Fp8Gemm::linear(cublasHandle_t cublas, const bf16* x, int64_t T, int64_t K, Fp8Weights w, int64_t N,
                        void* y, GemmOut out_type, const Fp8Scratch& scratch, cudaStream_t stream,
                        bool use_tensor_cores) {

@@ -46,6 +46,34 @@ cudaError_t dequantize_e4m3_rows(const uint8_t* w, const float* scales, int64_t 
 cudaError_t scale_e4m3_sums(const float* sums, int64_t rows, int64_t cols, const float* x_scales,
                             const float* w_scales, void* y, GemmOut out, cudaStream_t stream);
 
+// An unscaled FP8 GEMM's fp32 sums [T, N] with the scales that make its
+// outputs: y[t, n] = sums[t, n] * x_scales[t] * w_scales[n]
+// (scale_e4m3_sums). The sums and w_scales 16-byte aligned.
+struct Fp8Sums {
+  const float* sums = nullptr;
+  const float* x_scales = nullptr;  // [T]
+  const float* w_scales = nullptr;  // [N]
+};
+
+// The kernels around an FP8 MLP with the scaling and the quantization
+// folded in, each bit for bit the unfused kernels it replaces (so a step
+// takes 3 kernels fewer per layer for the same values):
+//   add_rmsnorm_e4m3: for t < rows, when delta.sums is set, x[t] +=
+//     delta's y[t] (scale_e4m3_sums with GemmOut::kAddF32); then the row's
+//     add_rmsnorm (kernels.h) h = bf16(x[t] / sqrt(mean(x[t]^2) + eps) *
+//     weight) and quantize_rows_e4m3(h) into codes [rows, hidden] and
+//     scales [rows]; h itself is not stored;
+//   silu_mul_e4m3: the gate|up GEMM's sums gu ([rows, 2 * inter], gate
+//     first) made bf16 (scale_e4m3_sums, GemmOut::kBf16), silu_mul of
+//     them, and quantize_rows_e4m3 of the products into codes [rows, inter]
+//     and scales [rows]. inter a multiple of 4 up to kMaxSiluE4m3Inter
+//     (its products are held in shared memory), codes 4-byte aligned.
+constexpr int64_t kMaxSiluE4m3Inter = 24576;
+cudaError_t add_rmsnorm_e4m3(float* x, const Fp8Sums& delta, const float* weight, int64_t rows, int64_t hidden,
+                             float eps, uint8_t* codes, float* scales, cudaStream_t stream);
+cudaError_t silu_mul_e4m3(const Fp8Sums& gu, int64_t rows, int64_t inter, uint8_t* codes, float* scales,
+                          cudaStream_t stream);
+
 struct Fp8Weights {
   const uint8_t* codes = nullptr;  // [N, K], 16-byte aligned
   const float* scales = nullptr;   // [N]
@@ -81,6 +109,14 @@ class Fp8Gemm {
   // Whether that GEMM is the unscaled one, so the call needs Fp8Scratch::sums
   // (false where tensor_cores is).
   bool needs_sums(int64_t num_tokens, int64_t in_features, int64_t out_features, GemmOut out);
+
+  // sums[t, n] = sum_k x_codes[t, k] * codes[n, k] for t < num_tokens: the
+  // unscaled e4m3 GEMM into fp32 sums that linear() runs where needs_sums
+  // says so (same plan, same values), for callers that quantize the input
+  // and apply the scales themselves (Fp8Sums). Internal where no such GEMM
+  // is offered for the shape (needs_sums false).
+  Status sums(const uint8_t* x_codes, int64_t num_tokens, int64_t in_features, const uint8_t* codes,
+              int64_t out_features, float* sums, void* workspace, cudaStream_t stream);
 
   // y (+)= x . W^T; tensor cores when use_tensor_cores and tensor_cores()
   // says so, else the dequantized form (which needs scratch.w_bf16).

@@ -231,6 +231,7 @@ Status DeviceModel::Impl::plan_workspace() {
     const Item scratch[] = {
         {&fp8_x_codes, TC * widest, "FP8 activation codes"},
         {&fp8_x_scales, TC * sizeof(float), "FP8 activation scales"},
+        {&fp8_x_scales2, fp8_fold ? TC * sizeof(float) : 0, "FP8 activation scales (folded steps)"},
         {&fp8_sums, sums * TC * std::max({QKV, H, 2 * I}) * sizeof(float), "FP8 GEMM sums"},
         {&dequantized_w, largest * sizeof(bf16), "dequantized weights"},
     };
@@ -461,7 +462,9 @@ int64_t DeviceModel::Impl::gemm_rows(int64_t num_tokens) {
 Status DeviceModel::Impl::warm_gemms() {
   const ModelConfig& c = config;
   const int64_t H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim();
-  for (DeviceBuffer* b : {&h, &attn, &act, &hlog}) TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->as<void>(), 0, b->bytes(), stream));
+  for (DeviceBuffer* b : {&h, &attn, &act, &hlog, &fp8_x_codes}) {
+    if (b->bytes() > 0) TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->as<void>(), 0, b->bytes(), stream));
+  }
   const Layer& w = layers.front();
   const auto start = std::chrono::steady_clock::now();
   warmed_gemm_rows = 0;
@@ -471,6 +474,12 @@ Status DeviceModel::Impl::warm_gemms() {
     TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), rows, Q, w.o, H, x.as<void>(), GemmOut::kAddF32));
     TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
     TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), rows, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
+    if (fold_fp8(rows)) {  // a folded step's GEMMs (their plans asked for here, not in a step)
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.qkv, qkv_dim()));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, Q, w.o, H));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.gate_up, 2 * I));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, I, w.down, H));
+    }
     if (rows <= head_capacity) {
       TERN_RETURN_IF_ERROR(linear(cublas, hlog.as<bf16>(), rows, H, lm_head, c.vocab_size, logits.as<void>(),
                                   GemmOut::kF32));
@@ -601,6 +610,9 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
                                                       g.needs_sums(T, c.q_dim(), H, GemmOut::kAddF32) ||
                                                       g.needs_sums(T, H, 2 * I, GemmOut::kBf16) ||
                                                       g.needs_sums(T, I, H, GemmOut::kAddF32));
+    impl->fp8_fold = options.fp8_fold_scales && impl->fp8_tensor_cores && g.needs_sums(T, H, impl->qkv_dim(), GemmOut::kF32) &&
+                     g.needs_sums(T, c.q_dim(), H, GemmOut::kF32) && g.needs_sums(T, H, 2 * I, GemmOut::kF32) &&
+                     g.needs_sums(T, I, H, GemmOut::kF32) && I % 4 == 0 && I <= kMaxSiluE4m3Inter;
   }
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(
@@ -700,6 +712,7 @@ const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_r
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
 bool DeviceModel::fp8_weights() const { return impl_->fp8; }
 bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
+bool DeviceModel::fp8_folded_scales() const { return impl_->fp8_fold; }
 int64_t DeviceModel::fp8_tensor_core_tokens() const { return impl_->fp8_tc_rows; }
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 const std::string& DeviceModel::int4_declined() const { return impl_->int4_declined; }

@@ -113,12 +113,19 @@ struct DeviceModelOptions : RunnerOptions {
   // or where it does not: the layer's weights dequantized to bf16 and the
   // bf16 GEMM (gemm_fp8.h).
   bool fp8_tensor_cores = true;
-  // ... for steps of up to this many tokens; larger steps (prefill) take the
-  // dequantized form, faster there: the activations' quantization and the
-  // scaling of fp32 sums cost more per token than the FP8 GEMM saves once
-  // the bf16 GEMM runs near its peak (on an H200: even at 512 and 1,024
-  // tokens, bench/kernels/NOTES.md).
-  int64_t fp8_tensor_core_max_tokens = 256;
+  // ... for steps of up to this many tokens (the default: every step);
+  // larger ones take the dequantized form. With the scales folded in (below)
+  // the tensor cores are faster at every step size measured (an H100,
+  // 2,048-token prefill steps: 658-674k tok/s against 562-591k for the
+  // dequantized form); unfolded, the dequantized form was faster past 256
+  // tokens (bench/kernels/NOTES.md).
+  int64_t fp8_tensor_core_max_tokens = int64_t{1} << 30;
+  // ... and where cuBLASLt's GEMM is the unscaled one (sm_90), the scales and
+  // the activations' quantization folded into the kernels around the MLP
+  // (gemm_fp8.h: add_rmsnorm_e4m3, silu_mul_e4m3; the same values, 3
+  // kernels fewer a layer); off: a quantization before and a scaling pass
+  // after each GEMM.
+  bool fp8_fold_scales = true;
   int device = 0;
 };
 
@@ -207,10 +214,12 @@ class DeviceModel {
   bool layers_kernel() const;
   // Whether the layers hold FP8 weights, whether large steps use FP8
   // tensor-core GEMMs for them (at the model's shapes, for a 64-token step),
-  // and up to how many tokens a step does (0 when none does).
+  // and up to how many tokens a step does (0 when none does); whether those
+  // steps fold the scales into the kernels around the GEMMs (fp8_fold_scales).
   bool fp8_weights() const;
   bool fp8_tensor_core_gemms() const;
   int64_t fp8_tensor_core_tokens() const;
+  bool fp8_folded_scales() const;
   // How many layer matrices (fused ones counted once) hold int4 weights, and
   // why the first layer matrix held in Q4_0 / Q8_0 blocks that did not was
   // uploaded as bf16 (empty if none was).

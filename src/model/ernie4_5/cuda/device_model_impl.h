@@ -114,12 +114,14 @@ struct DeviceModel::Impl {
   bool fp8_tensor_cores = false;  // FP8 GEMMs on cuBLASLt where it has them (else dequantized to bf16)
   bool fp8_needs_sums = false;    // ... unscaled, into fp8_sums (Fp8Gemm::needs_sums)
   int64_t fp8_tc_rows = 0;        // ... for GEMMs of up to this many rows (gemm_rows; 0 without), else dequantized
+  bool fp8_fold = false;          // ... unscaled for every layer shape, the scales folded in (fold_fp8)
   std::unique_ptr<Fp8Gemm> fp8_gemm;
   // Layer matrices uploaded as int4, and why the first one held in Q4_0 or
   // Q8_0 blocks that was not (uploaded as bf16), if any.
   int64_t int4_matrices = 0;
   std::string int4_declined;
   DeviceBuffer fp8_x_codes, fp8_x_scales;  // Fp8Scratch
+  DeviceBuffer fp8_x_scales2;              // a folded step's second set of row scales (fold_fp8)
   DeviceBuffer fp8_sums;                   // the unscaled FP8 GEMM's fp32 sums (Fp8Gemm::needs_sums)
   DeviceBuffer dequantized_w;              // the largest FP8 or int4 matrix as bf16, for large steps' GEMM
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
@@ -229,6 +231,12 @@ struct DeviceModel::Impl {
   // y (+)= x . W^T for a layer's matrix in any form.
   Status linear_of(const bf16* x, int64_t num_tokens, int64_t in_features, const Matrix& w, int64_t out_features,
                    void* y, GemmOut out);
+  // Whether a step of num_tokens tokens past the GEMV's sizes runs its FP8
+  // layers folded: each GEMM the unscaled one into fp8_sums, the row scales
+  // and the quantization in add_rmsnorm_e4m3 and silu_mul_e4m3 (gemm_fp8.h).
+  bool fold_fp8(int64_t num_tokens);
+  // fp8_sums = the unscaled GEMM of the codes in fp8_x_codes with w's.
+  Status fp8_sums_of(int64_t num_tokens, int64_t in_features, const Matrix& w, int64_t out_features);
   // The GEMV's weight pointers for a layer's matrix.
   void gemv_weights(GemvParams& g, const Matrix& w) const;
   Status ensure_meta(size_t count);

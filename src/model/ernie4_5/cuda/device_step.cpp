@@ -45,6 +45,20 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
                           stream, T <= fp8_tc_rows);
 }
 
+bool DeviceModel::Impl::fold_fp8(int64_t num_tokens) {
+  const int64_t T = gemm_rows(num_tokens), H = config.hidden_size, I = config.intermediate_size;
+  if (!fp8_fold || num_tokens <= gemv_tokens || T > fp8_tc_rows) return false;
+  // Plans are per row count; each is asked for once and remembered.
+  Fp8Gemm& g = *fp8_gemm;
+  return g.needs_sums(T, H, qkv_dim(), GemmOut::kF32) && g.needs_sums(T, config.q_dim(), H, GemmOut::kF32) &&
+         g.needs_sums(T, H, 2 * I, GemmOut::kF32) && g.needs_sums(T, I, H, GemmOut::kF32);
+}
+
+Status DeviceModel::Impl::fp8_sums_of(int64_t num_tokens, int64_t K, const Matrix& w, int64_t N) {
+  return fp8_gemm->sums(fp8_x_codes.as<uint8_t>(), gemm_rows(num_tokens), K, w.w.as<uint8_t>(), N, fp8_sums.as<float>(),
+                        cublas_workspace.as<void>(), stream);
+}
+
 void DeviceModel::Impl::gemv_weights(GemvParams& g, const Matrix& w) const {
   switch (w.form) {
     case Form::kBf16:
@@ -124,6 +138,15 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const int64_t T = v.num_tokens, H = c.hidden_size, I = c.intermediate_size, QKV = qkv_dim();
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const bool small = T <= gemv_tokens;
+  // FP8 layers with the scales folded in (fold_fp8): a layer's four GEMMs write fp32 sums; the row scales of
+  // each GEMM's input alternate between fp8_x_scales (the norms' outputs) and fp8_x_scales2 (the attention's
+  // and the SiLU products'), and the down GEMM's sums wait for the next layer's norm (after the last layer,
+  // for a scaling pass into x).
+  const bool fold = fold_fp8(T);
+  uint8_t* const codes = fp8_x_codes.as<uint8_t>();
+  float* const norm_scales = fp8_x_scales.as<float>();
+  float* const act_scales = fp8_x_scales2.as<float>();
+  Fp8Sums pending;  // the last down GEMM's, not yet added into x
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
@@ -169,10 +192,19 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       g.places = places;
       g.planes = planes;
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
+    } else if (fold) {
+      TERN_CUDA_RETURN_IF_ERROR(
+          add_rmsnorm_e4m3(x.as<float>(), pending, w.input_norm.as<float>(), T, H, eps, codes, norm_scales, stream));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.qkv, QKV));
+      TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(fp8_sums.as<float>(), T, QKV, norm_scales, w.qkv.scale.as<float>(),
+                                                qkv.as<void>(), GemmOut::kBf16, stream));
+      pending = Fp8Sums{};
     } else {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.qkv, QKV, qkv.as<void>(), GemmOut::kBf16));
+    }
+    if (!small) {
       const RopeKvParams rp{.qkv = qkv.as<bf16>(), .row_stride = QKV, .num_tokens = T, .heads = heads,
                             .places = places, .planes = planes, .kv_only = rope_q};
       if (!rope_fused) TERN_CUDA_RETURN_IF_ERROR(rope_store_kv(rp, stream));
@@ -226,6 +258,17 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       g = gemv_of(GemvInput::kSiluMul, GemvOutput::kAddF32, I, H, w.down, x.as<void>());
       g.x_bf16 = gate_up.as<bf16>();
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
+    } else if (fold) {
+      TERN_CUDA_RETURN_IF_ERROR(
+          quantize_rows_e4m3(attn.as<bf16>(), T, c.q_dim(), codes, act_scales, stream));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, c.q_dim(), w.o, H));
+      TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm_e4m3(x.as<float>(), Fp8Sums{fp8_sums.as<float>(), act_scales, w.o.scale.as<float>()},
+                                                 w.post_norm.as<float>(), T, H, eps, codes, norm_scales, stream));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.gate_up, 2 * I));
+      TERN_CUDA_RETURN_IF_ERROR(silu_mul_e4m3(Fp8Sums{fp8_sums.as<float>(), norm_scales, w.gate_up.scale.as<float>()},
+                                              T, I, codes, act_scales, stream));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, I, w.down, H));
+      pending = Fp8Sums{fp8_sums.as<float>(), act_scales, w.down.scale.as<float>()};
     } else {
       TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), T, c.q_dim(), w.o, H, x.as<void>(), GemmOut::kAddF32));
       TERN_CUDA_RETURN_IF_ERROR(
@@ -234,6 +277,10 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       TERN_CUDA_RETURN_IF_ERROR(silu_mul(gate_up.as<bf16>(), T, I, act.as<bf16>(), stream));
       TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), T, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
     }
+  }
+  if (pending.sums != nullptr) {
+    TERN_CUDA_RETURN_IF_ERROR(
+        scale_e4m3_sums(pending.sums, T, H, pending.x_scales, pending.w_scales, x.as<void>(), GemmOut::kAddF32, stream));
   }
   return Status::ok();
 }
