@@ -83,7 +83,7 @@ Fp8Case random_fp8(std::mt19937& rng, int64_t n, int64_t k) {
 
 TEST(CudaFp8, ActivationQuantizerMatchesHostBitForBit) {
   std::mt19937 rng(21);
-  for (int64_t cols : {8, 64, 1000, 1024, 3072}) {
+  for (int64_t cols : {8, 64, 100, 1000, 1024, 2048, 3072, 5000}) {  // the warp form to 4,096 (cols % 8 == 0), else blocks
     const int64_t rows = 37;
     Bf16Data x = test::random_bf16(rng, static_cast<size_t>(rows * cols), -4, 4);
     for (int64_t j = 0; j < cols; ++j) {  // row 3 zero, row 4 tiny (subnormal codes), row 5 large
