@@ -83,7 +83,7 @@ Fp8Case random_fp8(std::mt19937& rng, int64_t n, int64_t k) {
 
 TEST(CudaFp8, ActivationQuantizerMatchesHostBitForBit) {
   std::mt19937 rng(21);
-  for (int64_t cols : {8, 64, 100, 1000, 1024, 2048, 3072, 5000}) {  // the warp form to 4,096 (cols % 8 == 0), else blocks
+  for (int64_t cols : {8, 64, 100, 1000, 1024, 2048, 3072, 5000, 10000}) {  // 16-byte form to 8,192 (cols % 8 == 0)
     const int64_t rows = 37;
     Bf16Data x = test::random_bf16(rng, static_cast<size_t>(rows * cols), -4, 4);
     for (int64_t j = 0; j < cols; ++j) {  // row 3 zero, row 4 tiny (subnormal codes), row 5 large
@@ -123,7 +123,7 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo, float hi
 // unfused kernels they replace, bit for bit: add_rmsnorm_e4m3 against
 // scale_e4m3_sums(kAddF32) into x, add_rmsnorm, quantize_rows_e4m3;
 // silu_mul_e4m3 against scale_e4m3_sums(kBf16), silu_mul,
-// quantize_rows_e4m3. Widths of add_rmsnorm's warp form and of its block
+// quantize_rows_e4m3. Widths of add_rmsnorm's row form and of its block
 // form, odd ones, and a zero row.
 TEST(CudaFp8, FoldedKernelsMatchTheUnfusedOnesBitForBit) {
   std::mt19937 rng(29);

@@ -1172,7 +1172,7 @@ void check_fp8_folded(const std::string& dir, uint32_t seed) {
 }
 
 TEST(GpuModel, Fp8FoldedScalesMatchUnfoldedBitForBit) {
-  // ernie-tiny: hidden 64 (add_rmsnorm's block form), inter 192; the head_dim-128 model: hidden 256 (warp form).
+  // ernie-tiny: hidden 64 (add_rmsnorm's block form), inter 192; the head_dim-128 model: hidden 256 (row form).
   check_fp8_folded(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 61);
   test::TinySpec spec = head_dim_128_spec(512);
   test::TinyModelDir dir(spec, 18);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/rmsnorm_row.cuh"
 #include "backend/cuda/fp8_utils.cuh"
 #include "backend/cuda/gemm_fp8.h"
 
@@ -14,6 +15,28 @@ namespace tern::cuda {
 namespace {
 
 constexpr int kQuantThreads = 256;
+
+// The block's largest value (kQuantThreads threads; every thread gets it).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[kQuantThreads / 32];
+  __shared__ float result;
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float m = threadIdx.x < kQuantThreads / 32 ? partial[threadIdx.x] : 0.0f;
+    m = warp_max(m);
+    if (threadIdx.x == 0) result = m;
+  }
+  __syncthreads();
+  return result;
+}
+
+// Four values' e4m3 codes of v / s in one word, the first in the low byte.
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d, float s) {
+  return static_cast<uint32_t>(f32_to_e4m3(a / s)) | static_cast<uint32_t>(f32_to_e4m3(b / s)) << 8 |
+         static_cast<uint32_t>(f32_to_e4m3(c / s)) << 16 | static_cast<uint32_t>(f32_to_e4m3(d / s)) << 24;
+}
 
 // One block per row: the row's largest magnitude, then its codes (the row
 // is read twice; the second pass finds it in L1/L2).
@@ -24,18 +47,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   uint8_t* qr = q + row * cols;
   float amax = 0.0f;
   for (int64_t k = threadIdx.x; k < cols; k += kQuantThreads) amax = fmaxf(amax, fabsf(load_bf16(xr + k)));
-  __shared__ float partial[kQuantThreads / 32];
-  __shared__ float row_amax;
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float m = threadIdx.x < kQuantThreads / 32 ? partial[threadIdx.x] : 0.0f;
-    m = warp_max(m);
-    if (threadIdx.x == 0) row_amax = m;
-  }
-  __syncthreads();
-  const float a = row_amax;
+  const float a = block_max(amax);
   if (a == 0.0f) {  // a zero row (or one of NaNs, which the model never makes): scale 0, codes 0
     for (int64_t k = threadIdx.x; k < cols; k += kQuantThreads) qr[k] = 0;
     if (threadIdx.x == 0) scales[row] = 0.0f;
@@ -44,6 +56,43 @@ __global__ void __launch_bounds__(kQuantThreads)
   const float s = a / 448.0f;  // correctly rounded division, as the host's
   for (int64_t k = threadIdx.x; k < cols; k += kQuantThreads) qr[k] = f32_to_e4m3(load_bf16(xr + k) / s);
   if (threadIdx.x == 0) scales[row] = s;
+}
+
+// The same for rows of cols % 8 == 0 up to 8 U units of 8 a thread
+// (16-byte aligned rows): each thread's units loaded at once and kept, so
+// the row is read once, and its codes leave 8 at a time. The maximum is
+// exact in any order: the scale and codes are the form above's.
+template <int U>
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_rows_vec_kernel(const bf16* x, int cols, uint8_t* q, float* scales) {
+  const int64_t row = blockIdx.x;
+  const int units = cols / 8;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * cols);
+  uint4 v[U];
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const int j = threadIdx.x + kQuantThreads * k;
+    v[k] = j < units ? xr[j] : make_uint4(0, 0, 0, 0);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const uint32_t words[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+    for (const uint32_t w : words) amax = fmaxf(amax, fmaxf(fabsf(lo_bf16(w)), fabsf(hi_bf16(w))));
+  }
+  const float a = block_max(amax);
+  uint2* qr = reinterpret_cast<uint2*>(q + row * cols);
+  const float s = a / 448.0f;
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const int j = threadIdx.x + kQuantThreads * k;
+    if (j >= units) break;
+    qr[j] = a == 0.0f ? make_uint2(0, 0)
+                      : make_uint2(e4m3x4(lo_bf16(v[k].x), hi_bf16(v[k].x), lo_bf16(v[k].y), hi_bf16(v[k].y), s),
+                                   e4m3x4(lo_bf16(v[k].z), hi_bf16(v[k].z), lo_bf16(v[k].w), hi_bf16(v[k].w), s));
+  }
+  if (threadIdx.x == 0) scales[row] = a == 0.0f ? 0.0f : s;
 }
 
 __global__ void dequantize_rows_kernel(const uint8_t* w, const float* scales, int64_t rows, int64_t cols,
@@ -104,91 +153,71 @@ __global__ void scale_sums_kernel(const float* sums, int64_t quads, int64_t N, c
   }
 }
 
-// The block's largest value (kQuantThreads threads; every thread gets it).
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[kQuantThreads / 32];
-  __shared__ float result;
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float m = threadIdx.x < kQuantThreads / 32 ? partial[threadIdx.x] : 0.0f;
-    m = warp_max(m);
-    if (threadIdx.x == 0) result = m;
-  }
-  __syncthreads();
-  return result;
-}
-
-// Four values' e4m3 codes of v / s in one word, the first in the low byte.
-__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d, float s) {
-  return static_cast<uint32_t>(f32_to_e4m3(a / s)) | static_cast<uint32_t>(f32_to_e4m3(b / s)) << 8 |
-         static_cast<uint32_t>(f32_to_e4m3(c / s)) << 16 | static_cast<uint32_t>(f32_to_e4m3(d / s)) << 24;
-}
-
-// add_rmsnorm_e4m3, one warp per row of 128 N floats (add_rmsnorm's warp
-// form: the same loads, sums and roundings), 8 rows a block: the row, its
+// add_rmsnorm_e4m3 in add_rmsnorm's row form (rmsnorm_row.cuh: the same
+// loads, sums and roundings), a block of W warps per row: the row, its
 // delta's sums and the weights in registers; the normalized row as bf16
 // pairs; its codes out as one word per 4 values.
-template <int N>
-__global__ void __launch_bounds__(kQuantThreads)
-    add_rmsnorm_e4m3_warp_kernel(float* x, Fp8Sums delta, const float* weight, int64_t num_rows, float eps,
-                                 uint8_t* codes, float* scales) {
-  constexpr int64_t kHidden = 128 * N;
-  const int lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) + (threadIdx.x >> 5);
-  if (r >= num_rows) return;
+template <int V, int W>
+__global__ void __launch_bounds__(32 * W)
+    add_rmsnorm_e4m3_row_kernel(float* x, Fp8Sums delta, const float* weight, float eps, uint8_t* codes,
+                                float* scales) {
+  constexpr int kT = 32 * W;
+  constexpr int64_t kHidden = 4 * V * kT;
+  const int t = threadIdx.x;
+  const int64_t r = blockIdx.x;
   float4* xr = reinterpret_cast<float4*>(x + r * kHidden);
   const float4* w4 = reinterpret_cast<const float4*>(weight);
-  float4 v[N], w[N];
+  float4 v[V], w[V];
 #pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = xr[lane + 32 * k];
+  for (int k = 0; k < V; ++k) v[k] = xr[t + kT * k];
   if (delta.sums != nullptr) {
     const float4* dr = reinterpret_cast<const float4*>(delta.sums + r * kHidden);
     const float4* ws4 = reinterpret_cast<const float4*>(delta.w_scales);
     const float xs = delta.x_scales[r];
-    float4 d[N], ws[N];
+    float4 d[V], ws[V];
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      d[k] = dr[lane + 32 * k];
-      ws[k] = ws4[lane + 32 * k];
+    for (int k = 0; k < V; ++k) {
+      d[k] = dr[t + kT * k];
+      ws[k] = ws4[t + kT * k];
     }
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
+    for (int k = 0; k < V; ++k) {
       v[k] = make_float4(__fmaf_rn(d[k].x * xs, ws[k].x, v[k].x), __fmaf_rn(d[k].y * xs, ws[k].y, v[k].y),
                          __fmaf_rn(d[k].z * xs, ws[k].z, v[k].z), __fmaf_rn(d[k].w * xs, ws[k].w, v[k].w));
-      xr[lane + 32 * k] = v[k];
+      xr[t + kT * k] = v[k];
     }
   }
 #pragma unroll
-  for (int k = 0; k < N; ++k) w[k] = w4[lane + 32 * k];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int k = 0; k < N; ++k) sum_sq += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-  const float scale = 1.0f / sqrtf(warp_sum(sum_sq) / static_cast<float>(kHidden) + eps);
-  uint32_t h[N][2];
+  for (int k = 0; k < V; ++k) w[k] = w4[t + kT * k];
+  const float scale = block_rms_scale<V, W>(v, eps);
+  uint32_t h[V][2];
   float amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
+  for (int k = 0; k < V; ++k) {
     h[k][0] = pack_bf16x2(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y);
     h[k][1] = pack_bf16x2(v[k].z * scale * w[k].z, v[k].w * scale * w[k].w);
     amax = fmaxf(amax, fmaxf(fmaxf(fabsf(lo_bf16(h[k][0])), fabsf(hi_bf16(h[k][0]))),
                              fmaxf(fabsf(lo_bf16(h[k][1])), fabsf(hi_bf16(h[k][1])))));
   }
+  __shared__ float partial[W];
   amax = warp_max(amax);
+  if ((t & 31) == 0) partial[t >> 5] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < W; ++i) amax = fmaxf(amax, partial[i]);
   uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * kHidden);
   if (amax == 0.0f) {  // as quantize_rows_kernel: scale 0, codes 0
 #pragma unroll
-    for (int k = 0; k < N; ++k) cr[lane + 32 * k] = 0;
-    if (lane == 0) scales[r] = 0.0f;
+    for (int k = 0; k < V; ++k) cr[t + kT * k] = 0;
+    if (t == 0) scales[r] = 0.0f;
     return;
   }
   const float s = amax / 448.0f;
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    cr[lane + 32 * k] = e4m3x4(lo_bf16(h[k][0]), hi_bf16(h[k][0]), lo_bf16(h[k][1]), hi_bf16(h[k][1]), s);
+  for (int k = 0; k < V; ++k) {
+    cr[t + kT * k] = e4m3x4(lo_bf16(h[k][0]), hi_bf16(h[k][0]), lo_bf16(h[k][1]), hi_bf16(h[k][1]), s);
   }
-  if (lane == 0) scales[r] = s;
+  if (t == 0) scales[r] = s;
 }
 
 // The same for any width, one block per row (add_rmsnorm's block form: the
@@ -276,11 +305,11 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (threadIdx.x == 0) scales[r] = s;
 }
 
-template <int N>
-cudaError_t launch_rmsnorm_e4m3_warp(float* x, const Fp8Sums& delta, const float* weight, int64_t rows, float eps,
-                                     uint8_t* codes, float* scales, cudaStream_t stream) {
-  add_rmsnorm_e4m3_warp_kernel<N>
-      <<<blocks_for(rows, kQuantThreads / 32), kQuantThreads, 0, stream>>>(x, delta, weight, rows, eps, codes, scales);
+template <int V, int W>
+cudaError_t launch_rmsnorm_e4m3_row(float* x, const Fp8Sums& delta, const float* weight, int64_t rows, float eps,
+                                    uint8_t* codes, float* scales, cudaStream_t stream) {
+  add_rmsnorm_e4m3_row_kernel<V, W>
+      <<<static_cast<unsigned int>(rows), 32 * W, 0, stream>>>(x, delta, weight, eps, codes, scales);
   return cudaGetLastError();
 }
 
@@ -290,11 +319,11 @@ cudaError_t add_rmsnorm_e4m3(float* x, const Fp8Sums& delta, const float* weight
                              float eps, uint8_t* codes, float* scales, cudaStream_t stream) {
   if (rows <= 0 || hidden <= 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-  switch (hidden) {  // add_rmsnorm's warp widths
-    case 256: return launch_rmsnorm_e4m3_warp<2>(x, delta, weight, rows, eps, codes, scales, stream);
-    case 512: return launch_rmsnorm_e4m3_warp<4>(x, delta, weight, rows, eps, codes, scales, stream);
-    case 1024: return launch_rmsnorm_e4m3_warp<8>(x, delta, weight, rows, eps, codes, scales, stream);
-    case 2048: return launch_rmsnorm_e4m3_warp<16>(x, delta, weight, rows, eps, codes, scales, stream);
+  switch (hidden) {  // add_rmsnorm's row-form widths
+    case 256: return launch_rmsnorm_e4m3_row<1, 2>(x, delta, weight, rows, eps, codes, scales, stream);
+    case 512: return launch_rmsnorm_e4m3_row<1, 4>(x, delta, weight, rows, eps, codes, scales, stream);
+    case 1024: return launch_rmsnorm_e4m3_row<2, 4>(x, delta, weight, rows, eps, codes, scales, stream);
+    case 2048: return launch_rmsnorm_e4m3_row<4, 4>(x, delta, weight, rows, eps, codes, scales, stream);
     default: break;
   }
   add_rmsnorm_e4m3_kernel<<<static_cast<unsigned int>(rows), kQuantThreads, 0, stream>>>(x, delta, weight, hidden,
@@ -319,7 +348,19 @@ cudaError_t quantize_rows_e4m3(const bf16* x, int64_t rows, int64_t cols, uint8_
                                cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-  quantize_rows_kernel<<<static_cast<unsigned int>(rows), kQuantThreads, 0, stream>>>(x, cols, q, scales);
+  const auto grid = static_cast<unsigned int>(rows);
+  if (cols % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % 8 == 0) {
+    const int c = static_cast<int>(std::min<int64_t>(cols, 1 << 30));
+    if (cols <= 8 * kQuantThreads) {
+      quantize_rows_vec_kernel<1><<<grid, kQuantThreads, 0, stream>>>(x, c, q, scales);
+      return cudaGetLastError();
+    }
+    if (cols <= 4 * 8 * kQuantThreads) {
+      quantize_rows_vec_kernel<4><<<grid, kQuantThreads, 0, stream>>>(x, c, q, scales);
+      return cudaGetLastError();
+    }
+  }
+  quantize_rows_kernel<<<grid, kQuantThreads, 0, stream>>>(x, cols, q, scales);
   return cudaGetLastError();
 }
 

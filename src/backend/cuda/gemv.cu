@@ -141,7 +141,8 @@ __device__ __forceinline__ void build_input(const GemvParams& p, int K, float* x
       reinterpret_cast<float4*>(xs)[2 * i + 1] = make_float4(out[4], out[5], out[6], out[7]);
     }
   } else {
-    // Warp t normalizes token t (T <= kWarps), as add_rmsnorm without a delta.
+    // Warp t normalizes token t (T <= kWarps), as add_rmsnorm without a delta (its squares summed in
+    // another order).
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp < T) {
       const int64_t r = p.rows != nullptr ? p.rows[warp] : warp;

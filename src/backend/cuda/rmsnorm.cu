@@ -1,8 +1,8 @@
-// Residual add fused with RMSNorm: one block (for the common widths, one
-// warp) per row reads the fp32 residual (and the delta to add), writes the
+// Residual add fused with RMSNorm: one block per row (for the common
+// widths, rmsnorm_row.cuh's row form) reads the fp32 residual (and the delta to add), writes the
 // sum back, and writes the normalized, scaled row in bf16 for the next
 // GEMM. fp32 math throughout.
-#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/rmsnorm_row.cuh"
 
 namespace tern::cuda {
 namespace {
@@ -33,55 +33,49 @@ __global__ void add_rmsnorm_kernel(float* x, const float* delta, const float* we
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) store_bf16(o + j, xr[j] * scale * weight[j]);
 }
 
-// The same with one warp per row for rows of 128 N floats: each lane loads
-// its N float4 of the row (and of delta, and of the weight) at once and
-// keeps them in registers, the sum of squares is a warp reduction, and
-// there is no block barrier; 8 rows per block. The sums run in the same
-// order as the GEMV's RMSNorm input (gemv.cu).
-template <int N>
-__global__ void __launch_bounds__(kThreads) add_rmsnorm_warp_kernel(float* x, const float* delta, const float* weight,
-                                                                   const int32_t* rows, int64_t num_rows, float eps,
-                                                                   bf16* out) {
-  constexpr int64_t kHidden = 128 * N;
-  const int lane = threadIdx.x & 31;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
-  if (i >= num_rows) return;
+// The same for rows of 128 V W floats (rmsnorm_row.cuh): a block of W warps
+// per row, each thread loading its V float4 of the row (and of delta, and
+// of the weight) at once and keeping them in registers.
+template <int V, int W>
+__global__ void __launch_bounds__(32 * W) add_rmsnorm_row_kernel(float* x, const float* delta, const float* weight,
+                                                                const int32_t* rows, float eps, bf16* out) {
+  constexpr int kT = 32 * W;
+  constexpr int64_t kHidden = 4 * V * kT;
+  const int t = threadIdx.x;
+  const int64_t i = blockIdx.x;
   const int64_t r = rows != nullptr ? rows[i] : i;
   float4* xr = reinterpret_cast<float4*>(x + r * kHidden);
   const float4* w4 = reinterpret_cast<const float4*>(weight);
-  float4 v[N], w[N];
+  float4 v[V], w[V];
 #pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = xr[lane + 32 * k];
+  for (int k = 0; k < V; ++k) v[k] = xr[t + kT * k];
   if (delta != nullptr) {
     const float4* dr = reinterpret_cast<const float4*>(delta + r * kHidden);
-    float4 d[N];
+    float4 d[V];
 #pragma unroll
-    for (int k = 0; k < N; ++k) d[k] = dr[lane + 32 * k];
+    for (int k = 0; k < V; ++k) d[k] = dr[t + kT * k];
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
+    for (int k = 0; k < V; ++k) {
       v[k] = make_float4(v[k].x + d[k].x, v[k].y + d[k].y, v[k].z + d[k].z, v[k].w + d[k].w);
-      xr[lane + 32 * k] = v[k];
+      xr[t + kT * k] = v[k];
     }
   }
 #pragma unroll
-  for (int k = 0; k < N; ++k) w[k] = w4[lane + 32 * k];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int k = 0; k < N; ++k) sum_sq += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-  const float scale = 1.0f / sqrtf(warp_sum(sum_sq) / static_cast<float>(kHidden) + eps);
+  for (int k = 0; k < V; ++k) w[k] = w4[t + kT * k];
+  const float scale = block_rms_scale<V, W>(v, eps);
   uint2* o = reinterpret_cast<uint2*>(out + i * kHidden);
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    o[lane + 32 * k] = make_uint2(pack_bf16x2(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y),
-                                  pack_bf16x2(v[k].z * scale * w[k].z, v[k].w * scale * w[k].w));
+  for (int k = 0; k < V; ++k) {
+    o[t + kT * k] = make_uint2(pack_bf16x2(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y),
+                               pack_bf16x2(v[k].z * scale * w[k].z, v[k].w * scale * w[k].w));
   }
 }
 
-template <int N>
-cudaError_t launch_warp(float* x, const float* delta, const float* weight, const int32_t* rows, int64_t num_rows,
-                        float eps, bf16* out, cudaStream_t stream) {
-  add_rmsnorm_warp_kernel<N><<<blocks_for(num_rows, kThreads / 32), kThreads, 0, stream>>>(x, delta, weight, rows,
-                                                                                        num_rows, eps, out);
+template <int V, int W>
+cudaError_t launch_row(float* x, const float* delta, const float* weight, const int32_t* rows, int64_t num_rows,
+                       float eps, bf16* out, cudaStream_t stream) {
+  add_rmsnorm_row_kernel<V, W>
+      <<<static_cast<unsigned int>(num_rows), 32 * W, 0, stream>>>(x, delta, weight, rows, eps, out);
   return cudaGetLastError();
 }
 
@@ -90,11 +84,11 @@ cudaError_t launch_warp(float* x, const float* delta, const float* weight, const
 cudaError_t add_rmsnorm(float* x, const float* delta, const float* weight, const int32_t* rows, int64_t num_rows,
                         int64_t hidden, float eps, bf16* out, cudaStream_t stream) {
   if (num_rows <= 0) return cudaSuccess;
-  switch (hidden) {  // rows the warp form holds in registers
-    case 256: return launch_warp<2>(x, delta, weight, rows, num_rows, eps, out, stream);
-    case 512: return launch_warp<4>(x, delta, weight, rows, num_rows, eps, out, stream);
-    case 1024: return launch_warp<8>(x, delta, weight, rows, num_rows, eps, out, stream);
-    case 2048: return launch_warp<16>(x, delta, weight, rows, num_rows, eps, out, stream);
+  switch (hidden) {  // rows the row form holds in registers (rmsnorm_row.cuh)
+    case 256: return launch_row<1, 2>(x, delta, weight, rows, num_rows, eps, out, stream);
+    case 512: return launch_row<1, 4>(x, delta, weight, rows, num_rows, eps, out, stream);
+    case 1024: return launch_row<2, 4>(x, delta, weight, rows, num_rows, eps, out, stream);
+    case 2048: return launch_row<4, 4>(x, delta, weight, rows, num_rows, eps, out, stream);
     default: break;
   }
   add_rmsnorm_kernel<<<static_cast<unsigned int>(num_rows), kThreads, 0, stream>>>(x, delta, weight, rows, hidden,
