@@ -170,7 +170,7 @@ TEST(CudaFp8, FoldedKernelsMatchTheUnfusedOnesBitForBit) {
       ASSERT_EQ(codes_a.download(), codes_b.download()) << what << ": the codes";
     }
   }
-  for (int64_t inter : {100, 192, 384, 3072}) {
+  for (int64_t inter : {100, 192, 256, 384, 2048, 3072}) {  // multiples of 256: the row in registers
     std::vector<float> sums = random_floats(rng, static_cast<size_t>(rows * 2 * inter), -400, 400);
     std::vector<float> xs = random_floats(rng, static_cast<size_t>(rows), 0.001f, 0.02f);
     std::vector<float> ws = random_floats(rng, static_cast<size_t>(2 * inter), 0.0005f, 0.01f);

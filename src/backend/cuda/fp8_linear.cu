@@ -261,11 +261,26 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (threadIdx.x == 0) scales[r] = s;
 }
 
+// Four columns of a gate|up row's SiLU products as silu_mul_e4m3 makes them:
+// gate and up rounded to bf16 as scale_sums_kernel<kBf16> rounds them, the
+// products as silu_mul rounds them; amax takes their largest magnitude.
+__device__ __forceinline__ uint2 silu_quad(float4 g, float4 u, float4 gs, float4 us, float xs, float& amax) {
+  const uint32_t gw[2] = {pack_bf16x2(g.x * xs * gs.x, g.y * xs * gs.y), pack_bf16x2(g.z * xs * gs.z, g.w * xs * gs.w)};
+  const uint32_t uw[2] = {pack_bf16x2(u.x * xs * us.x, u.y * xs * us.y), pack_bf16x2(u.z * xs * us.z, u.w * xs * us.w)};
+  uint32_t pw[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float g0 = lo_bf16(gw[h]), g1 = hi_bf16(gw[h]), u0 = lo_bf16(uw[h]), u1 = hi_bf16(uw[h]);
+    pw[h] = pack_bf16x2(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
+    amax = fmaxf(amax, fmaxf(fabsf(lo_bf16(pw[h])), fabsf(hi_bf16(pw[h]))));
+  }
+  return make_uint2(pw[0], pw[1]);
+}
+
 // silu_mul_e4m3, one block per row: each thread takes 4 columns at a time
 // (16-byte loads of the gate and up sums and their weight scales), makes
-// gate and up as scale_sums_kernel<kBf16> rounds them, the products as
-// silu_mul rounds them (kept as bf16 in shared memory: inter * 2 bytes),
-// then the row's codes as quantize_rows_kernel makes them.
+// their products (silu_quad; kept as bf16 in shared memory: inter * 2
+// bytes), then the row's codes as quantize_rows_kernel makes them.
 __global__ void __launch_bounds__(kQuantThreads)
     silu_mul_e4m3_kernel(Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
   extern __shared__ uint2 products[];  // [inter / 4]: 4 bf16 each
@@ -277,19 +292,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   const float4* us4 = gs4 + quads;
   const float xs = gu.x_scales[r];
   float amax = 0.0f;
-  for (int q = threadIdx.x; q < quads; q += kQuantThreads) {
-    const float4 g = g4[q], u = u4[q], gs = gs4[q], us = us4[q];
-    const uint32_t gw[2] = {pack_bf16x2(g.x * xs * gs.x, g.y * xs * gs.y), pack_bf16x2(g.z * xs * gs.z, g.w * xs * gs.w)};
-    const uint32_t uw[2] = {pack_bf16x2(u.x * xs * us.x, u.y * xs * us.y), pack_bf16x2(u.z * xs * us.z, u.w * xs * us.w)};
-    uint32_t pw[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float g0 = lo_bf16(gw[h]), g1 = hi_bf16(gw[h]), u0 = lo_bf16(uw[h]), u1 = hi_bf16(uw[h]);
-      pw[h] = pack_bf16x2(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
-      amax = fmaxf(amax, fmaxf(fabsf(lo_bf16(pw[h])), fabsf(hi_bf16(pw[h]))));
-    }
-    products[q] = make_uint2(pw[0], pw[1]);
-  }
+  for (int q = threadIdx.x; q < quads; q += kQuantThreads) products[q] = silu_quad(g4[q], u4[q], gs4[q], us4[q], xs, amax);
   const float a = block_max(amax);  // its barrier also makes the products visible
   uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * inter);
   if (a == 0.0f) {
@@ -303,6 +306,35 @@ __global__ void __launch_bounds__(kQuantThreads)
     cr[q] = e4m3x4(lo_bf16(p.x), hi_bf16(p.x), lo_bf16(p.y), hi_bf16(p.y), s);
   }
   if (threadIdx.x == 0) scales[r] = s;
+}
+
+// The same with the row in registers where inter = 8 * blockDim.x, a
+// multiple of 256 up to 8,192 (ERNIE-0.3B's 3,072 is 384 threads): each thread's two quads (q
+// and q + blockDim.x) loaded at once and their products kept, so there is
+// no shared-memory copy of the row and one barrier.
+__global__ void __launch_bounds__(1024) silu_mul_e4m3_reg_kernel(Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
+  __shared__ float partial[32];
+  const int64_t r = blockIdx.x;
+  const int quads = inter / 4, q0 = threadIdx.x, q1 = threadIdx.x + blockDim.x;
+  const float4* g4 = reinterpret_cast<const float4*>(gu.sums + r * 2 * inter);
+  const float4* u4 = g4 + quads;
+  const float4* gs4 = reinterpret_cast<const float4*>(gu.w_scales);
+  const float4* us4 = gs4 + quads;
+  const float xs = gu.x_scales[r];
+  const float4 ga = g4[q0], gb = g4[q1], ua = u4[q0], ub = u4[q1];
+  const float4 gsa = gs4[q0], gsb = gs4[q1], usa = us4[q0], usb = us4[q1];
+  float amax = 0.0f;
+  const uint2 pa = silu_quad(ga, ua, gsa, usa, xs, amax), pb = silu_quad(gb, ub, gsb, usb, xs, amax);
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  for (int w = 0; w < warps; ++w) amax = fmaxf(amax, partial[w]);
+  uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * inter);
+  const float s = amax / 448.0f;
+  cr[q0] = amax == 0.0f ? 0u : e4m3x4(lo_bf16(pa.x), hi_bf16(pa.x), lo_bf16(pa.y), hi_bf16(pa.y), s);
+  cr[q1] = amax == 0.0f ? 0u : e4m3x4(lo_bf16(pb.x), hi_bf16(pb.x), lo_bf16(pb.y), hi_bf16(pb.y), s);
+  if (threadIdx.x == 0) scales[r] = amax == 0.0f ? 0.0f : s;
 }
 
 template <int V, int W>
@@ -338,6 +370,11 @@ cudaError_t silu_mul_e4m3(const Fp8Sums& gu, int64_t rows, int64_t inter, uint8_
   if (rows > 0x7fffffff || inter % 4 != 0 || inter > kMaxSiluE4m3Inter || !aligned(gu.sums) ||
       !aligned(gu.w_scales) || reinterpret_cast<uintptr_t>(codes) % 4 != 0) {
     return cudaErrorInvalidValue;
+  }
+  if (inter % 256 == 0 && inter <= 8192) {  // the row in registers, 8 columns a thread, whole warps
+    silu_mul_e4m3_reg_kernel<<<static_cast<unsigned int>(rows), static_cast<unsigned int>(inter / 8), 0, stream>>>(
+        gu, static_cast<int>(inter), codes, scales);
+    return cudaGetLastError();
   }
   silu_mul_e4m3_kernel<<<static_cast<unsigned int>(rows), kQuantThreads, static_cast<size_t>(inter) * 2, stream>>>(
       gu, static_cast<int>(inter), codes, scales);
