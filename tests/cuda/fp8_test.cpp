@@ -170,28 +170,40 @@ TEST(CudaFp8, FoldedKernelsMatchTheUnfusedOnesBitForBit) {
       ASSERT_EQ(codes_a.download(), codes_b.download()) << what << ": the codes";
     }
   }
-  for (int64_t inter : {100, 192, 256, 384, 2048, 3072}) {  // multiples of 256: the row in registers
-    std::vector<float> sums = random_floats(rng, static_cast<size_t>(rows * 2 * inter), -400, 400);
-    std::vector<float> xs = random_floats(rng, static_cast<size_t>(rows), 0.001f, 0.02f);
-    std::vector<float> ws = random_floats(rng, static_cast<size_t>(2 * inter), 0.0005f, 0.01f);
-    for (int64_t j = 0; j < 2 * inter; ++j) sums[static_cast<size_t>(4 * 2 * inter + j)] = 0;  // row 4: zero
-    DeviceArray<float> d_sums(sums), d_xs(xs), d_ws(ws);
-    DeviceArray<bf16> gate_up(static_cast<size_t>(rows * 2 * inter)), act(static_cast<size_t>(rows * inter));
-    DeviceArray<uint8_t> codes_a(std::vector<uint8_t>(static_cast<size_t>(rows * inter), 0xaa));
-    DeviceArray<float> scales_a(std::vector<float>(static_cast<size_t>(rows), NAN));
-    TERN_ASSERT_CUDA(cuda::scale_e4m3_sums(d_sums.get(), rows, 2 * inter, d_xs.get(), d_ws.get(), gate_up.get(),
-                                           cuda::GemmOut::kBf16, nullptr));
-    TERN_ASSERT_CUDA(cuda::silu_mul(gate_up.get(), rows, inter, act.get(), nullptr));
-    TERN_ASSERT_CUDA(cuda::quantize_rows_e4m3(act.get(), rows, inter, codes_a.get(), scales_a.get(), nullptr));
-    DeviceArray<uint8_t> codes_b(std::vector<uint8_t>(static_cast<size_t>(rows * inter), 0x55));
-    DeviceArray<float> scales_b(std::vector<float>(static_cast<size_t>(rows), NAN));
-    TERN_ASSERT_CUDA(cuda::silu_mul_e4m3(cuda::Fp8Sums{d_sums.get(), d_xs.get(), d_ws.get()}, rows, inter,
-                                         codes_b.get(), scales_b.get(), nullptr));
-    const std::string what = "inter " + std::to_string(inter);
-    const std::vector<float> sa = scales_a.download(), sb = scales_b.download();
-    ASSERT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << what << ": the row scales";
-    EXPECT_EQ(sb[4], 0.0f) << what;
-    ASSERT_EQ(codes_a.download(), codes_b.download()) << what << ": the codes";
+  // The gate|up sums as fp32, and as bf16 (what the unscaled GEMM writes for a bf16 output).
+  for (bool bf16_sums : {false, true}) {
+    for (int64_t inter : {100, 192, 256, 384, 2048, 3072}) {  // multiples of 256: the row in registers
+      std::vector<float> sums = random_floats(rng, static_cast<size_t>(rows * 2 * inter), -400, 400);
+      std::vector<float> xs = random_floats(rng, static_cast<size_t>(rows), 0.001f, 0.02f);
+      std::vector<float> ws = random_floats(rng, static_cast<size_t>(2 * inter), 0.0005f, 0.01f);
+      for (int64_t j = 0; j < 2 * inter; ++j) sums[static_cast<size_t>(4 * 2 * inter + j)] = 0;  // row 4: zero
+      std::vector<bf16> sums16(sums.size());
+      for (size_t i = 0; i < sums.size(); ++i) sums16[i] = f32_to_bf16(sums[i]);
+      DeviceArray<float> d_sums(sums), d_xs(xs), d_ws(ws);
+      DeviceArray<bf16> d_sums16(sums16);
+      DeviceArray<bf16> gate_up(static_cast<size_t>(rows * 2 * inter)), act(static_cast<size_t>(rows * inter));
+      DeviceArray<uint8_t> codes_a(std::vector<uint8_t>(static_cast<size_t>(rows * inter), 0xaa));
+      DeviceArray<float> scales_a(std::vector<float>(static_cast<size_t>(rows), NAN));
+      if (bf16_sums) {
+        TERN_ASSERT_CUDA(cuda::scale_e4m3_sums(d_sums16.get(), rows, 2 * inter, d_xs.get(), d_ws.get(),
+                                               gate_up.get(), cuda::GemmOut::kBf16, nullptr));
+      } else {
+        TERN_ASSERT_CUDA(cuda::scale_e4m3_sums(d_sums.get(), rows, 2 * inter, d_xs.get(), d_ws.get(), gate_up.get(),
+                                               cuda::GemmOut::kBf16, nullptr));
+      }
+      TERN_ASSERT_CUDA(cuda::silu_mul(gate_up.get(), rows, inter, act.get(), nullptr));
+      TERN_ASSERT_CUDA(cuda::quantize_rows_e4m3(act.get(), rows, inter, codes_a.get(), scales_a.get(), nullptr));
+      DeviceArray<uint8_t> codes_b(std::vector<uint8_t>(static_cast<size_t>(rows * inter), 0x55));
+      DeviceArray<float> scales_b(std::vector<float>(static_cast<size_t>(rows), NAN));
+      const cuda::Fp8Sums gu = bf16_sums ? cuda::Fp8Sums{nullptr, d_xs.get(), d_ws.get(), d_sums16.get()}
+                                         : cuda::Fp8Sums{d_sums.get(), d_xs.get(), d_ws.get()};
+      TERN_ASSERT_CUDA(cuda::silu_mul_e4m3(gu, rows, inter, codes_b.get(), scales_b.get(), nullptr));
+      const std::string what = "inter " + std::to_string(inter) + (bf16_sums ? " bf16 sums" : " fp32 sums");
+      const std::vector<float> sa = scales_a.download(), sb = scales_b.download();
+      ASSERT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << what << ": the row scales";
+      EXPECT_EQ(sb[4], 0.0f) << what;
+      ASSERT_EQ(codes_a.download(), codes_b.download()) << what << ": the codes";
+    }
   }
   // What the folded SiLU cannot take is refused, not run.
   DeviceArray<float> f(64);
@@ -201,6 +213,17 @@ TEST(CudaFp8, FoldedKernelsMatchTheUnfusedOnesBitForBit) {
   EXPECT_EQ(cuda::silu_mul_e4m3(cuda::Fp8Sums{f.get(), f.get(), f.get()}, 1, cuda::kMaxSiluE4m3Inter + 4, c.get(),
                                 f.get(), nullptr),
             cudaErrorInvalidValue);
+  DeviceArray<bf16> h(64);
+  EXPECT_EQ(cuda::silu_mul_e4m3(cuda::Fp8Sums{f.get(), f.get(), f.get(), h.get()}, 1, 8, c.get(), f.get(), nullptr),
+            cudaErrorInvalidValue)
+      << "both sums";
+  EXPECT_EQ(cuda::silu_mul_e4m3(cuda::Fp8Sums{nullptr, f.get(), f.get()}, 1, 8, c.get(), f.get(), nullptr),
+            cudaErrorInvalidValue)
+      << "no sums";
+  EXPECT_EQ(cuda::add_rmsnorm_e4m3(f.get(), cuda::Fp8Sums{nullptr, f.get(), f.get(), h.get()}, f.get(), 1, 64, 1e-5f,
+                                   c.get(), f.get(), nullptr),
+            cudaErrorInvalidValue)
+      << "a bf16 residual delta";
 }
 
 TEST(CudaFp8, WeightDequantizerMatchesHost) {

@@ -128,15 +128,25 @@ __global__ void dequantize_rows16_kernel(const uint8_t* w, const float* scales, 
   }
 }
 
+// Sums q * 4 .. q * 4 + 3 as floats: fp32 sums (one 16-byte load) or bf16
+// ones (8 bytes, widened exactly).
+__device__ __forceinline__ float4 load_quad(const float* sums, int64_t q) {
+  return __ldg(reinterpret_cast<const float4*>(sums) + q);
+}
+__device__ __forceinline__ float4 load_quad(const bf16* sums, int64_t q) {
+  const uint2 w = __ldg(reinterpret_cast<const uint2*>(sums) + q);
+  return make_float4(lo_bf16(w.x), hi_bf16(w.x), lo_bf16(w.y), hi_bf16(w.y));
+}
+
 // y[t, n] (=, or += for kAddF32) sums[t, n] * x_scales[t] * w_scales[n],
 // four outputs of one row a thread (N a multiple of 4).
-template <GemmOut kOut>
-__global__ void scale_sums_kernel(const float* sums, int64_t quads, int64_t N, const float* x_scales,
+template <GemmOut kOut, typename S>
+__global__ void scale_sums_kernel(const S* sums, int64_t quads, int64_t N, const float* x_scales,
                                   const float* w_scales, void* y) {
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
        q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = q * 4 / N, n = q * 4 - t * N;
-    const float4 v = __ldg(reinterpret_cast<const float4*>(sums) + q);
+    const float4 v = load_quad(sums, q);
     const float4 ws = __ldg(reinterpret_cast<const float4*>(w_scales + n));
     const float xs = __ldg(x_scales + t);
     const float4 r = make_float4(v.x * xs * ws.x, v.y * xs * ws.y, v.z * xs * ws.z, v.w * xs * ws.w);
@@ -281,18 +291,21 @@ __device__ __forceinline__ uint2 silu_quad(float4 g, float4 u, float4 gs, float4
 // (16-byte loads of the gate and up sums and their weight scales), makes
 // their products (silu_quad; kept as bf16 in shared memory: inter * 2
 // bytes), then the row's codes as quantize_rows_kernel makes them.
+template <typename S>
 __global__ void __launch_bounds__(kQuantThreads)
-    silu_mul_e4m3_kernel(Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
+    silu_mul_e4m3_kernel(const S* sums, Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
   extern __shared__ uint2 products[];  // [inter / 4]: 4 bf16 each
   const int64_t r = blockIdx.x;
   const int quads = inter / 4;
-  const float4* g4 = reinterpret_cast<const float4*>(gu.sums + r * 2 * inter);
-  const float4* u4 = g4 + quads;
+  const S* g = sums + r * 2 * inter;
+  const S* u = g + inter;
   const float4* gs4 = reinterpret_cast<const float4*>(gu.w_scales);
   const float4* us4 = gs4 + quads;
   const float xs = gu.x_scales[r];
   float amax = 0.0f;
-  for (int q = threadIdx.x; q < quads; q += kQuantThreads) products[q] = silu_quad(g4[q], u4[q], gs4[q], us4[q], xs, amax);
+  for (int q = threadIdx.x; q < quads; q += kQuantThreads) {
+    products[q] = silu_quad(load_quad(g, q), load_quad(u, q), gs4[q], us4[q], xs, amax);
+  }
   const float a = block_max(amax);  // its barrier also makes the products visible
   uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * inter);
   if (a == 0.0f) {
@@ -312,16 +325,18 @@ __global__ void __launch_bounds__(kQuantThreads)
 // multiple of 256 up to 8,192 (ERNIE-0.3B's 3,072 is 384 threads): each thread's two quads (q
 // and q + blockDim.x) loaded at once and their products kept, so there is
 // no shared-memory copy of the row and one barrier.
-__global__ void __launch_bounds__(1024) silu_mul_e4m3_reg_kernel(Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
+template <typename S>
+__global__ void __launch_bounds__(1024)
+    silu_mul_e4m3_reg_kernel(const S* sums, Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
   __shared__ float partial[32];
   const int64_t r = blockIdx.x;
   const int quads = inter / 4, q0 = threadIdx.x, q1 = threadIdx.x + blockDim.x;
-  const float4* g4 = reinterpret_cast<const float4*>(gu.sums + r * 2 * inter);
-  const float4* u4 = g4 + quads;
+  const S* g = sums + r * 2 * inter;
+  const S* u = g + inter;
   const float4* gs4 = reinterpret_cast<const float4*>(gu.w_scales);
   const float4* us4 = gs4 + quads;
   const float xs = gu.x_scales[r];
-  const float4 ga = g4[q0], gb = g4[q1], ua = u4[q0], ub = u4[q1];
+  const float4 ga = load_quad(g, q0), gb = load_quad(g, q1), ua = load_quad(u, q0), ub = load_quad(u, q1);
   const float4 gsa = gs4[q0], gsb = gs4[q1], usa = us4[q0], usb = us4[q1];
   float amax = 0.0f;
   const uint2 pa = silu_quad(ga, ua, gsa, usa, xs, amax), pb = silu_quad(gb, ub, gsb, usb, xs, amax);
@@ -345,12 +360,26 @@ cudaError_t launch_rmsnorm_e4m3_row(float* x, const Fp8Sums& delta, const float*
   return cudaGetLastError();
 }
 
+template <typename S>
+cudaError_t launch_silu_e4m3(const S* sums, const Fp8Sums& gu, int64_t rows, int64_t inter, uint8_t* codes,
+                             float* scales, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned int>(rows);
+  if (inter % 256 == 0 && inter <= 8192) {  // the row in registers, 8 columns a thread, whole warps
+    silu_mul_e4m3_reg_kernel<S><<<grid, static_cast<unsigned int>(inter / 8), 0, stream>>>(
+        sums, gu, static_cast<int>(inter), codes, scales);
+    return cudaGetLastError();
+  }
+  silu_mul_e4m3_kernel<S><<<grid, kQuantThreads, static_cast<size_t>(inter) * 2, stream>>>(
+      sums, gu, static_cast<int>(inter), codes, scales);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t add_rmsnorm_e4m3(float* x, const Fp8Sums& delta, const float* weight, int64_t rows, int64_t hidden,
                              float eps, uint8_t* codes, float* scales, cudaStream_t stream) {
   if (rows <= 0 || hidden <= 0) return cudaSuccess;
-  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  if (rows > 0x7fffffff || delta.sums_bf16 != nullptr) return cudaErrorInvalidValue;  // a residual delta is fp32
   switch (hidden) {  // add_rmsnorm's row-form widths
     case 256: return launch_rmsnorm_e4m3_row<1, 2>(x, delta, weight, rows, eps, codes, scales, stream);
     case 512: return launch_rmsnorm_e4m3_row<1, 4>(x, delta, weight, rows, eps, codes, scales, stream);
@@ -366,19 +395,15 @@ cudaError_t add_rmsnorm_e4m3(float* x, const Fp8Sums& delta, const float* weight
 cudaError_t silu_mul_e4m3(const Fp8Sums& gu, int64_t rows, int64_t inter, uint8_t* codes, float* scales,
                           cudaStream_t stream) {
   if (rows <= 0 || inter <= 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (rows > 0x7fffffff || inter % 4 != 0 || inter > kMaxSiluE4m3Inter || !aligned(gu.sums) ||
-      !aligned(gu.w_scales) || reinterpret_cast<uintptr_t>(codes) % 4 != 0) {
+  const auto aligned = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const bool bf16_sums = gu.sums_bf16 != nullptr;
+  if (rows > 0x7fffffff || inter % 4 != 0 || inter > kMaxSiluE4m3Inter || bf16_sums == (gu.sums != nullptr) ||
+      !(bf16_sums ? aligned(gu.sums_bf16, 8) : aligned(gu.sums, 16)) || !aligned(gu.w_scales, 16) ||
+      !aligned(codes, 4)) {
     return cudaErrorInvalidValue;
   }
-  if (inter % 256 == 0 && inter <= 8192) {  // the row in registers, 8 columns a thread, whole warps
-    silu_mul_e4m3_reg_kernel<<<static_cast<unsigned int>(rows), static_cast<unsigned int>(inter / 8), 0, stream>>>(
-        gu, static_cast<int>(inter), codes, scales);
-    return cudaGetLastError();
-  }
-  silu_mul_e4m3_kernel<<<static_cast<unsigned int>(rows), kQuantThreads, static_cast<size_t>(inter) * 2, stream>>>(
-      gu, static_cast<int>(inter), codes, scales);
-  return cudaGetLastError();
+  return bf16_sums ? launch_silu_e4m3(gu.sums_bf16, gu, rows, inter, codes, scales, stream)
+                   : launch_silu_e4m3(gu.sums, gu, rows, inter, codes, scales, stream);
 }
 
 cudaError_t quantize_rows_e4m3(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scales,
@@ -417,27 +442,42 @@ cudaError_t dequantize_e4m3_rows(const uint8_t* w, const float* scales, int64_t 
   return cudaGetLastError();
 }
 
-cudaError_t scale_e4m3_sums(const float* sums, int64_t rows, int64_t cols, const float* x_scales,
-                            const float* w_scales, void* y, GemmOut out, cudaStream_t stream) {
+namespace {
+
+template <typename S>
+cudaError_t launch_scale_sums(const S* sums, int64_t rows, int64_t cols, const float* x_scales, const float* w_scales,
+                              void* y, GemmOut out, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  if (cols % 4 != 0 || reinterpret_cast<uintptr_t>(sums) % 16 != 0 || reinterpret_cast<uintptr_t>(w_scales) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(y) % 16 != 0) {
+  if (cols % 4 != 0 || reinterpret_cast<uintptr_t>(sums) % (4 * sizeof(S)) != 0 ||
+      reinterpret_cast<uintptr_t>(w_scales) % 16 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
   const int64_t quads = rows * cols / 4;
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>((quads + 255) / 256, 8192));
   switch (out) {
     case GemmOut::kBf16:
-      scale_sums_kernel<GemmOut::kBf16><<<blocks, 256, 0, stream>>>(sums, quads, cols, x_scales, w_scales, y);
+      scale_sums_kernel<GemmOut::kBf16, S><<<blocks, 256, 0, stream>>>(sums, quads, cols, x_scales, w_scales, y);
       break;
     case GemmOut::kF32:
-      scale_sums_kernel<GemmOut::kF32><<<blocks, 256, 0, stream>>>(sums, quads, cols, x_scales, w_scales, y);
+      scale_sums_kernel<GemmOut::kF32, S><<<blocks, 256, 0, stream>>>(sums, quads, cols, x_scales, w_scales, y);
       break;
     case GemmOut::kAddF32:
-      scale_sums_kernel<GemmOut::kAddF32><<<blocks, 256, 0, stream>>>(sums, quads, cols, x_scales, w_scales, y);
+      scale_sums_kernel<GemmOut::kAddF32, S><<<blocks, 256, 0, stream>>>(sums, quads, cols, x_scales, w_scales, y);
       break;
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t scale_e4m3_sums(const float* sums, int64_t rows, int64_t cols, const float* x_scales,
+                            const float* w_scales, void* y, GemmOut out, cudaStream_t stream) {
+  return launch_scale_sums(sums, rows, cols, x_scales, w_scales, y, out, stream);
+}
+
+cudaError_t scale_e4m3_sums(const bf16* sums, int64_t rows, int64_t cols, const float* x_scales,
+                            const float* w_scales, void* y, GemmOut out, cudaStream_t stream) {
+  return launch_scale_sums(sums, rows, cols, x_scales, w_scales, y, out, stream);
 }
 
 }  // namespace tern::cuda

@@ -3,7 +3,8 @@
 // A^T B with A = the codes stored K x N (op T: the "TN" layout FP8 needs)
 // and B = the tokens' codes stored K x T (op N); with outer-vector scales
 // the A vector runs along N (the weights' rows), the B vector along T (the
-// tokens). Without them D is fp32 sums and scale_e4m3_sums applies both.
+// tokens). Without them D is the sums, bf16 for a bf16 output and fp32
+// otherwise, and scale_e4m3_sums applies both.
 #include "backend/cuda/gemm_fp8.h"
 
 #include <cuda_runtime_api.h>
@@ -21,7 +22,7 @@ struct Fp8Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool ok = false;           // cuBLASLt offered an algorithm
-  bool unit_scales = false;  // no outer-vector scales: fp32 sums, scaled after
+  bool unit_scales = false;  // no outer-vector scales: sums (bf16 for a bf16 output, else fp32), scaled after
   ~Plan() {
     if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
     for (cublasLtMatrixLayout_t l : {a, b, c})
@@ -52,9 +53,9 @@ Result<Fp8Gemm::Plan*> Fp8Gemm::plan(int64_t T, int64_t K, int64_t N, GemmOut ou
   if (plans_.size() >= 4096) plans_.clear();  // prefill sizes vary; keep the cache bounded
   auto p = std::make_unique<Plan>();
   const Status outer = describe(T, K, N, out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F, true, p.get());
-  if (!outer.is_ok() || !p->ok) {  // no outer-vector scales here: the unscaled GEMM into fp32 sums
+  if (!outer.is_ok() || !p->ok) {  // no outer-vector scales here: the unscaled GEMM into sums
     p = std::make_unique<Plan>();
-    TERN_RETURN_IF_ERROR(describe(T, K, N, CUDA_R_32F, false, p.get()));
+    TERN_RETURN_IF_ERROR(describe(T, K, N, out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F, false, p.get()));
     p->unit_scales = p->ok;
   }
   Plan* raw = p.get();
@@ -112,18 +113,41 @@ bool Fp8Gemm::needs_sums(int64_t T, int64_t K, int64_t N, GemmOut out) {
   return p.is_ok() && (*p)->unit_scales;
 }
 
-Status Fp8Gemm::sums(const uint8_t* x_codes, int64_t T, int64_t K, const uint8_t* codes, int64_t N, float* sums,
-                     void* workspace, cudaStream_t stream) {
+namespace {
+
+// The unscaled GEMM of a plan with unit scales into `sums` (fp32 or bf16, as the plan's D).
+Status unscaled_gemm(cublasLtHandle_t lt, const cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, const cublasLtMatmulAlgo_t* algo,
+                     const uint8_t* codes, const uint8_t* x_codes, void* sums, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt, desc, &alpha, codes, a, x_codes, b, &beta, sums, c, sums, c, algo,
+                                             workspace, workspace_bytes, stream));
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Fp8Gemm::sums_of(const uint8_t* x_codes, int64_t T, int64_t K, const uint8_t* codes, int64_t N, void* sums,
+                        GemmOut type, void* workspace, cudaStream_t stream) {
   if (T <= 0) return Status::ok();
-  if (!needs_sums(T, K, N, GemmOut::kF32)) {
+  if (!needs_sums(T, K, N, type)) {
     return internal_error("FP8 GEMM sums: cuBLASLt offers no unscaled e4m3 GEMM for " + std::to_string(T) + " x " +
                           std::to_string(K) + " -> " + std::to_string(N));
   }
-  TERN_ASSIGN_OR_RETURN(Plan * p, plan(T, K, N, GemmOut::kF32));
-  const float alpha = 1.0f, beta = 0.0f;
-  TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_, p->desc, &alpha, codes, p->a, x_codes, p->b, &beta, sums, p->c,
-                                             sums, p->c, &p->algo, workspace, workspace_bytes_, stream));
-  return Status::ok();
+  TERN_ASSIGN_OR_RETURN(Plan * p, plan(T, K, N, type));
+  return unscaled_gemm(lt_, p->desc, p->a, p->b, p->c, &p->algo, codes, x_codes, sums, workspace, workspace_bytes_,
+                       stream);
+}
+
+Status Fp8Gemm::sums(const uint8_t* x_codes, int64_t T, int64_t K, const uint8_t* codes, int64_t N, float* sums,
+                     void* workspace, cudaStream_t stream) {
+  return sums_of(x_codes, T, K, codes, N, sums, GemmOut::kF32, workspace, stream);
+}
+
+Status Fp8Gemm::sums(const uint8_t* x_codes, int64_t T, int64_t K, const uint8_t* codes, int64_t N, bf16* sums,
+                     void* workspace, cudaStream_t stream) {
+  return sums_of(x_codes, T, K, codes, N, sums, GemmOut::kBf16, workspace, stream);
 }
 
 Status Fp8Gemm::linear(cublasHandle_t cublas, const bf16* x, int64_t T, int64_t K, Fp8Weights w, int64_t N,
@@ -136,11 +160,15 @@ Status Fp8Gemm::linear(cublasHandle_t cublas, const bf16* x, int64_t T, int64_t 
     // Without room for the sums (a caller that planned for outer-vector scales) or aligned rows: dequantized.
     if (p->ok && p->unit_scales && scratch.sums != nullptr && aligned(y) && aligned(w.scales)) {
       TERN_CUDA_RETURN_IF_ERROR(quantize_rows_e4m3(x, T, K, scratch.x_codes, scratch.x_scales, stream));
-      const float alpha = 1.0f, beta = 0.0f;
-      TERN_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(lt_, p->desc, &alpha, w.codes, p->a, scratch.x_codes, p->b, &beta,
-                                                 scratch.sums, p->c, scratch.sums, p->c, &p->algo,
-                                                 scratch.workspace, workspace_bytes_, stream));
-      TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(scratch.sums, T, N, scratch.x_scales, w.scales, y, out_type, stream));
+      TERN_RETURN_IF_ERROR(unscaled_gemm(lt_, p->desc, p->a, p->b, p->c, &p->algo, w.codes, scratch.x_codes,
+                                         scratch.sums, scratch.workspace, workspace_bytes_, stream));
+      if (out_type == GemmOut::kBf16) {  // the plan's sums are bf16 (plan())
+        TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(reinterpret_cast<const bf16*>(scratch.sums), T, N,
+                                                  scratch.x_scales, w.scales, y, out_type, stream));
+      } else {
+        TERN_CUDA_RETURN_IF_ERROR(
+            scale_e4m3_sums(scratch.sums, T, N, scratch.x_scales, w.scales, y, out_type, stream));
+      }
       return Status::ok();
     }
     if (p->ok && !p->unit_scales) {

@@ -475,10 +475,10 @@ Status DeviceModel::Impl::warm_gemms() {
     TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
     TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), rows, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
     if (fold_fp8(rows)) {  // a folded step's GEMMs (their plans asked for here, not in a step)
-      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.qkv, qkv_dim()));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, Q, w.o, H));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.gate_up, 2 * I));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, I, w.down, H));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.qkv, qkv_dim(), GemmOut::kBf16));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, Q, w.o, H, GemmOut::kF32));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.gate_up, 2 * I, GemmOut::kBf16));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(rows, I, w.down, H, GemmOut::kF32));
     }
     if (rows <= head_capacity) {
       TERN_RETURN_IF_ERROR(linear(cublas, hlog.as<bf16>(), rows, H, lm_head, c.vocab_size, logits.as<void>(),
@@ -610,9 +610,10 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
                                                       g.needs_sums(T, c.q_dim(), H, GemmOut::kAddF32) ||
                                                       g.needs_sums(T, H, 2 * I, GemmOut::kBf16) ||
                                                       g.needs_sums(T, I, H, GemmOut::kAddF32));
-    impl->fp8_fold = options.fp8_fold_scales && impl->fp8_tensor_cores && g.needs_sums(T, H, impl->qkv_dim(), GemmOut::kF32) &&
-                     g.needs_sums(T, c.q_dim(), H, GemmOut::kF32) && g.needs_sums(T, H, 2 * I, GemmOut::kF32) &&
-                     g.needs_sums(T, I, H, GemmOut::kF32) && I % 4 == 0 && I <= kMaxSiluE4m3Inter;
+    impl->fp8_fold = options.fp8_fold_scales && impl->fp8_tensor_cores &&
+                     g.needs_sums(T, H, impl->qkv_dim(), GemmOut::kBf16) && g.needs_sums(T, c.q_dim(), H, GemmOut::kF32) &&
+                     g.needs_sums(T, H, 2 * I, GemmOut::kBf16) && g.needs_sums(T, I, H, GemmOut::kF32) && I % 4 == 0 &&
+                     I <= kMaxSiluE4m3Inter;
   }
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(

@@ -235,8 +235,10 @@ struct DeviceModel::Impl {
   // layers folded: each GEMM the unscaled one into fp8_sums, the row scales
   // and the quantization in add_rmsnorm_e4m3 and silu_mul_e4m3 (gemm_fp8.h).
   bool fold_fp8(int64_t num_tokens);
-  // fp8_sums = the unscaled GEMM of the codes in fp8_x_codes with w's.
-  Status fp8_sums_of(int64_t num_tokens, int64_t in_features, const Matrix& w, int64_t out_features);
+  // fp8_sums = the unscaled GEMM of the codes in fp8_x_codes with w's, as
+  // fp32 (type kF32) or bf16 (kBf16) sums (fp8_sums_bf16: the same memory).
+  Status fp8_sums_of(int64_t num_tokens, int64_t in_features, const Matrix& w, int64_t out_features, GemmOut type);
+  bf16* fp8_sums_bf16() { return reinterpret_cast<bf16*>(fp8_sums.as<float>()); }
   // The GEMV's weight pointers for a layer's matrix.
   void gemv_weights(GemvParams& g, const Matrix& w) const;
   Status ensure_meta(size_t count);

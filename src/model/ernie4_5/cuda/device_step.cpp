@@ -50,13 +50,16 @@ bool DeviceModel::Impl::fold_fp8(int64_t num_tokens) {
   if (!fp8_fold || num_tokens <= gemv_tokens || T > fp8_tc_rows) return false;
   // Plans are per row count; each is asked for once and remembered.
   Fp8Gemm& g = *fp8_gemm;
-  return g.needs_sums(T, H, qkv_dim(), GemmOut::kF32) && g.needs_sums(T, config.q_dim(), H, GemmOut::kF32) &&
-         g.needs_sums(T, H, 2 * I, GemmOut::kF32) && g.needs_sums(T, I, H, GemmOut::kF32);
+  return g.needs_sums(T, H, qkv_dim(), GemmOut::kBf16) && g.needs_sums(T, config.q_dim(), H, GemmOut::kF32) &&
+         g.needs_sums(T, H, 2 * I, GemmOut::kBf16) && g.needs_sums(T, I, H, GemmOut::kF32);
 }
 
-Status DeviceModel::Impl::fp8_sums_of(int64_t num_tokens, int64_t K, const Matrix& w, int64_t N) {
-  return fp8_gemm->sums(fp8_x_codes.as<uint8_t>(), gemm_rows(num_tokens), K, w.w.as<uint8_t>(), N, fp8_sums.as<float>(),
-                        cublas_workspace.as<void>(), stream);
+Status DeviceModel::Impl::fp8_sums_of(int64_t num_tokens, int64_t K, const Matrix& w, int64_t N, GemmOut type) {
+  const uint8_t* in = fp8_x_codes.as<uint8_t>();
+  const int64_t T = gemm_rows(num_tokens);
+  return type == GemmOut::kBf16
+             ? fp8_gemm->sums(in, T, K, w.w.as<uint8_t>(), N, fp8_sums_bf16(), cublas_workspace.as<void>(), stream)
+             : fp8_gemm->sums(in, T, K, w.w.as<uint8_t>(), N, fp8_sums.as<float>(), cublas_workspace.as<void>(), stream);
 }
 
 void DeviceModel::Impl::gemv_weights(GemvParams& g, const Matrix& w) const {
@@ -138,7 +141,8 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const int64_t T = v.num_tokens, H = c.hidden_size, I = c.intermediate_size, QKV = qkv_dim();
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const bool small = T <= gemv_tokens;
-  // FP8 layers with the scales folded in (fold_fp8): a layer's four GEMMs write fp32 sums; the row scales of
+  // FP8 layers with the scales folded in (fold_fp8): a layer's four GEMMs write sums (q|k|v's and gate|up's bf16,
+  // as the unfused form's for its bf16 outputs; o's and down's fp32, the residual's deltas); the row scales of
   // each GEMM's input alternate between fp8_x_scales (the norms' outputs) and fp8_x_scales2 (the attention's
   // and the SiLU products'), and the down GEMM's sums wait for the next layer's norm (after the last layer,
   // for a scaling pass into x).
@@ -195,8 +199,8 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     } else if (fold) {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm_e4m3(x.as<float>(), pending, w.input_norm.as<float>(), T, H, eps, codes, norm_scales, stream));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.qkv, QKV));
-      TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(fp8_sums.as<float>(), T, QKV, norm_scales, w.qkv.scale.as<float>(),
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.qkv, QKV, GemmOut::kBf16));
+      TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(fp8_sums_bf16(), T, QKV, norm_scales, w.qkv.scale.as<float>(),
                                                 qkv.as<void>(), GemmOut::kBf16, stream));
       pending = Fp8Sums{};
     } else {
@@ -261,13 +265,13 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     } else if (fold) {
       TERN_CUDA_RETURN_IF_ERROR(
           quantize_rows_e4m3(attn.as<bf16>(), T, c.q_dim(), codes, act_scales, stream));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(T, c.q_dim(), w.o, H));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, c.q_dim(), w.o, H, GemmOut::kF32));
       TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm_e4m3(x.as<float>(), Fp8Sums{fp8_sums.as<float>(), act_scales, w.o.scale.as<float>()},
                                                  w.post_norm.as<float>(), T, H, eps, codes, norm_scales, stream));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.gate_up, 2 * I));
-      TERN_CUDA_RETURN_IF_ERROR(silu_mul_e4m3(Fp8Sums{fp8_sums.as<float>(), norm_scales, w.gate_up.scale.as<float>()},
-                                              T, I, codes, act_scales, stream));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(T, I, w.down, H));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.gate_up, 2 * I, GemmOut::kBf16));
+      TERN_CUDA_RETURN_IF_ERROR(silu_mul_e4m3(
+          Fp8Sums{nullptr, norm_scales, w.gate_up.scale.as<float>(), fp8_sums_bf16()}, T, I, codes, act_scales, stream));
+      TERN_RETURN_IF_ERROR(fp8_sums_of(T, I, w.down, H, GemmOut::kF32));
       pending = Fp8Sums{fp8_sums.as<float>(), act_scales, w.down.scale.as<float>()};
     } else {
       TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), T, c.q_dim(), w.o, H, x.as<void>(), GemmOut::kAddF32));
