@@ -1052,6 +1052,56 @@ TEST(GpuModel, DecodeGraphsMatchEagerBitForBit) {
   check_graphs_match_eager(dir.path(), 5, 8, 42);  // heads past 8 rows run outside the graph, in passes
 }
 
+// Steps over a set of prompts and a second set that joins once the first
+// decodes (its blocks after the first's): prompt steps, decode steps of
+// kDecodeSizes' sizes (the graphs' buckets), and steps that mix decodes
+// with the joining prompts (the tiles on the side stream).
+struct MixedSteps {
+  StepDriver driver, joining;
+
+  MixedSteps(const ModelConfig& c, int64_t bs, std::mt19937& rng)
+      : driver(c, 40, bs, 160, rng), joining(c, 12, bs, 96, rng) {
+    const auto shift = static_cast<int32_t>(driver.blocks_needed());
+    for (auto& stream : joining.streams) {
+      for (int32_t& block : stream.table) block += shift;
+    }
+  }
+  int64_t blocks_needed() const { return driver.blocks_needed() + joining.blocks_needed() + 2; }
+
+  // Up to 80 steps on both models (each with its own pool of blocks_needed()
+  // blocks), expecting the same logits bit for bit and a few steps of each kind.
+  void expect_same_logits(cuda::DeviceModel& a, cuda::DeviceModel& b, std::mt19937& rng, const std::string& what) {
+    int prompt_steps = 0, mixed_steps = 0, decode_steps = 0;
+    std::vector<size_t> owners, joining_owners;
+    for (int step = 0; step < 80; ++step) {
+      const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
+      std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
+      if (batch.empty()) break;
+      const bool decoding =
+          std::all_of(batch.begin(), batch.end(), [](const auto& ch) { return ch.tokens.size() == 1; });
+      std::vector<SequenceChunk> joined;
+      if (decoding) joined = joining.next(rng, 0, &joining_owners);
+      const size_t own = batch.size();
+      batch.insert(batch.end(), joined.begin(), joined.end());
+      const StepResult ra = run_step(a, batch, {});
+      const StepResult rb = run_step(b, batch, {});
+      (!decoding ? prompt_steps : !joined.empty() ? mixed_steps : decode_steps) += 1;
+      ASSERT_EQ(ra.logits.size(), rb.logits.size());
+      EXPECT_EQ(std::memcmp(ra.logits.data(), rb.logits.data(), ra.logits.size() * sizeof(float)), 0)
+          << what << " step " << step << " (" << batch.size() << " chunks, " << joined.size()
+          << " joining): logits differ";
+      batch.resize(own);
+      driver.advance(batch, owners);
+      joining.advance(joined, joining_owners);
+    }
+    EXPECT_GT(prompt_steps, 5) << what;
+    EXPECT_GT(mixed_steps, 2) << what;
+    EXPECT_GT(decode_steps, 5) << what;
+    std::printf("[%s] %d prompt, %d mixed, %d decode steps: logits bit for bit\n", what.c_str(), prompt_steps,
+                mixed_steps, decode_steps);
+  }
+};
+
 // Prompt chunks' q rotated inside the attention kernels
 // (rope_in_attention's PagedAttentionParams::rope_q, rope_store_kv writing
 // only K/V) against rope_store_kv rotating it in place: the same logits bit
@@ -1068,44 +1118,15 @@ void check_rope_in_tiles(KvCacheDType dtype) {
   auto cpu = load_cpu(dir.path());
   ASSERT_NE(cpu, nullptr);
   const int64_t bs = 16;
-  StepDriver driver(cpu->config(), 40, bs, 160, rng);
-  StepDriver joining(cpu->config(), 12, bs, 96, rng);  // prompts that arrive once the first set decodes
-  const auto shift = static_cast<int32_t>(driver.blocks_needed());
-  for (auto& stream : joining.streams) {
-    for (int32_t& block : stream.table) block += shift;
-  }
+  MixedSteps steps(cpu->config(), bs, rng);
   cuda::DeviceModelOptions on, off;
   on.max_num_seqs = off.max_num_seqs = 64;
   on.kv_cache_dtype = off.kv_cache_dtype = dtype;
   off.rope_in_attention = false;
-  const int64_t blocks = driver.blocks_needed() + joining.blocks_needed() + 2;
-  auto tiles = make_gpu(*cpu, bs, blocks, 256, &on);
-  auto store = make_gpu(*cpu, bs, blocks, 256, &off);
+  auto tiles = make_gpu(*cpu, bs, steps.blocks_needed(), 256, &on);
+  auto store = make_gpu(*cpu, bs, steps.blocks_needed(), 256, &off);
   ASSERT_TRUE(tiles && store);
-  int prompt_steps = 0, mixed_steps = 0, decode_steps = 0;
-  std::vector<size_t> owners, joining_owners;
-  for (int step = 0; step < 80; ++step) {
-    const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
-    std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
-    if (batch.empty()) break;
-    const bool decoding = std::all_of(batch.begin(), batch.end(), [](const auto& ch) { return ch.tokens.size() == 1; });
-    std::vector<SequenceChunk> joined;
-    if (decoding) joined = joining.next(rng, 0, &joining_owners);
-    const size_t own = batch.size();
-    batch.insert(batch.end(), joined.begin(), joined.end());
-    const StepResult a = run_step(*tiles, batch, {});
-    const StepResult b = run_step(*store, batch, {});
-    (!decoding ? prompt_steps : !joined.empty() ? mixed_steps : decode_steps) += 1;
-    ASSERT_EQ(a.logits.size(), b.logits.size());
-    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0)
-        << "step " << step << " (" << batch.size() << " chunks, " << joined.size() << " joining): logits differ";
-    batch.resize(own);
-    driver.advance(batch, owners);
-    joining.advance(joined, joining_owners);
-  }
-  EXPECT_GT(prompt_steps, 5);
-  EXPECT_GT(mixed_steps, 2);
-  EXPECT_GT(decode_steps, 5);
+  steps.expect_same_logits(*tiles, *store, rng, "rope in tiles");
 }
 
 // --quantization fp8 with the scales folded into the norm and SiLU kernels
@@ -1119,12 +1140,7 @@ void check_fp8_folded(const std::string& dir, uint32_t seed) {
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
   const int64_t bs = 16;
-  StepDriver driver(cpu->config(), 40, bs, 160, rng);
-  StepDriver joining(cpu->config(), 12, bs, 96, rng);
-  const auto shift = static_cast<int32_t>(driver.blocks_needed());
-  for (auto& stream : joining.streams) {
-    for (int32_t& block : stream.table) block += shift;
-  }
+  MixedSteps steps(cpu->config(), bs, rng);
   cuda::DeviceModelOptions on, off;
   for (cuda::DeviceModelOptions* o : {&on, &off}) {
     o->max_num_seqs = 64;
@@ -1133,9 +1149,8 @@ void check_fp8_folded(const std::string& dir, uint32_t seed) {
     o->fp8_tensor_core_max_tokens = 256;
   }
   off.fp8_fold_scales = false;
-  const int64_t blocks = driver.blocks_needed() + joining.blocks_needed() + 2;
-  auto folded = make_gpu(*cpu, bs, blocks, 256, &on);
-  auto unfolded = make_gpu(*cpu, bs, blocks, 256, &off);
+  auto folded = make_gpu(*cpu, bs, steps.blocks_needed(), 256, &on);
+  auto unfolded = make_gpu(*cpu, bs, steps.blocks_needed(), 256, &off);
   ASSERT_TRUE(folded && unfolded);
   EXPECT_FALSE(unfolded->fp8_folded_scales());
   if (!folded->fp8_folded_scales()) {
@@ -1143,32 +1158,7 @@ void check_fp8_folded(const std::string& dir, uint32_t seed) {
                 folded->fp8_tensor_core_gemms() ? "cuBLASLt applies the scales" : "no FP8 tensor-core GEMM");
     return;
   }
-  int prompt_steps = 0, mixed_steps = 0, decode_steps = 0;
-  std::vector<size_t> owners, joining_owners;
-  for (int step = 0; step < 80; ++step) {
-    const int64_t want_decode = kDecodeSizes[static_cast<size_t>(step) % std::size(kDecodeSizes)];
-    std::vector<SequenceChunk> batch = driver.next(rng, want_decode, &owners);
-    if (batch.empty()) break;
-    const bool decoding = std::all_of(batch.begin(), batch.end(), [](const auto& ch) { return ch.tokens.size() == 1; });
-    std::vector<SequenceChunk> joined;
-    if (decoding) joined = joining.next(rng, 0, &joining_owners);
-    const size_t own = batch.size();
-    batch.insert(batch.end(), joined.begin(), joined.end());
-    const StepResult a = run_step(*folded, batch, {});
-    const StepResult b = run_step(*unfolded, batch, {});
-    (!decoding ? prompt_steps : !joined.empty() ? mixed_steps : decode_steps) += 1;
-    ASSERT_EQ(a.logits.size(), b.logits.size());
-    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0)
-        << dir << " step " << step << " (" << batch.size() << " chunks, " << joined.size() << " joining): logits differ";
-    batch.resize(own);
-    driver.advance(batch, owners);
-    joining.advance(joined, joining_owners);
-  }
-  EXPECT_GT(prompt_steps, 5);
-  EXPECT_GT(mixed_steps, 2);
-  EXPECT_GT(decode_steps, 5);
-  std::printf("[fp8 folded %s] %d prompt, %d mixed, %d decode steps: logits bit for bit\n", dir.c_str(), prompt_steps,
-              mixed_steps, decode_steps);
+  steps.expect_same_logits(*folded, *unfolded, rng, "fp8 folded " + dir);
 }
 
 TEST(GpuModel, Fp8FoldedScalesMatchUnfoldedBitForBit) {
