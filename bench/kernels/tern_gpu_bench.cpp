@@ -14,7 +14,8 @@
 // and the KV write in rope_store_kv: not in the decode attention, and q not
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
 // loaded into registers in every step, never staged through shared memory),
-// kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8),
+// kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8; any
+// configuration NAME+kv-fp8 is NAME over that cache, fp8-tc+kv-fp8 both FP8 options),
 // prefetchD and kv-fp8-prefetchD (the decode attention's register form
 // prefetching its chunks D = 0..9 chunks ahead into L2 instead of the
 // default: none over a bf16 pool, 1 over an e4m3 one),
@@ -171,6 +172,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tern_gpu_bench: --steps %ld: at least 8 decode steps are timed\n", static_cast<long>(steps));
     return 2;
   }
+  // NAME+kv-fp8: configuration NAME over an FP8 E4M3 KV cache.
+  const auto base_of = [](const std::string& config) {
+    const std::string suffix = "+kv-fp8";
+    const bool kv = config.size() > suffix.size() && config.compare(config.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return kv ? config.substr(0, config.size() - suffix.size()) : config;
+  };
   // The configurations the header lists; a name outside them is refused rather than run as graphs.
   const auto known = [](const std::string& config) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
@@ -190,7 +197,7 @@ int main(int argc, char** argv) {
            digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
-    if (!known(config)) {
+    if (!known(base_of(config))) {
       std::fprintf(stderr, "tern_gpu_bench: --configs: unknown configuration '%s' (the header lists them)\n",
                    config.c_str());
       return 2;
@@ -216,7 +223,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<tern::Ernie45Model> q4_0;  // the int4 configurations' model, made when first asked for
   std::vector<Row> table;
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {
-    const bool int4 = config.rfind("int4", 0) == 0;
+    const std::string base = base_of(config);  // what the options below are read from
+    const bool int4 = base.rfind("int4", 0) == 0;
     if (int4 && q4_0 == nullptr) {
       const auto t_quant = Clock::now();
       auto m = tern::Ernie45Model::load(model_dir, 4);
@@ -229,33 +237,33 @@ int main(int argc, char** argv) {
     tern::cuda::DeviceModelOptions o;
     o.block_size = bs;
     o.max_num_batched_tokens = std::max<int64_t>(2048, max_batch);
-    if (config.rfind("tokens", 0) == 0) {  // tokens8192: prefill steps of up to 8,192 tokens
-      o.max_num_batched_tokens = std::max<int64_t>(std::atoll(config.c_str() + 6), max_batch);
+    if (base.rfind("tokens", 0) == 0) {  // tokens8192: prefill steps of up to 8,192 tokens
+      o.max_num_batched_tokens = std::max<int64_t>(std::atoll(base.c_str() + 6), max_batch);
     }
     o.max_num_seqs = std::max<int64_t>(max_batch, 1);
     o.max_model_len = prompt + steps;
-    if (config.rfind("kv-fp8", 0) == 0) o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
+    if (base.rfind("kv-fp8", 0) == 0 || base != config) o.kv_cache_dtype = tern::KvCacheDType::kFp8E4m3;
     o.kv_cache_bytes =
         max_batch * per_seq * c.num_layers * 2 * bs * c.kv_dim() * tern::kv_element_bytes(o.kv_cache_dtype, 2);
-    o.enforce_eager = config == "eager" || config == "cublas-eager";
-    if (config == "cublas" || config == "cublas-eager") o.gemv_max_tokens = 0;
-    if (config.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(config.substr(4));  // gemv8: up to 8 tokens
-    if (config == "pdl") o.pdl = true;
-    if (config == "notiles") o.prefill_tiles = false;
-    if (config == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
-    if (config == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
-    if (config.rfind("prefetch", 0) == 0 || config.rfind("kv-fp8-prefetch", 0) == 0) {
-      o.attention_prefetch_chunks = config.back() - '0';  // one digit (known() checked)
+    o.enforce_eager = base == "eager" || base == "cublas-eager";
+    if (base == "cublas" || base == "cublas-eager") o.gemv_max_tokens = 0;
+    if (base.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(base.substr(4));  // gemv8: up to 8 tokens
+    if (base == "pdl") o.pdl = true;
+    if (base == "notiles") o.prefill_tiles = false;
+    if (base == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
+    if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
+    if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {
+      o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }
-    if (config == "nokernel" || config == "fp8-nokernel" || config == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
-    if (config.rfind("fp8", 0) == 0) o.fp8_weights = true;
+    if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
+    if (base.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,
     // fp8-tcN up to N tokens.
-    const bool nofold = config.rfind("fp8-nofold", 0) == 0;
-    o.fp8_tensor_cores = config.rfind("fp8-tc", 0) == 0 || nofold;
+    const bool nofold = base.rfind("fp8-nofold", 0) == 0;
+    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold;
     o.fp8_fold_scales = !nofold;
-    if (config.size() > 6 && config.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(config.substr(6));
-    if (config.size() > 10 && nofold) o.fp8_tensor_core_max_tokens = std::stoll(config.substr(10));
+    if (base.size() > 6 && base.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(6));
+    if (base.size() > 10 && nofold) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(10));
     size_t free0 = 0, free1 = 0, total = 0;
     cudaSetDevice(0);
     cudaFree(nullptr);  // the context first, so it is not counted below
