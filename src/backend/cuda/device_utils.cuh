@@ -265,6 +265,19 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
+// Largest value over the block (blockDim.x a multiple of 32, at most 1024);
+// every thread gets it. One barrier, so at most one call per kernel; a
+// maximum is exact in any order.
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  for (int w = 0; w < warps; ++w) v = fmaxf(v, partial[w]);
+  return v;
+}
+
 // Lets Kernel take up to the device's opt-in shared memory per block; done
 // once per kernel (the first call's device), so launches inside a CUDA graph
 // capture make no attribute calls. A template on the kernel itself: every

@@ -16,22 +16,6 @@ namespace {
 
 constexpr int kQuantThreads = 256;
 
-// The block's largest value (kQuantThreads threads; every thread gets it).
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[kQuantThreads / 32];
-  __shared__ float result;
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float m = threadIdx.x < kQuantThreads / 32 ? partial[threadIdx.x] : 0.0f;
-    m = warp_max(m);
-    if (threadIdx.x == 0) result = m;
-  }
-  __syncthreads();
-  return result;
-}
-
 // Four values' e4m3 codes of v / s in one word, the first in the low byte.
 __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d, float s) {
   return static_cast<uint32_t>(f32_to_e4m3(a / s)) | static_cast<uint32_t>(f32_to_e4m3(b / s)) << 8 |
@@ -209,12 +193,7 @@ __global__ void __launch_bounds__(32 * W)
     amax = fmaxf(amax, fmaxf(fmaxf(fabsf(lo_bf16(h[k][0])), fabsf(hi_bf16(h[k][0]))),
                              fmaxf(fabsf(lo_bf16(h[k][1])), fabsf(hi_bf16(h[k][1])))));
   }
-  __shared__ float partial[W];
-  amax = warp_max(amax);
-  if ((t & 31) == 0) partial[t >> 5] = amax;
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < W; ++i) amax = fmaxf(amax, partial[i]);
+  amax = block_max(amax);
   uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * kHidden);
   if (amax == 0.0f) {  // as quantize_rows_kernel: scale 0, codes 0
 #pragma unroll
@@ -328,7 +307,6 @@ __global__ void __launch_bounds__(kQuantThreads)
 template <typename S>
 __global__ void __launch_bounds__(1024)
     silu_mul_e4m3_reg_kernel(const S* sums, Fp8Sums gu, int inter, uint8_t* codes, float* scales) {
-  __shared__ float partial[32];
   const int64_t r = blockIdx.x;
   const int quads = inter / 4, q0 = threadIdx.x, q1 = threadIdx.x + blockDim.x;
   const S* g = sums + r * 2 * inter;
@@ -340,11 +318,7 @@ __global__ void __launch_bounds__(1024)
   const float4 gsa = gs4[q0], gsb = gs4[q1], usa = us4[q0], usb = us4[q1];
   float amax = 0.0f;
   const uint2 pa = silu_quad(ga, ua, gsa, usa, xs, amax), pb = silu_quad(gb, ub, gsb, usb, xs, amax);
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  for (int w = 0; w < warps; ++w) amax = fmaxf(amax, partial[w]);
+  amax = block_max(amax);
   uint32_t* cr = reinterpret_cast<uint32_t*>(codes + r * inter);
   const float s = amax / 448.0f;
   cr[q0] = amax == 0.0f ? 0u : e4m3x4(lo_bf16(pa.x), hi_bf16(pa.x), lo_bf16(pa.y), hi_bf16(pa.y), s);
