@@ -207,6 +207,7 @@ struct Fp8Run {
   bool tensor_cores = false;
   double tolerance = kLogitTolerance;
   bool q4_0 = false;  // int4 weights instead of FP8
+  bool fast_accum = false;  // DeviceModelOptions::fp8_fast_accum
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto) {
@@ -263,6 +264,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   if (fp8 != nullptr && !int4) {
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
+    options.fp8_fast_accum = fp8->fast_accum;
   }
   auto gpu = make_gpu(bf16_weights != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
@@ -356,7 +358,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
               kv_cache_dtype_name(dtype),
               fp8 == nullptr                                      ? ""
               : int4                                              ? " int4 W4A16"
-              : fp8->tensor_cores && gpu->fp8_tensor_core_gemms() ? " fp8 W8A8"
+              : fp8->tensor_cores && gpu->fp8_tensor_core_gemms() ? (fp8->fast_accum ? " fp8 W8A8 fast" : " fp8 W8A8")
                                                                   : " fp8 W8A16",
               steps, worst);
 }
@@ -402,6 +404,9 @@ TEST(GpuModel, Fp8WeightsMatchCpuReferenceWithTheSameValues) {
   compare_with_cpu(dir.path(), 16, 6, &w8a16);
   compare_with_cpu(dir.path(), 7, 7, &w8a8);
   compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 8, &w8a8);
+  Fp8Run w8a8_fast = w8a8;  // the tensor cores' own accumulation (fp8_fast_accum), within the W8A8 bound
+  w8a8_fast.fast_accum = true;
+  compare_with_cpu(dir.path(), 7, 11, &w8a8_fast);
 }
 
 // --quantization q4_0: int4 weights through the GEMV (steps of up to 4

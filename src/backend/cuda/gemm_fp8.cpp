@@ -30,9 +30,10 @@ struct Fp8Gemm::Plan {
   }
 };
 
-Result<std::unique_ptr<Fp8Gemm>> Fp8Gemm::create(size_t workspace_bytes) {
+Result<std::unique_ptr<Fp8Gemm>> Fp8Gemm::create(size_t workspace_bytes, bool fast_accum) {
   std::unique_ptr<Fp8Gemm> g(new Fp8Gemm());
   g->workspace_bytes_ = workspace_bytes;
+  g->fast_accum_ = fast_accum;
   TERN_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&g->lt_));
   int device = 0, major = 0, minor = 0;
   TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -71,6 +72,9 @@ Status Fp8Gemm::describe(int64_t T, int64_t K, int64_t N, cudaDataType_t c_type,
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
   TERN_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  const int8_t fast = fast_accum_ ? 1 : 0;
+  TERN_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
   if (outer_scales) {
     const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     TERN_CUBLAS_RETURN_IF_ERROR(

@@ -102,7 +102,10 @@ class Fp8Gemm {
  public:
   // The cuBLASLt handle; Internal on failure. Call after cudaSetDevice.
   // workspace_bytes: the size of every Fp8Scratch::workspace passed later.
-  static Result<std::unique_ptr<Fp8Gemm>> create(size_t workspace_bytes);
+  // fast_accum: the tensor cores' own accumulation throughout
+  // (CUBLASLT_MATMUL_DESC_FAST_ACCUM) instead of partial sums promoted into
+  // fp32, which is faster and less precise over long K.
+  static Result<std::unique_ptr<Fp8Gemm>> create(size_t workspace_bytes, bool fast_accum = false);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
@@ -149,6 +152,7 @@ class Fp8Gemm {
   cublasLtHandle_t lt_ = nullptr;
   int cc_ = 0;  // compute capability, major * 10 + minor
   size_t workspace_bytes_ = 0;
+  bool fast_accum_ = false;
   std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> plans_;
 };
 

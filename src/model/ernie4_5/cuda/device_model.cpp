@@ -599,7 +599,7 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   impl->fp8 = options.fp8_weights;
   TERN_RETURN_IF_ERROR(impl->upload_weights(weights));
   if (impl->fp8) {
-    TERN_ASSIGN_OR_RETURN(impl->fp8_gemm, Fp8Gemm::create(kCublasWorkspaceBytes));
+    TERN_ASSIGN_OR_RETURN(impl->fp8_gemm, Fp8Gemm::create(kCublasWorkspaceBytes, options.fp8_fast_accum));
     // Tensor cores when cuBLASLt has the GEMM for every layer's shape (asked at 64 tokens); else dequantized.
     const int64_t H = c.hidden_size, I = c.intermediate_size, T = std::min<int64_t>(64, impl->max_tokens);
     Fp8Gemm& g = *impl->fp8_gemm;

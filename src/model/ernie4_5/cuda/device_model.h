@@ -126,6 +126,11 @@ struct DeviceModelOptions : RunnerOptions {
   // kernels fewer a layer); off: a quantization before and a scaling pass
   // after each GEMM.
   bool fp8_fold_scales = true;
+  // ... with the tensor cores' own accumulation throughout (Fp8Gemm::create's
+  // fast_accum, as vLLM's FP8 GEMMs run) instead of cuBLASLt's default, which
+  // promotes their partial sums into fp32: faster, less precise over long K.
+  // Off by default: tern_gpu_bench's fp8-fast measures it.
+  bool fp8_fast_accum = false;
   int device = 0;
 };
 
