@@ -72,9 +72,11 @@ Status Fp8Gemm::describe(int64_t T, int64_t K, int64_t N, cudaDataType_t c_type,
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
   TERN_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
-  const int8_t fast = fast_accum_ ? 1 : 0;
-  TERN_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  if (fast_accum_) {  // unset: cuBLASLt's default, the partial sums promoted into fp32
+    const int8_t fast = 1;
+    TERN_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  }
   if (outer_scales) {
     const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     TERN_CUBLAS_RETURN_IF_ERROR(
