@@ -261,8 +261,8 @@ int main(int argc, char** argv) {
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,
     // fp8-tcN up to N tokens.
     const bool nofold = base.rfind("fp8-nofold", 0) == 0;
-    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || base == "fp8-fast";
     o.fp8_fast_accum = base == "fp8-fast";
+    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum;
     o.fp8_fold_scales = !nofold;
     if (base.size() > 6 && base.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(6));
     if (base.size() > 10 && nofold) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(10));

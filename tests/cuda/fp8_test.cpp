@@ -359,6 +359,11 @@ TEST(CudaFp8, GemvQkvRopeMatchesLinearThenRope) {
   }
 }
 
+// A linear layer's size: T tokens, K in, N out.
+struct Shape {
+  int64_t T, K, N;
+};
+
 // The FP8 linear layer at T tokens, one output form, both ways. fast_vs_w8a8:
 // for a GEMM made with fast_accum, whose tensor-core sums are not the exact
 // W8A8 product; its distance from that product goes there (within 2e-2:
@@ -455,9 +460,6 @@ TEST(CudaFp8, LinearMatchesReferenceBothWays) {
               !has_tc ? "not available" : sums ? "unscaled, the scales applied to its fp32 sums" : "with outer-vector scales");
 
   double worst = 0;
-  struct Shape {
-    int64_t T, K, N;
-  };
   // Model shapes (ERNIE-0.3B: 1024, 2048, 3072, q|k|v 2560, gate|up 6144), odd token counts, and shapes
   // the tensor cores refuse (K not a multiple of 16, N not of 8) which take the dequantized way.
   for (const Shape s : {Shape{1, 64, 40}, Shape{5, 1024, 2560}, Shape{64, 2048, 1024}, Shape{200, 1024, 6144},
@@ -484,9 +486,6 @@ TEST(CudaFp8, FastAccumulationStaysNearTheReference) {
   cublasHandle_t cublas = nullptr;
   ASSERT_EQ(cublasCreate(&cublas), CUBLAS_STATUS_SUCCESS);
   double worst16 = 0, worst8 = 0;
-  struct Shape {
-    int64_t T, K, N;
-  };
   for (const Shape s : {Shape{5, 1024, 2560}, Shape{64, 2048, 1024}, Shape{200, 1024, 6144}, Shape{67, 3072, 1024},
                         Shape{512, 3072, 1024}}) {
     for (auto out : {cuda::GemmOut::kBf16, cuda::GemmOut::kF32, cuda::GemmOut::kAddF32}) {
