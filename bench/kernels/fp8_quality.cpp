@@ -21,22 +21,13 @@
 #include <vector>
 
 #include "model/ernie4_5/ernie4_5_model.h"
+#include "next_token_stats.h"
 
 namespace {
 
 using tern::Ernie45Model;
 
-std::vector<double> log_softmax(const float* x, size_t n) {
-  const double m = *std::max_element(x, x + n);
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(x[i] - m);
-  const double lse = m + std::log(sum);
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] - lse;
-  return out;
-}
-
-size_t argmax(const float* x, size_t n) { return static_cast<size_t>(std::max_element(x, x + n) - x); }
+using tern::bench::argmax;
 
 // Greedy tokens after `prompt`.
 std::vector<int32_t> greedy(Ernie45Model& m, const std::vector<int32_t>& prompt, int tokens) {
@@ -46,7 +37,7 @@ std::vector<int32_t> greedy(Ernie45Model& m, const std::vector<int32_t>& prompt,
   std::vector<int32_t> out;
   if (!m.forward(prompt, cache, logits).is_ok()) return out;
   for (int i = 0; i < tokens; ++i) {
-    out.push_back(static_cast<int32_t>(argmax(logits.data(), V)));
+    out.push_back(argmax(logits.data(), V));
     if (!m.forward({&out.back(), 1}, cache, logits).is_ok()) break;
   }
   return out;
@@ -94,8 +85,9 @@ int main(int argc, char** argv) {
   // W8A16 (GEMV, persistent kernel, dequantized GEMMs), then W8A8 (the tensor-core GEMMs).
   for (const bool w8a8 : {false, true}) {
     fp8.value()->set_fp8_activations(w8a8);
-    double kl_sum = 0, greedy_sum = 0;
-    int64_t positions = 0, same_top = 0, prompts = 0;
+    tern::bench::NextTokenStats stats;
+    double greedy_sum = 0;
+    int64_t prompts = 0;
     for (const auto& p : golden["prompts"]) {
       std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
       const std::vector<int32_t> cont = greedy(*base.value(), ids, tokens);
@@ -106,19 +98,12 @@ int main(int argc, char** argv) {
       ids.insert(ids.end(), cont.begin(), cont.end() - 1);  // the last token's next is not scored
       const std::vector<float> a = all_logits(*base.value(), ids), b = all_logits(*fp8.value(), ids);
       if (a.empty() || b.empty()) return 1;
-      for (size_t t = 0; t < ids.size(); ++t) {
-        const std::vector<double> la = log_softmax(a.data() + t * V, V), lb = log_softmax(b.data() + t * V, V);
-        double kl = 0;
-        for (size_t i = 0; i < V; ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
-        kl_sum += kl;
-        same_top += argmax(a.data() + t * V, V) == argmax(b.data() + t * V, V) ? 1 : 0;
-        ++positions;
-      }
+      stats.add(a.data(), b.data(), ids.size(), V);
       ++prompts;
     }
     std::printf("%s %s: %ld prompts, %ld positions: mean KL(bf16 || fp8) %.5f nats, top-1 %.3f, greedy %.3f (%d tokens)\n",
-                dir.c_str(), w8a8 ? "W8A8" : "W8A16", static_cast<long>(prompts), static_cast<long>(positions),
-                kl_sum / static_cast<double>(positions), static_cast<double>(same_top) / static_cast<double>(positions),
+                dir.c_str(), w8a8 ? "W8A8" : "W8A16", static_cast<long>(prompts), static_cast<long>(stats.positions),
+                stats.mean_kl(), stats.top1(),
                 greedy_sum / static_cast<double>(prompts), tokens);
   }
   return 0;

@@ -19,7 +19,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -31,6 +30,7 @@
 #include "comma_list.h"
 #include "model/ernie4_5/cuda/device_model.h"
 #include "model/ernie4_5/ernie4_5_model.h"
+#include "next_token_stats.h"
 #include "runners/cuda_runner.h"
 
 namespace {
@@ -42,17 +42,7 @@ int fail(const std::string& message) {
   return 1;
 }
 
-std::vector<double> log_softmax(const float* x, size_t n) {
-  const double m = *std::max_element(x, x + n);
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(x[i] - m);
-  const double lse = m + std::log(sum);
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] - lse;
-  return out;
-}
-
-int32_t argmax(const float* x, size_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+using tern::bench::argmax;
 
 // One GPU form of the model with a block table covering max_len positions.
 struct Form {
@@ -187,8 +177,8 @@ int main(int argc, char** argv) {
   for (const std::string& name : tern::bench::comma_list(configs)) {
     auto form = make_form(name, *model.value(), max_len);
     if (!form.is_ok()) return fail(form.status().to_string());
-    double kl_sum = 0, greedy_sum = 0;
-    int64_t positions = 0, same_top = 0;
+    tern::bench::NextTokenStats stats;
+    double greedy_sum = 0;
     for (size_t p = 0; p < prompts.size(); ++p) {
       auto cont = form.value().greedy(prompts[p], tokens);
       auto logits = form.value().all_logits(scored[p]);
@@ -198,21 +188,10 @@ int main(int argc, char** argv) {
       size_t agree = 0;
       while (agree < conts[p].size() && conts[p][agree] == cont.value()[agree]) ++agree;
       greedy_sum += static_cast<double>(agree) / static_cast<double>(tokens);
-      const std::vector<float>& a = base_logits[p];
-      const std::vector<float>& b = logits.value();
-      for (size_t t = 0; t < scored[p].size(); ++t) {
-        const std::vector<double> la = log_softmax(a.data() + t * V, V), lb = log_softmax(b.data() + t * V, V);
-        double kl = 0;
-        for (size_t i = 0; i < V; ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
-        kl_sum += kl;
-        same_top += argmax(a.data() + t * V, V) == argmax(b.data() + t * V, V) ? 1 : 0;
-        ++positions;
-      }
+      stats.add(base_logits[p].data(), logits.value().data(), scored[p].size(), V);
     }
-    std::printf("| %s | %lld | %.5f | %.3f | %.3f |\n", name.c_str(), static_cast<long long>(positions),
-                kl_sum / static_cast<double>(positions),
-                static_cast<double>(same_top) / static_cast<double>(positions),
-                greedy_sum / static_cast<double>(prompts.size()));
+    std::printf("| %s | %lld | %.5f | %.3f | %.3f |\n", name.c_str(), static_cast<long long>(stats.positions),
+                stats.mean_kl(), stats.top1(), greedy_sum / static_cast<double>(prompts.size()));
     std::fflush(stdout);
   }
   return 0;
