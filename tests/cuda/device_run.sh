@@ -1,37 +1,57 @@
 #!/usr/bin/env bash
 # Runs the GPU tests and the decode benchmark on the lent GPU machine with
-# binaries built on a dev machine and carried in build-cuda/device (bin +
-# the few shared libraries the GPU image lacks). Logs go to $OUT.
-#   here:   tests/cuda/device_run.sh --pack     (after cmake --build build-cuda)
-#   there:  tests/cuda/device_run.sh            (from the repo root)
-# Environment there: GTEST_FILTER (default all), BENCH=0 skips the
+# binaries built on a dev machine and carried as build-cuda/device.txz
+# (gpu_tests, tern_gpu_bench and, where built, tern and tern_gpu_quality,
+# stripped, with the shared libraries tern links from the system's
+# /lib/x86_64-linux-gnu but glibc's and libstdc++; ~23 MB, so it fits the
+# device tool's carry beside the tree). Logs go to $OUT.
+#   here:   cmake --build build-cuda --target tern gpu_tests tern_gpu_bench tern_gpu_quality
+#           tests/cuda/device_run.sh --pack
+#   there:  tests/cuda/device_run.sh            (from the repo root; carry build-cuda/device.txz)
+# Environment there: GTEST_FILTER (default all), TESTS=0 skips gpu_tests, BENCH=0 skips the
 # benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
-# configurations instead of the standard set, PROFILE=1 adds per-kernel GPU
+# configurations instead of the standard set, AB="cfg1 cfg2 ..." times each
+# tern_gpu_bench configuration in a process of its own, AB_ROUNDS (2) times
+# in turn, at AB_BATCH (8,64,256), 256-token prompts, 64 steps (ab.log),
+# QUALITY=1 adds tern_gpu_quality (the FP8 forms against bf16 on the GPU) on
+# models/ernie-demo's golden prompts and 8 random prompts of the full-size
+# model (quality.md), TARGETS=1 the targets run through HTTP
+# (bench/serving/run_gpu_targets.sh with the carried tern, TERN_BUDGET 45 s,
+# VARIANT_BUDGET 30 s; targets.log, the whole run in results.txz),
+# PROFILE=1 adds per-kernel GPU
 # times of one decode step per batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
 # same for one 2048-token prefill step, PROFILE_SASS=1 ncu's SASS-level
 # stall samples of one decode step's decode_layers kernel (or the kernel
 # SASS_KERNEL names), summed per stretch between barriers by
 # sass_regions.py (sass_regions.txt) and per run of equally executed code by
 # instructions executed (sass_runs.txt), SANITIZE=1 adds
-# compute-sanitizer memcheck (SANITIZE_FILTER picks its tests).
+# compute-sanitizer memcheck (SANITIZE_FILTER picks its tests). At the end,
+# everything under $OUT but the main logs goes into $OUT/results.txz (the
+# device tool brings back 8 files at most).
 set -u
-D=build-cuda/device
 if [ "${1:-}" = "--pack" ]; then
-  rm -rf "$D" && mkdir -p "$D/lib"
-  cp build-cuda/bin/gpu_tests build-cuda/bin/tern_gpu_bench "$D/"
-  for lib in libsentencepiece.so.0 libspdlog.so.1.10 libfmt.so.9; do
-    cp -L "/lib/x86_64-linux-gnu/$lib" "$D/lib/"
+  S=$(mktemp -d) && mkdir -p "$S/lib"
+  for b in gpu_tests tern_gpu_bench tern tern_gpu_quality; do
+    [ -x "build-cuda/bin/$b" ] && strip -o "$S/$b" "build-cuda/bin/$b"
   done
-  du -sh "$D"
+  ldd build-cuda/bin/gpu_tests $([ -x build-cuda/bin/tern ] && echo build-cuda/bin/tern) |
+    awk '$3 ~ /^\/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s|libstdc\+\+)\.so' | xargs -I{} cp -L {} "$S/lib/"
+  git rev-parse --short HEAD >"$S/COMMIT"  # the tree the binaries were built from, for the reports
+  tar -cJf build-cuda/device.txz -C "$S" . && rm -rf "$S"
+  ls -la build-cuda/device.txz
   exit 0
 fi
+D=/tmp/tern-device
+rm -rf "$D" && mkdir -p "$D" && tar -xJf build-cuda/device.txz -C "$D" || { echo "no build-cuda/device.txz: run --pack here and carry it"; exit 1; }
+export TERN_COMMIT=${TERN_COMMIT:-$(cat "$D/COMMIT")}
 OUT=${OUT:-/tmp/tern-gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 if ldd "$D/gpu_tests" | grep -q "libcublas.*not found"; then
   cublas=$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
   # After the carried libraries: a folder of the image's other CUDA libraries must not shadow them.
-  export LD_LIBRARY_PATH="$PWD/$D/lib:$(dirname "$cublas"):$LD_LIBRARY_PATH"
+  export LD_LIBRARY_PATH="$D/lib:$(dirname "$cublas"):$LD_LIBRARY_PATH"
 fi
 ldd "$D/gpu_tests" | grep "not found"
 # The test binaries were built with the data folder at /work/main/tests/data.
@@ -43,7 +63,9 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 python3 tools/make_random_model.py --out /tmp/m --tokenizer-from tests/data/ernie-tiny >"$OUT/make_model.log" 2>&1 &
 maker=$!
-timeout 240 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|^\[decode kernel|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
+if [ "${TESTS:-1}" = 1 ]; then
+  timeout 240 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|^\[decode kernel|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
+fi
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
 if [ -n "${BENCH_CONFIGS:-}" ]; then
   timeout 120 "$D/tern_gpu_bench" --model /tmp/m --configs "$BENCH_CONFIGS" --batch "${BENCH_BATCH:-1,4,8,64,256}" \
@@ -53,6 +75,26 @@ elif [ "${BENCH:-1}" = 1 ]; then
   timeout 90 "$D/tern_gpu_bench" --model /tmp/m --configs graphs,eager --batch 1,4,8,64,256 --steps 256 >"$OUT/bench.log" 2>&1
   timeout 40 "$D/tern_gpu_bench" --model /tmp/m --configs pdl,gemv8,cublas --batch 1,4,8 --steps 256 >>"$OUT/bench.log" 2>&1
   grep -E "\] create|pdl turned|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/bench.log"
+fi
+if [ -n "${AB:-}" ]; then  # one process per configuration: a process's first configuration runs a few % faster
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    for cfg in $AB; do
+      timeout 60 "$D/tern_gpu_bench" --model /tmp/m --configs "$cfg" --batch "${AB_BATCH:-8,64,256}" --prompt 256 \
+        --steps 64 >>"$OUT/ab.log" 2>&1
+    done
+  done
+  grep -E "\] create failed|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/ab.log"
+fi
+if [ "${QUALITY:-0}" = 1 ] && [ -x "$D/tern_gpu_quality" ]; then
+  q="fp8,fp8-fast,kv-fp8,fp8+kv-fp8,fp8-fast+kv-fp8"
+  timeout 60 "$D/tern_gpu_quality" --model models/ernie-demo --configs "$q" >"$OUT/quality.md" 2>&1
+  timeout 120 "$D/tern_gpu_quality" --model /tmp/m --random 8 --configs "$q" >>"$OUT/quality.md" 2>&1
+  cat "$OUT/quality.md"
+fi
+if [ "${TARGETS:-0}" = 1 ] && [ -x "$D/tern" ]; then
+  TERN_BIN="$D/tern" BENCH_MODEL=/tmp/m TERN_BUDGET=${TERN_BUDGET:-45} VARIANT_BUDGET=${VARIANT_BUDGET:-30} \
+    timeout 420 bash bench/serving/run_gpu_targets.sh "$OUT/targets" >"$OUT/targets.log" 2>&1
+  cat "$OUT/targets.log"
 fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
@@ -83,3 +125,7 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   timeout 150 compute-sanitizer --tool memcheck "$D/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitizer.log" 2>&1
   echo "sanitizer rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -4
 fi
+# The device tool brings back 8 files: the main logs, and everything in results.txz.
+tar -cJf /tmp/tern-results.txz -C "$OUT" . && mv /tmp/tern-results.txz "$OUT/results.txz"
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.txz ! -name gpu_tests.log ! -name bench.log ! -name ab.log \
+  ! -name quality.md ! -name targets.log ! -name ncu_summary.txt -exec rm -rf {} +
