@@ -32,3 +32,17 @@ def tiny_golden(tiny_model):
 
 def run_tern(tern_bin, *args, timeout=120):
     return subprocess.run([tern_bin, *map(str, args)], capture_output=True, timeout=timeout)
+
+
+def auto_cpu_kernels():
+    """The kernel set `--cpu-kernels auto` picks on this machine: fast on AMD CPUs with AVX512_BF16,
+    optimized elsewhere (backend/cpu/kernel_set.cpp, auto_kernel_set)."""
+    vendor, flags = "", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id" and not vendor:
+                vendor = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return "fast" if vendor == "AuthenticAMD" and "avx512_bf16" in flags else "optimized"

@@ -3,7 +3,7 @@ pp-tg scenarios' workloads, their JSON, and the errors for bad limits."""
 
 import json
 
-from conftest import run_tern
+from conftest import auto_cpu_kernels, run_tern
 
 
 def bench_json(tern_bin, tiny_model, tmp_path, *args):
@@ -60,7 +60,7 @@ def test_pp_tg_reports_llama_bench_style_rates(tern_bin, tiny_model, tmp_path):
     j, text = bench_json(tern_bin, tiny_model, tmp_path, "pp-tg", "-p", 16, "-n", 8, "-r", 3)
     assert j["scenario"] == "pp-tg"
     assert (j["n_prompt"], j["n_gen"], j["repetitions"]) == (16, 8, 3)
-    assert (j["device"], j["threads"], j["cpu_kernels"]) == ("cpu", 2, "fast")
+    assert (j["device"], j["threads"], j["cpu_kernels"]) == ("cpu", 2, auto_cpu_kernels())
     assert j["model"] == str(tiny_model)
     assert j["commit"] and j["commit"] != "unknown"
     # One rate per timed run (the warm-up not among them), mean and stddev over them.

@@ -13,6 +13,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import auto_cpu_kernels
+
 pytest_plugins = ["server_fixture"]
 
 MODEL = "ernie-tiny"
@@ -224,14 +226,15 @@ def test_decode_kernel_flag(dedicated_server):
 def test_start_up_log_and_metrics_name_the_cpu_threads_and_kernels(dedicated_server):
     """The start-up line and tern:cpu_info say how the CPU forward runs: threads, kernel set and
     instruction set."""
+    kernels = auto_cpu_kernels()  # what --cpu-kernels auto picks on this CPU
     s = dedicated_server("--threads", "2")
-    assert re.search(r"on cpu \(2 threads, fast kernels \((AVX-512|AVX2|portable)[^)]*\); \d+ max tokens",
+    assert re.search(rf"on cpu \(2 threads, {kernels} kernels \((AVX-512|AVX2|portable)[^)]*\); \d+ max tokens",
                      s.logs()), s.logs()
     status, _, body = s.request("GET", "/metrics")
     assert status == 200
     info = [line for line in body.decode().splitlines() if line.startswith("tern:cpu_info{")]
     assert len(info) == 1 and info[0].endswith(" 1"), info
-    assert re.search(r'threads="2",kernels="fast",isa="(avx512|avx2|portable)",bf16_products="(true|false)"',
+    assert re.search(rf'threads="2",kernels="{kernels}",isa="(avx512|avx2|portable)",bf16_products="(true|false)"',
                      info[0]), info
     s = dedicated_server("--threads", "1", "--cpu-kernels", "reference")
     assert "on cpu (1 thread, reference kernels (plain loops); " in s.logs(), s.logs()
