@@ -25,7 +25,9 @@
 # SASS_KERNEL names), summed per stretch between barriers by
 # sass_regions.py (sass_regions.txt) and per run of equally executed code by
 # instructions executed (sass_runs.txt), SANITIZE=1 adds
-# compute-sanitizer memcheck (SANITIZE_FILTER picks its tests). At the end,
+# compute-sanitizer memcheck (SANITIZE_FILTER picks its tests), SM80=1 the
+# compute_80 PTX build of gpu_tests where packed (the sm_80 code paths, JIT-compiled
+# by the driver; gpu_tests_sm80.log). At the end,
 # everything under $OUT but the main logs goes into $OUT/results.txz (the
 # device tool brings back 8 files at most).
 set -u
@@ -34,6 +36,8 @@ if [ "${1:-}" = "--pack" ]; then
   for b in gpu_tests tern_gpu_bench tern tern_gpu_quality; do
     [ -x "build-cuda/bin/$b" ] && strip -o "$S/$b" "build-cuda/bin/$b"
   done
+  # gpu_tests as compute_80 PTX (a build-cuda80 configured with -DTERN_CUDA_ARCHS=80-virtual), where built.
+  [ -x build-cuda80/bin/gpu_tests ] && strip -o "$S/gpu_tests_sm80" build-cuda80/bin/gpu_tests
   ldd build-cuda/bin/gpu_tests $([ -x build-cuda/bin/tern ] && echo build-cuda/bin/tern) |
     awk '$3 ~ /^\/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s|libstdc\+\+)\.so' | xargs -I{} cp -L {} "$S/lib/"
@@ -65,6 +69,9 @@ python3 tools/make_random_model.py --out /tmp/m --tokenizer-from tests/data/erni
 maker=$!
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 240 "$D/gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[batched|^\[engine\] [0-9]|^\[greedy|^\[graphs|^\[decode kernel|pdl turned|FAILED|PASSED|Failure|error|Expected|Which is|  Actual" | head -60
+fi
+if [ "${SM80:-0}" = 1 ] && [ -x "$D/gpu_tests_sm80" ]; then
+  timeout 300 "$D/gpu_tests_sm80" 2>&1 | tee "$OUT/gpu_tests_sm80.log" | grep -E "FAILED|PASSED|Failure" | head -30
 fi
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
 if [ -n "${BENCH_CONFIGS:-}" ]; then
@@ -128,4 +135,4 @@ fi
 # The device tool brings back 8 files: the main logs, and everything in results.txz.
 tar -cJf /tmp/tern-results.txz -C "$OUT" . && mv /tmp/tern-results.txz "$OUT/results.txz"
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.txz ! -name gpu_tests.log ! -name bench.log ! -name ab.log \
-  ! -name quality.md ! -name targets.log ! -name ncu_summary.txt -exec rm -rf {} +
+  ! -name quality.md ! -name targets.log ! -name ncu_summary.txt ! -name gpu_tests_sm80.log -exec rm -rf {} +
