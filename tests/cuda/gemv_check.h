@@ -94,4 +94,70 @@ inline void check_quantized_gemv(cuda::GemvParams p, const std::vector<float>& w
   }
 }
 
+// The q|k|v form (GemvOutput::kQkvRope) of quantized weights: p holds the
+// weights, with `weights` the [q_dim + 2 kv_dim, in_features] values they
+// stand for. The RMSNorm of random fp32 rows goes in, q comes back in y and
+// k and v in their slots (token t in slot T - 1 - t), each checked against the
+// CPU's linear over the bf16-rounded norm rows, then RoPE.
+inline void check_quantized_gemv_qkv_rope(cuda::GemvParams p, const std::vector<float>& weights, int64_t T,
+                                          int heads, int kv_heads, int head_dim, const std::string& what,
+                                          std::mt19937& rng) {
+  ThreadPool pool(2);
+  const int64_t K = p.in_features, q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
+  const int64_t N = q_dim + 2 * kv_dim;
+  std::vector<float> x = random_f32(rng, static_cast<size_t>(T * K), -3, 3);
+  std::vector<float> nw = random_f32(rng, static_cast<size_t>(K), 0.5f, 1.5f);
+  std::vector<int32_t> positions(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int32_t>(100 * t + 7);
+    slots[static_cast<size_t>(t)] = static_cast<int32_t>(T - 1 - t);
+  }
+  const std::vector<float> inv_freq = cpu::rope_inv_freq(head_dim, 500000.0);
+  DeviceArray<float> d_x(x), d_nw(nw), d_freq(inv_freq);
+  DeviceArray<int32_t> d_pos(positions), d_slots(slots);
+  DeviceArray<cuda::bf16> d_y(std::vector<cuda::bf16>(static_cast<size_t>(T * N), kNanBf16));
+  DeviceArray<cuda::bf16> d_k(std::vector<cuda::bf16>(static_cast<size_t>(T * kv_dim), kNanBf16));
+  DeviceArray<cuda::bf16> d_v(std::vector<cuda::bf16>(static_cast<size_t>(T * kv_dim), kNanBf16));
+  p.input = cuda::GemvInput::kRmsNorm;
+  p.output = cuda::GemvOutput::kQkvRope;
+  p.x_f32 = d_x.get();
+  p.norm_weight = d_nw.get();
+  p.eps = 1e-5f;
+  p.num_tokens = T;
+  p.out_features = N;
+  p.y = d_y.get();
+  p.heads = {heads, kv_heads, head_dim};
+  p.places = {d_pos.get(), d_slots.get(), d_freq.get()};
+  p.planes = {d_k.get(), d_v.get()};
+  TERN_ASSERT_CUDA(cuda::gemv(p, 132, nullptr));
+
+  std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
+  cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, h.data());
+  h = round_bf16(h);
+  cpu::linear(pool, h.data(), T, f32_matrix(weights, N, K), out.data());
+  std::vector<float> q_ref, k_ref, v_ref;
+  for (int64_t t = 0; t < T; ++t) {
+    auto row = out.begin() + t * N;
+    q_ref.insert(q_ref.end(), row, row + q_dim);
+    k_ref.insert(k_ref.end(), row + q_dim, row + q_dim + kv_dim);
+    v_ref.insert(v_ref.end(), row + q_dim + kv_dim, row + N);
+  }
+  std::vector<int64_t> pos64(positions.begin(), positions.end());
+  cpu::rope_interleaved(q_ref.data(), T, heads, head_dim, pos64, inv_freq);
+  cpu::rope_interleaved(k_ref.data(), T, kv_heads, head_dim, pos64, inv_freq);
+  const std::vector<cuda::bf16> y = d_y.download(), k_got = d_k.download(), v_got = d_v.download();
+  std::vector<float> q_got, k_slot, v_slot;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < q_dim; ++j) q_got.push_back(bf16_to_f32(y[static_cast<size_t>(t * N + j)]));
+    const int64_t slot = slots[static_cast<size_t>(t)];
+    for (int64_t j = 0; j < kv_dim; ++j) {
+      k_slot.push_back(bf16_to_f32(k_got[static_cast<size_t>(slot * kv_dim + j)]));
+      v_slot.push_back(bf16_to_f32(v_got[static_cast<size_t>(slot * kv_dim + j)]));
+    }
+  }
+  EXPECT_LT(relative_l2(q_got, q_ref), 1e-2) << what << " q";
+  EXPECT_LT(relative_l2(k_slot, k_ref), 1e-2) << what << " k";
+  EXPECT_LT(relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+}
+
 }  // namespace tern::test
