@@ -21,7 +21,7 @@
 #include <string_view>
 
 #include "chat/chat_template.h"
-#include "recording_responder.h"
+#include "support/recording_responder.h"
 #include "server/api/openai_request.h"
 #include "server/api/openai_routes.h"
 #include "server/api/tgi_routes.h"

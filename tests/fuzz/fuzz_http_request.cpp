@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "recording_responder.h"
+#include "support/recording_responder.h"
 #include "server/http/beast_request.h"
 #include "server/http/dispatch.h"
 #include "server/http/error.h"

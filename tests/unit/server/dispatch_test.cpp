@@ -1,67 +1,20 @@
 // Dispatcher with a recording Responder (no sockets): the order of checks
 // (preflight, API key, routing) and the safety net for misbehaving handlers.
-// RecordingResponder is also the pattern for unit-testing routes.
 #include "server/http/dispatch.h"
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
 #include <stdexcept>
 
 #include "server/http/error.h"
+#include "support/recording_responder.h"
 
 namespace tern::server {
 namespace {
 
-class RecordingResponder final : public Responder {
- public:
-  Task<bool> respond(int s, std::string type, std::string b, std::vector<HttpHeader> extra) override {
-    if (started_) co_return false;
-    started_ = true;
-    status = s;
-    content_type = std::move(type);
-    body = std::move(b);
-    headers = std::move(extra);
-    co_return true;
-  }
-  Task<bool> begin_stream(int s, std::string type, std::vector<HttpHeader> extra) override {
-    co_return co_await respond(s, std::move(type), "", std::move(extra));
-  }
-  Task<bool> write_chunk(std::string_view data) override {
-    body += data;
-    co_return true;
-  }
-  Task<bool> end_stream() override { co_return true; }
-  bool client_gone() const override { return false; }
-  bool started() const override { return started_; }
-  std::function<void()> event_notifier() override { return [] {}; }
-  Task<Wake> wait_event(std::chrono::milliseconds) override { co_return Wake::kTimeout; }
-
-  std::string header(std::string_view name) const {
-    for (const auto* list : {&headers, &common_headers()}) {
-      for (const auto& h : *list) {
-        if (iequals(h.name, name)) return h.value;
-      }
-    }
-    return "<absent>";
-  }
-
-  int status = 0;
-  std::string content_type, body;
-  std::vector<HttpHeader> headers;
-
- private:
-  bool started_ = false;
-};
-
 RecordingResponder run(const Dispatcher& d, HttpRequest req) {
-  boost::asio::io_context ioc;
   RecordingResponder res;
-  boost::asio::co_spawn(
-      ioc, [&]() -> Task<> { co_await d.dispatch(req, res); }, boost::asio::detached);
-  ioc.run();
+  run_to_completion([&]() -> Task<> { co_await d.dispatch(req, res); });
   return res;
 }
 

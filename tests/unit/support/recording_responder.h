@@ -1,13 +1,17 @@
 // A Responder that records what a handler answers, and a way to run a handler
-// coroutine to completion without sockets; shared by the server fuzzers.
+// coroutine to completion without sockets; shared by the server's unit tests
+// (the pattern for testing routes) and its fuzzers. Waiting for an event
+// answers that the client is gone, so a streaming handler ends.
 #pragma once
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "server/http/request.h"
 #include "server/http/responder.h"
 
 namespace tern::server {
@@ -36,6 +40,16 @@ class RecordingResponder final : public Responder {
   bool started() const override { return started_; }
   std::function<void()> event_notifier() override { return [] {}; }
   Task<Wake> wait_event(std::chrono::milliseconds) override { co_return Wake::kClientGone; }
+
+  // A header of the answer (its own, then the common ones), "<absent>" if none.
+  std::string header(std::string_view name) const {
+    for (const auto* list : {&headers, &common_headers()}) {
+      for (const auto& h : *list) {
+        if (iequals(h.name, name)) return h.value;
+      }
+    }
+    return "<absent>";
+  }
 
   int status = 0;
   int responses = 0;  // calls of respond/begin_stream: a handler must make exactly one
