@@ -108,8 +108,11 @@ class Ernie45Model {
   // with; the embedding and the LM head stay as loaded. This is the GPU's
   // oracle, not a smaller model: the matrices take 4 bytes a weight. Errors:
   // a matrix that is not float (a quantized GGUF, an int4 checkpoint), a
-  // non-finite weight. Call before any forward.
-  Status quantize_fp8();
+  // non-finite weight. Call before any forward. With `lm_head`, the
+  // vocabulary projection too (a tied model's head becomes a matrix of its
+  // own; the embedding lookups keep the loaded table): what an FP8 LM head
+  // would cost in quality, for tern_fp8_quality; no runner takes it.
+  Status quantize_fp8(bool lm_head = false);
   // With quantize_fp8, the reference of FP8 tensor-core GEMMs (W8A8): each
   // decoder layer matrix's input rows, one token each, rounded to e4m3 with
   // the row's own scale (amax / 448, cpu::quantize_fp8_row, as the GPU's
@@ -205,7 +208,8 @@ class Ernie45Model {
   int64_t int4_as_q4_0_ = 0, int4_as_q8_0_ = 0;  // the rest are bf16
   std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;  // what the matrices' `packed` point to
   cpu::WeightMatrix embed_;
-  cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings
+  cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings, unless own_head_
+  bool own_head_ = false;      // quantize_fp8(true) gave a tied model's head rows of its own
   cpu::WeightVector final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;

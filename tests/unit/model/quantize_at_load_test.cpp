@@ -121,5 +121,50 @@ TEST(QuantizeAtLoad, Fp8ActivationsMoveTheLogitsALittleMore) {
   EXPECT_LT(relative_error(w8a8, want), 0.15);
 }
 
+// quantize_fp8(true) (tern_fp8_quality's FP8 LM head): the head's rows are
+// their e4m3 values too, a tied model's head gets rows of its own while the
+// embedding lookups keep the loaded table, and the logits move a little
+// further than with the layers alone; both kernel sets agree.
+TEST(QuantizeAtLoad, Fp8LmHeadHoldsTheDequantizedValues) {
+  for (const char* name : {"ernie-tiny", "ernie-tiny-untied"}) {
+    const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/" + name;
+    auto plain = Ernie45Model::load(dir, 2);
+    ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+    const std::vector<float> want = last_logits(*plain.value());
+    auto layers_only = Ernie45Model::load(dir, 2);
+    ASSERT_TRUE(layers_only.is_ok());
+    ASSERT_TRUE(layers_only.value()->quantize_fp8().is_ok());
+    const std::vector<float> w8_layers = last_logits(*layers_only.value());
+    std::vector<float> reference_logits;
+    for (const char* set : {"reference", "optimized"}) {
+      auto m = Ernie45Model::load(dir, 2, *cpu::kernel_set_named(set));
+      ASSERT_TRUE(m.is_ok());
+      ASSERT_TRUE(m.value()->quantize_fp8(/*lm_head=*/true).is_ok());
+      const Ernie45Model& q = *m.value();
+      EXPECT_EQ(q.embedding().dtype, plain.value()->embedding().dtype) << name;
+      ASSERT_EQ(q.lm_head().dtype, DType::kF32) << name;
+      EXPECT_NE(q.lm_head().data, q.embedding().data) << name;
+      auto codes = cpu::quantize_fp8_matrix(plain.value()->lm_head(), "head");
+      ASSERT_TRUE(codes.is_ok());
+      const auto* values = static_cast<const float*>(q.lm_head().data);
+      const int64_t rows = q.lm_head().rows, cols = q.lm_head().cols;
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::dequantize_fp8_row(codes->values.data() + r * cols, codes->scales[static_cast<size_t>(r)], cols,
+                                row.data());
+        for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(values[r * cols + c], row[static_cast<size_t>(c)]) << name;
+      }
+      const std::vector<float> got = last_logits(*m.value());
+      EXPECT_GT(relative_error(got, w8_layers), 0.0) << name << ": the head's FP8 values were used";
+      EXPECT_LT(relative_error(got, want), 0.1) << name << " " << set;
+      if (reference_logits.empty()) {
+        reference_logits = got;
+      } else {
+        EXPECT_LT(relative_error(got, reference_logits), 1e-4) << name << ": optimized against reference kernels";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tern
