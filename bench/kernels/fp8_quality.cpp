@@ -79,6 +79,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto V = static_cast<size_t>(base.value()->config().vocab_size);
+  // bf16's side, once: per prompt its greedy continuation, the scored ids (prompt + continuation but the
+  // last token, whose next is not scored) and the logits over them.
+  std::vector<std::vector<int32_t>> conts, scored;
+  std::vector<std::vector<float>> base_logits;
+  for (const auto& p : golden["prompts"]) {
+    std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    conts.push_back(greedy(*base.value(), ids, tokens));
+    ids.insert(ids.end(), conts.back().begin(), conts.back().end() - 1);
+    base_logits.push_back(all_logits(*base.value(), ids));
+    if (base_logits.back().empty()) return 1;
+    scored.push_back(std::move(ids));
+  }
   for (const bool head : {false, true}) {
     auto fp8 = Ernie45Model::load(dir, 0);
     tern::Status s = fp8.is_ok() ? fp8.value()->quantize_fp8(head) : fp8.status();
@@ -91,19 +103,18 @@ int main(int argc, char** argv) {
       fp8.value()->set_fp8_activations(w8a8);
       tern::bench::NextTokenStats stats;
       double greedy_sum = 0;
-      int64_t prompts = 0;
+      const auto prompts = static_cast<int64_t>(scored.size());
+      size_t i = 0;
       for (const auto& p : golden["prompts"]) {
-        std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
-        const std::vector<int32_t> cont = greedy(*base.value(), ids, tokens);
-        const std::vector<int32_t> cont8 = greedy(*fp8.value(), ids, tokens);
+        const std::vector<int32_t>& cont = conts[i];
+        const std::vector<int32_t> cont8 = greedy(*fp8.value(), p["ids"].get<std::vector<int32_t>>(), tokens);
         size_t agree = 0;
         while (agree < cont.size() && agree < cont8.size() && cont[agree] == cont8[agree]) ++agree;
         greedy_sum += static_cast<double>(agree) / static_cast<double>(tokens);
-        ids.insert(ids.end(), cont.begin(), cont.end() - 1);  // the last token's next is not scored
-        const std::vector<float> a = all_logits(*base.value(), ids), b = all_logits(*fp8.value(), ids);
-        if (a.empty() || b.empty()) return 1;
-        stats.add(a.data(), b.data(), ids.size(), V);
-        ++prompts;
+        const std::vector<float> b = all_logits(*fp8.value(), scored[i]);
+        if (b.empty()) return 1;
+        stats.add(base_logits[i].data(), b.data(), scored[i].size(), V);
+        ++i;
       }
       std::printf("%s %s%s: %ld prompts, %ld positions: mean KL(bf16 || fp8) %.5f nats, top-1 %.3f, greedy %.3f "
                   "(%d tokens)\n",

@@ -33,6 +33,35 @@ inline cpu::WeightMatrix f32_matrix(const std::vector<float>& v, int64_t rows, i
   return cpu::WeightMatrix{DType::kF32, v.data(), rows, cols};
 }
 
+// What the q|k|v form (GemvOutput::kQkvRope) should produce on the CPU: the
+// RMSNorm of `x` (T fp32 rows of w.cols) rounded to bf16, the product with
+// w's [q_dim + 2 kv_dim] rows, then RoPE on q and k at `positions`.
+struct QkvReference {
+  std::vector<float> q, k, v;  // [T, q_dim], [T, kv_dim], [T, kv_dim]
+};
+inline QkvReference qkv_rope_reference(const std::vector<float>& x, const std::vector<float>& norm_weight,
+                                       const cpu::WeightMatrix& w, int64_t T, int heads, int kv_heads,
+                                       int head_dim, const std::vector<int32_t>& positions,
+                                       const std::vector<float>& inv_freq) {
+  ThreadPool pool(2);
+  const int64_t K = w.cols, N = w.rows, q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
+  std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
+  cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, norm_weight.data(), K}, 1e-5f, h.data());
+  h = round_bf16(h);
+  cpu::linear(pool, h.data(), T, w, out.data());
+  QkvReference ref;
+  for (int64_t t = 0; t < T; ++t) {
+    auto row = out.begin() + t * N;
+    ref.q.insert(ref.q.end(), row, row + q_dim);
+    ref.k.insert(ref.k.end(), row + q_dim, row + q_dim + kv_dim);
+    ref.v.insert(ref.v.end(), row + q_dim + kv_dim, row + N);
+  }
+  const std::vector<int64_t> pos64(positions.begin(), positions.end());
+  cpu::rope_interleaved(ref.q.data(), T, heads, head_dim, pos64, inv_freq);
+  cpu::rope_interleaved(ref.k.data(), T, kv_heads, head_dim, pos64, inv_freq);
+  return ref;
+}
+
 // p: the weights, input and output forms and the shape set; `weights` the
 // [out_features, in_features] values the weights stand for.
 inline void check_quantized_gemv(cuda::GemvParams p, const std::vector<float>& weights, int sm_count,
@@ -102,7 +131,6 @@ inline void check_quantized_gemv(cuda::GemvParams p, const std::vector<float>& w
 inline void check_quantized_gemv_qkv_rope(cuda::GemvParams p, const std::vector<float>& weights, int64_t T,
                                           int heads, int kv_heads, int head_dim, const std::string& what,
                                           std::mt19937& rng) {
-  ThreadPool pool(2);
   const int64_t K = p.in_features, q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
   const int64_t N = q_dim + 2 * kv_dim;
   std::vector<float> x = random_f32(rng, static_cast<size_t>(T * K), -3, 3);
@@ -131,20 +159,8 @@ inline void check_quantized_gemv_qkv_rope(cuda::GemvParams p, const std::vector<
   p.planes = {d_k.get(), d_v.get()};
   TERN_ASSERT_CUDA(cuda::gemv(p, 132, nullptr));
 
-  std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
-  cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, h.data());
-  h = round_bf16(h);
-  cpu::linear(pool, h.data(), T, f32_matrix(weights, N, K), out.data());
-  std::vector<float> q_ref, k_ref, v_ref;
-  for (int64_t t = 0; t < T; ++t) {
-    auto row = out.begin() + t * N;
-    q_ref.insert(q_ref.end(), row, row + q_dim);
-    k_ref.insert(k_ref.end(), row + q_dim, row + q_dim + kv_dim);
-    v_ref.insert(v_ref.end(), row + q_dim + kv_dim, row + N);
-  }
-  std::vector<int64_t> pos64(positions.begin(), positions.end());
-  cpu::rope_interleaved(q_ref.data(), T, heads, head_dim, pos64, inv_freq);
-  cpu::rope_interleaved(k_ref.data(), T, kv_heads, head_dim, pos64, inv_freq);
+  const QkvReference ref =
+      qkv_rope_reference(x, nw, f32_matrix(weights, N, K), T, heads, kv_heads, head_dim, positions, inv_freq);
   const std::vector<cuda::bf16> y = d_y.download(), k_got = d_k.download(), v_got = d_v.download();
   std::vector<float> q_got, k_slot, v_slot;
   for (int64_t t = 0; t < T; ++t) {
@@ -155,9 +171,9 @@ inline void check_quantized_gemv_qkv_rope(cuda::GemvParams p, const std::vector<
       v_slot.push_back(bf16_to_f32(v_got[static_cast<size_t>(slot * kv_dim + j)]));
     }
   }
-  EXPECT_LT(relative_l2(q_got, q_ref), 1e-2) << what << " q";
-  EXPECT_LT(relative_l2(k_slot, k_ref), 1e-2) << what << " k";
-  EXPECT_LT(relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+  EXPECT_LT(relative_l2(q_got, ref.q), 1e-2) << what << " q";
+  EXPECT_LT(relative_l2(k_slot, ref.k), 1e-2) << what << " k";
+  EXPECT_LT(relative_l2(v_slot, ref.v), 1e-2) << what << " v";
 }
 
 }  // namespace tern::test

@@ -25,6 +25,7 @@
 #include "backend/cuda/kernels.h"
 #include "base/thread_pool.h"
 #include "engine/sampler.h"
+#include "gemv_check.h"
 #include "gpu_test_util.h"
 
 namespace tern {
@@ -33,8 +34,8 @@ namespace {
 using cuda::bf16;
 using test::Bf16Data;
 using test::DeviceArray;
-
-constexpr bf16 kNanBf16 = 0x7fc0;
+using test::kNanBf16;
+using test::round_bf16;
 
 cpu::WeightMatrix bf16_matrix(const Bf16Data& d, int64_t rows, int64_t cols) {
   return cpu::WeightMatrix{DType::kBF16, d.words.data(), rows, cols};
@@ -848,11 +849,6 @@ TEST(CudaKernels, GemmMatchesReference) {
 // ---- The decode GEMV, each input and output form against cpu::linear over
 // the same bf16 inputs (made on the host as the kernel makes them).
 
-std::vector<float> round_bf16(std::vector<float> v) {
-  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
-  return v;
-}
-
 // sm_count sizes the grid: 4 makes the warps stride over several rows, 132
 // (an H100/H200) gives most shapes here one row per warp.
 void check_gemv(cuda::GemvInput in, cuda::GemvOutput out, int64_t T, int64_t K, int64_t N, int sm_count,
@@ -985,7 +981,6 @@ TEST(CudaKernels, GemvMatchesReference) {
 // bf16-rounded ones).
 void check_gemv_qkv_rope(bool fp8) {
   std::mt19937 rng(fp8 ? 9 : 8);
-  ThreadPool pool(2);
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{4, 2, 16, 7}, Shape{16, 2, 8, 1}}) {
     for (int64_t T : {1, 5, 8}) {
       const int64_t K = s.head_dim == 128 ? 1024 : 64;
@@ -1031,20 +1026,8 @@ void check_gemv_qkv_rope(bool fp8) {
       // 4 multiprocessors: each warp strides over several row pairs.
       TERN_ASSERT_CUDA(cuda::gemv(p, T == 5 ? 132 : 4, nullptr));
 
-      std::vector<float> h(x.size()), out(static_cast<size_t>(T * N));
-      cpu::rmsnorm(x.data(), T, cpu::WeightVector{DType::kF32, nw.data(), K}, 1e-5f, h.data());
-      h = round_bf16(h);
-      cpu::linear(pool, h.data(), T, bf16_matrix(w, N, K), out.data());
-      std::vector<float> q_ref, k_ref, v_ref;
-      for (int64_t t = 0; t < T; ++t) {
-        auto row = out.begin() + t * N;
-        q_ref.insert(q_ref.end(), row, row + q_dim);
-        k_ref.insert(k_ref.end(), row + q_dim, row + q_dim + kv_dim);
-        v_ref.insert(v_ref.end(), row + q_dim + kv_dim, row + N);
-      }
-      std::vector<int64_t> pos64(positions.begin(), positions.end());
-      cpu::rope_interleaved(q_ref.data(), T, s.num_heads, s.head_dim, pos64, inv_freq);
-      cpu::rope_interleaved(k_ref.data(), T, s.num_kv_heads, s.head_dim, pos64, inv_freq);
+      const test::QkvReference want = test::qkv_rope_reference(x, nw, bf16_matrix(w, N, K), T, s.num_heads,
+                                                               s.num_kv_heads, s.head_dim, positions, inv_freq);
 
       const std::vector<bf16> y = d_y.download(), k_got = d_k.download(), v_got = d_v.download();
       const std::vector<uint8_t> k8 = d_k8.download(), v8 = d_v8.download();
@@ -1067,11 +1050,11 @@ void check_gemv_qkv_rope(bool fp8) {
           v_slot.push_back(fp8 ? fp8_e4m3_to_f32(v8[at]) : bf16_to_f32(v_got[at]));
         }
       }
-      EXPECT_LT(test::relative_l2(q_got, q_ref), 1e-2) << what << " q";
+      EXPECT_LT(test::relative_l2(q_got, want.q), 1e-2) << what << " q";
       if (fp8) {
         int64_t exact = 0;
         for (size_t i = 0; i < k_slot.size(); ++i) {
-          for (const auto& [got, ref] : {std::pair{k_slot[i], k_ref[i]}, std::pair{v_slot[i], v_ref[i]}}) {
+          for (const auto& [got, ref] : {std::pair{k_slot[i], want.k[i]}, std::pair{v_slot[i], want.v[i]}}) {
             const float want = fp8_e4m3_to_f32(f32_to_fp8_e4m3(ref));
             exact += got == want ? 1 : 0;
             ASSERT_LE(std::abs(got - want), std::ldexp(1.0f, std::max(std::ilogb(std::fabs(ref) + 1e-30f), -6) - 3) * 1.01f)
@@ -1080,8 +1063,8 @@ void check_gemv_qkv_rope(bool fp8) {
         }
         EXPECT_GE(static_cast<double>(exact), 0.95 * 2.0 * static_cast<double>(k_slot.size())) << what;
       } else {
-        EXPECT_LT(test::relative_l2(k_slot, k_ref), 1e-2) << what << " k";
-        EXPECT_LT(test::relative_l2(v_slot, v_ref), 1e-2) << what << " v";
+        EXPECT_LT(test::relative_l2(k_slot, want.k), 1e-2) << what << " k";
+        EXPECT_LT(test::relative_l2(v_slot, want.v), 1e-2) << what << " v";
       }
       size_t untouched = 0;
       for (size_t i = 0; i < k_got.size(); ++i) {

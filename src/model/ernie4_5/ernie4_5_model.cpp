@@ -293,7 +293,6 @@ Status Ernie45Model::quantize_fp8(bool lm_head) {
     }
     m.dtype = DType::kF32;
     m.data = owned.get();
-    m.packed = nullptr;
     owned_.push_back(std::move(owned));
     return Status::ok();
   };
@@ -305,8 +304,7 @@ Status Ernie45Model::quantize_fp8(bool lm_head) {
   if (lm_head) {
     const bool tied = config_.tie_word_embeddings;
     const ernie45::Weight head = tied ? ernie45::Weight::kTokenEmbedding : ernie45::Weight::kOutput;
-    TERN_RETURN_IF_ERROR(requantize(lm_head_, weight_name(head)));
-    own_head_ = tied;
+    TERN_RETURN_IF_ERROR(requantize(lm_head_, weight_name(head)));  // a tied head gets rows of its own
   }
   pack_weights();
   return Status::ok();
@@ -351,9 +349,10 @@ void Ernie45Model::pack_weights() {
   };
   // The embedding table is only looked up (from `data`) unless it is also
   // the head; a tied table keeps its pages unless lookups read its panel
-  // copy (the fast set's), as they read no other packed form.
+  // copy (the fast set's), as they read no other packed form. A tied head
+  // with rows of its own (quantize_fp8(true)) is packed as an untied one.
   embed_.packed = nullptr;
-  if (config_.tie_word_embeddings && !own_head_) {
+  if (config_.tie_word_embeddings && lm_head_.data == embed_.data) {
     pack(embed_);
     lm_head_ = embed_;
     if (cpu::is_bf16_panels(embed_.packed)) release(embed_);

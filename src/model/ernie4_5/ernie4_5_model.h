@@ -208,8 +208,7 @@ class Ernie45Model {
   int64_t int4_as_q4_0_ = 0, int4_as_q8_0_ = 0;  // the rest are bf16
   std::vector<std::unique_ptr<cpu::PackedWeight>> packed_;  // what the matrices' `packed` point to
   cpu::WeightMatrix embed_;
-  cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings, unless own_head_
-  bool own_head_ = false;      // quantize_fp8(true) gave a tied model's head rows of its own
+  cpu::WeightMatrix lm_head_;  // the embedding when tie_word_embeddings (but after quantize_fp8(true))
   cpu::WeightVector final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
