@@ -8,9 +8,14 @@
 // memory, as in a step, not from L2). Each line: the algorithm's id, tile,
 // stages, cluster shape, split-K and the heuristic's wave count, then
 // microseconds a call, TFLOP/s and the largest difference from linear()'s
-// output relative to its largest magnitude.
+// output relative to its largest magnitude. With --k-splits S,...: the same
+// product as one strided-batched call whose batch is S slices of K, each
+// writing its fp32 partial (a consumer then adds the S partials, as a
+// residual add would), timed the same way; its difference is of the
+// partials' sum.
 // Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down,o-bf16,down-bf16] [--candidates 64] [--reps 20]
 //                        [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072]
+//                        [--k-splits 2,3,4]  (--candidates 0: linear() and the K splits only)
 // The defaults are ERNIE-4.5-0.3B's layers (16 q heads and 2 kv heads of 128): q|k|v 1024 -> 2560, o
 // 2048 -> 1024 (added), gate|up 1024 -> 6144, down 3072 -> 1024 (added); 16 weight copies (84 MB of q|k|v)
 // so that the weights come from memory, not from a 50 MB L2. o-bf16 and down-bf16 are o and down
@@ -144,8 +149,43 @@ T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes
   return value;
 }
 
+// The product as `splits` K slices in one strided-batched call, fp32 partials [splits][T][N] in `partials`;
+// microseconds a call, and the partials' sum's largest difference from `ref` relative to its largest magnitude.
+void run_k_splits(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int splits, int reps, float* partials,
+                  const std::vector<float>& ref, double base_us) {
+  const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
+  if (K % splits != 0 || (K / splits) % 8 != 0) {
+    std::printf("  k-splits %d: K %ld does not split into 8-aligned slices\n", splits, static_cast<long>(K));
+    return;
+  }
+  const int copies = static_cast<int>(p.w.size());
+  const int m = static_cast<int>(N), n = static_cast<int>(T), k = static_cast<int>(K / splits);
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto run = [&](int copy) {
+    return cublasGemmStridedBatchedEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
+                                      p.w[static_cast<size_t>(copy % copies)], CUDA_R_16BF, static_cast<int>(K), k,
+                                      p.x, CUDA_R_16BF, static_cast<int>(K), k, &beta, partials, CUDA_R_32F, m,
+                                      static_cast<int64_t>(m) * n, splits, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+  };
+  if (!run(0) || cudaStreamSynchronize(stream) != cudaSuccess) {
+    std::printf("  k-splits %d: does not run\n", splits);
+    return;
+  }
+  std::vector<float> parts(static_cast<size_t>(splits * T * N)), sum(static_cast<size_t>(T * N), 0.0f);
+  check(cudaMemcpy(parts.data(), partials, parts.size() * sizeof(float), cudaMemcpyDeviceToHost), "partials");
+  for (int sp = 0; sp < splits; ++sp) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += parts[static_cast<size_t>(sp) * sum.size() + i];
+  }
+  const double us = time_graph(stream, reps, run);
+  const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
+  std::printf("  k-splits %d (strided batch, fp32 partials)  %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", splits, us,
+              us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, max_rel_diff(sum, ref));
+}
+
 void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, void* workspace, size_t ws_bytes,
-                 cudaStream_t stream, int candidates, int reps) {
+                 cudaStream_t stream, int candidates, int reps, const std::vector<int64_t>& k_splits,
+                 float* partials) {
   const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
   const int copies = static_cast<int>(p.w.size());
@@ -164,6 +204,9 @@ void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, voi
               static_cast<long>(N), kind);
   std::printf("  %-34s %9.2f us %7.1f TFLOP/s\n", "linear() (cublasGemmEx, default)", base_us,
               flops / base_us * 1e-6);
+  // The added shapes' reference is y = x W^T (y starts at zero), so the partials' sum compares with it.
+  for (int64_t sp : k_splits) run_k_splits(p, blas, stream, static_cast<int>(sp), reps, partials, ref, base_us);
+  if (candidates == 0) return;
 
   // cuBLASLt's view of the same problem (gemm_tuned's layout: D[N, T] = op_T(W) . x).
   cublasLtMatmulDesc_t desc = nullptr;
@@ -234,19 +277,22 @@ int64_t positive(const char* flag, const std::string& value) {
 
 int main(int argc, char** argv) {
   std::string rows_arg = "2048,4096", shapes_arg = "qkv,o,gate_up,down";
+  std::string k_splits_arg;
   int64_t candidates = 64, reps = 20, copies = 16, hidden = 1024, q_dim = 2048, kv_dim = 256, inter = 3072;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help") {
       std::printf("usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down] [--candidates 64] "
-                  "[--reps 20] [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072]\n");
+                  "[--reps 20] [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072] "
+                  "[--k-splits 2,3,4]\n");
       return 0;
     }
     if (i + 1 >= argc) die("unknown or incomplete argument '" + a + "' (--help)");
     const std::string v = argv[++i];
     if (a == "--rows") rows_arg = v;
     else if (a == "--shapes") shapes_arg = v;
-    else if (a == "--candidates") candidates = positive("--candidates", v);
+    else if (a == "--candidates") candidates = v == "0" ? 0 : positive("--candidates", v);  // 0: none
+    else if (a == "--k-splits") k_splits_arg = v;
     else if (a == "--reps") reps = positive("--reps", v);
     else if (a == "--copies") copies = positive("--copies", v);
     else if (a == "--hidden") hidden = positive("--hidden", v);
@@ -257,6 +303,10 @@ int main(int argc, char** argv) {
   }
   std::vector<int64_t> row_counts;
   for (const std::string& s : tern::bench::comma_list(rows_arg)) row_counts.push_back(positive("--rows", s));
+  std::vector<int64_t> k_splits;
+  if (!k_splits_arg.empty()) {
+    for (const std::string& s : tern::bench::comma_list(k_splits_arg)) k_splits.push_back(positive("--k-splits", s));
+  }
   std::vector<Shape> shapes;
   for (const std::string& s : tern::bench::comma_list(shapes_arg)) {
     if (s == "qkv") shapes.push_back({s, hidden, q_dim + 2 * kv_dim, cuda::GemmOut::kBf16});
@@ -300,7 +350,16 @@ int main(int argc, char** argv) {
       p.w = weights;
       p.y_bytes = static_cast<size_t>(rows * s.out) * (s.kind == cuda::GemmOut::kBf16 ? sizeof(bf16) : sizeof(float));
       check(cudaMalloc(&p.y, p.y_bytes), "y");
-      run_problem(p, blas, lt, workspace, kWorkspace, stream, static_cast<int>(candidates), static_cast<int>(reps));
+      int64_t most_splits = 0;
+      for (int64_t sp : k_splits) most_splits = std::max(most_splits, sp);
+      float* partials = nullptr;
+      if (most_splits > 0) {
+        const size_t bytes = static_cast<size_t>(most_splits * rows * s.out) * sizeof(float);
+        check(cudaMalloc(reinterpret_cast<void**>(&partials), bytes), "partials");
+      }
+      run_problem(p, blas, lt, workspace, kWorkspace, stream, static_cast<int>(candidates), static_cast<int>(reps),
+                  k_splits, partials);
+      cudaFree(partials);
       cudaFree(p.x);
       cudaFree(p.y);
     }

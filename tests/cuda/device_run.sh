@@ -27,13 +27,14 @@
 # instructions executed (sass_runs.txt), SANITIZE=1 adds
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests), SM80=1 the
 # compute_80 PTX build of gpu_tests where packed (the sm_80 code paths, JIT-compiled
-# by the driver; gpu_tests_sm80.log). At the end,
+# by the driver; gpu_tests_sm80.log), GEMM="ARGS" tern_gemm_bench with those arguments where packed
+# (gemm.log). At the end,
 # everything under $OUT but the main logs goes into $OUT/results.txz (the
 # device tool brings back 8 files at most).
 set -u
 if [ "${1:-}" = "--pack" ]; then
   S=$(mktemp -d) && mkdir -p "$S/lib"
-  for b in gpu_tests tern_gpu_bench tern tern_gpu_quality; do
+  for b in gpu_tests tern_gpu_bench tern tern_gpu_quality tern_gemm_bench; do
     [ -x "build-cuda/bin/$b" ] && strip -o "$S/$b" "build-cuda/bin/$b"
   done
   # gpu_tests as compute_80 PTX (a build-cuda80 configured with -DTERN_CUDA_ARCHS=80-virtual), where built.
@@ -103,6 +104,11 @@ if [ "${TARGETS:-0}" = 1 ] && [ -x "$D/tern" ]; then
     timeout 420 bash bench/serving/run_gpu_targets.sh "$OUT/targets" >"$OUT/targets.log" 2>&1
   cat "$OUT/targets.log"
 fi
+if [ -n "${GEMM:-}" ] && [ -x "$D/tern_gemm_bench" ]; then
+  # shellcheck disable=SC2086  # GEMM holds the arguments, split on spaces
+  timeout 150 "$D/tern_gemm_bench" $GEMM >"$OUT/gemm.log" 2>&1
+  grep -E "^[a-z_-]+ +[0-9]+ x|linear\(\)|k-splits|best:" "$OUT/gemm.log" | head -80
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
   TERN_PROFILE_STEP=8 timeout 50 "$NCU" --profile-from-start off --clock-control none --cache-control none \
@@ -135,4 +141,5 @@ fi
 # The device tool brings back 8 files: the main logs, and everything in results.txz.
 tar -cJf /tmp/tern-results.txz -C "$OUT" . && mv /tmp/tern-results.txz "$OUT/results.txz"
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.txz ! -name gpu_tests.log ! -name bench.log ! -name ab.log \
-  ! -name quality.md ! -name targets.log ! -name ncu_summary.txt ! -name gpu_tests_sm80.log -exec rm -rf {} +
+  ! -name quality.md ! -name targets.log ! -name ncu_summary.txt ! -name gpu_tests_sm80.log ! -name gemm.log \
+  -exec rm -rf {} +
