@@ -28,7 +28,9 @@
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
-// weights), int4-nokernel (int4, no persistent kernel), tokensN (graphs
+// weights), int4-nokernel (int4, no persistent kernel), ksplit, ksplitN and
+// ksplit-oAdB (graphs with the o and down GEMMs split over K in steps of
+// up to 512 or N tokens, k_split_max_tokens; A and B slices, default 2 and 3), tokensN (graphs
 // with prefill steps of up to N tokens, max_num_batched_tokens; 2,048 or
 // the largest batch otherwise). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
@@ -40,6 +42,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -184,7 +187,7 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
-                                         "fp8-nofold", "fp8-fast"};
+                                         "fp8-nofold", "fp8-fast",     "ksplit"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -193,7 +196,11 @@ int main(int argc, char** argv) {
       return config.size() > prefix.size() && config.size() <= prefix.size() + most && config.rfind(prefix, 0) == 0 &&
              config.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
     };
-    return digits_after("gemv") || digits_after("tokens") || digits_after("fp8-tc") || digits_after("fp8-nofold") ||
+    const bool slices = config.size() == 11 && config.rfind("ksplit-o", 0) == 0 && config[9] == 'd' &&
+                        std::isdigit(static_cast<unsigned char>(config[8])) != 0 &&
+                        std::isdigit(static_cast<unsigned char>(config[10])) != 0;  // ksplit-oAdB
+    return slices || digits_after("ksplit") || digits_after("gemv") || digits_after("tokens") ||
+           digits_after("fp8-tc") || digits_after("fp8-nofold") ||
            digits_after("prefetch", 1) ||
            digits_after("kv-fp8-prefetch", 1);
   };
@@ -257,6 +264,14 @@ int main(int argc, char** argv) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
+    if (base.rfind("ksplit", 0) == 0) {  // ksplit, ksplitN (up to N tokens), ksplit-oAdB (A and B slices)
+      const bool digits = base.size() > 6 && std::isdigit(static_cast<unsigned char>(base[6])) != 0;
+      o.k_split_max_tokens = digits ? std::stoll(base.substr(6)) : 512;
+      if (base.rfind("ksplit-o", 0) == 0) {
+        o.o_k_splits = base[8] - '0';
+        o.down_k_splits = base[10] - '0';
+      }
+    }
     if (base.rfind("fp8", 0) == 0) o.fp8_weights = true;
     // fp8 and fp8-nokernel: the dequantized form; fp8-tc: tensor cores up to the default token count,
     // fp8-tcN up to N tokens.
@@ -293,6 +308,11 @@ int main(int argc, char** argv) {
     }
     if (!gpu.value()->int4_declined().empty()) {
       std::printf("[%s] %s\n", config.c_str(), gpu.value()->int4_declined().c_str());
+    }
+    if (gpu.value()->k_split_rows() > 0) {
+      std::printf("[%s] o and down split over K (%d and %d slices) in steps of up to %lld GEMM rows\n",
+                  config.c_str(), gpu.value()->o_k_splits(), gpu.value()->down_k_splits(),
+                  static_cast<long long>(gpu.value()->k_split_rows()));
     }
     if (!gpu.value()->layers_kernel_off_reason().empty()) {
       std::printf("[%s] decode kernel off: %s\n", config.c_str(), gpu.value()->layers_kernel_off_reason().c_str());

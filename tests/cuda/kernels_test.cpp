@@ -67,33 +67,42 @@ TEST(CudaKernels, AddRmsnormMatchesReference) {
   // 256, 512, 1024, 2048: the row form (rmsnorm_row.cuh); 64, 1000: the 256-thread block per row.
   for (int64_t hidden : {64, 256, 512, 1000, 1024, 2048}) {
     for (int64_t T : {1, 5, 33}) {
-      for (int mode = 0; mode < 3; ++mode) {  // 0: no delta, 1: delta, 2: delta + gathered rows
+      // 0: no delta, 1: delta, 2: delta + gathered rows, 3: three deltas (a K-split GEMM's partials),
+      // 4: three deltas + gathered rows.
+      for (int mode = 0; mode < 5; ++mode) {
         const auto n = static_cast<size_t>(T * hidden);
-        std::vector<float> x = test::random_f32(rng, n, -3, 3), delta = test::random_f32(rng, n, -1, 1);
+        const int deltas = mode >= 3 ? 3 : 1;
+        std::vector<float> x = test::random_f32(rng, n, -3, 3), delta = test::random_f32(rng, deltas * n, -1, 1);
         std::vector<float> w = test::random_f32(rng, static_cast<size_t>(hidden), 0.5f, 1.5f);
         std::vector<int32_t> rows;
-        if (mode == 2) {
+        const bool gather = mode == 2 || mode == 4;
+        if (gather) {
           for (int64_t r = T - 1; r >= 0; r -= 2) rows.push_back(static_cast<int32_t>(r));
         }
-        const int64_t out_rows = mode == 2 ? static_cast<int64_t>(rows.size()) : T;
+        const int64_t out_rows = gather ? static_cast<int64_t>(rows.size()) : T;
         DeviceArray<float> d_x(x), d_delta(delta), d_w(w);
         DeviceArray<int32_t> d_rows(rows.empty() ? std::vector<int32_t>{0} : rows);
         DeviceArray<bf16> d_out(std::vector<bf16>(static_cast<size_t>(out_rows * hidden), kNanBf16));
         TERN_ASSERT_CUDA(cuda::add_rmsnorm(d_x.get(), mode == 0 ? nullptr : d_delta.get(), d_w.get(),
-                                           mode == 2 ? d_rows.get() : nullptr, out_rows, hidden, 1e-5f,
-                                           d_out.get(), nullptr));
+                                           gather ? d_rows.get() : nullptr, out_rows, hidden, 1e-5f, d_out.get(),
+                                           nullptr, deltas, static_cast<int64_t>(n)));
         std::vector<float> x_ref = x;
         if (mode != 0) {
           for (int64_t r = 0; r < T; ++r) {
-            const bool touched = mode == 1 || std::find(rows.begin(), rows.end(), r) != rows.end();
+            const bool touched = !gather || std::find(rows.begin(), rows.end(), r) != rows.end();
             if (!touched) continue;
-            for (int64_t j = 0; j < hidden; ++j) x_ref[static_cast<size_t>(r * hidden + j)] += delta[static_cast<size_t>(r * hidden + j)];
+            for (int64_t j = 0; j < hidden; ++j) {
+              const auto at = static_cast<size_t>(r * hidden + j);
+              float d = delta[at];
+              for (int k = 1; k < deltas; ++k) d += delta[k * n + at];  // the deltas summed in order, then added
+              x_ref[at] += d;
+            }
           }
         }
-        EXPECT_EQ(d_x.download(), x_ref) << "the residual add is one fp32 add: exact";
+        EXPECT_EQ(d_x.download(), x_ref) << "the deltas' sum and the residual add are fp32 adds in order: exact";
         std::vector<float> gathered;
         for (int64_t i = 0; i < out_rows; ++i) {
-          const int64_t r = mode == 2 ? rows[static_cast<size_t>(i)] : i;
+          const int64_t r = gather ? rows[static_cast<size_t>(i)] : i;
           gathered.insert(gathered.end(), x_ref.begin() + r * hidden, x_ref.begin() + (r + 1) * hidden);
         }
         std::vector<float> ref(gathered.size());
@@ -843,6 +852,44 @@ TEST(CudaKernels, GemmMatchesReference) {
     test::expect_bf16_close(test::to_f32(d_y16.download()), ref, what + " bf16 out");
     EXPECT_LT(test::relative_l2(d_y32.download(), ref), 1e-4) << what << " fp32 out";
   }
+  cublasDestroy(handle);
+}
+
+// linear_k_split: the K slices' fp32 partials sum to the product (cpu::linear over the same bf16 values), at
+// decode sizes and the model's o and down shapes; a K the slices do not divide into multiples of 8 is refused.
+TEST(CudaKernels, KSplitGemmPartialsSumToTheProduct) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  struct Case {
+    int64_t T, K, N;
+    int splits;
+  };
+  for (const Case c : {Case{8, 2048, 1024, 2}, Case{256, 3072, 1024, 3}, Case{37, 384, 256, 3}, Case{5, 128, 64, 4},
+                       Case{64, 3072, 1024, 4}}) {
+    Bf16Data x = test::random_bf16(rng, static_cast<size_t>(c.T * c.K));
+    const float a = 1.7f / std::sqrt(static_cast<float>(c.K));
+    Bf16Data w = test::random_bf16(rng, static_cast<size_t>(c.N * c.K), -a, a);
+    std::vector<float> ref(static_cast<size_t>(c.T * c.N));
+    cpu::linear(pool, x.values.data(), c.T, bf16_matrix(w, c.N, c.K), ref.data());
+    DeviceArray<bf16> d_x(x.words), d_w(w.words);
+    DeviceArray<float> d_p(std::vector<float>(ref.size() * static_cast<size_t>(c.splits), NAN));
+    Status s = cuda::linear_k_split(handle, d_x.get(), c.T, c.K, d_w.get(), c.N, d_p.get(), c.splits);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    const std::vector<float> parts = d_p.download();
+    std::vector<float> sum(ref.size(), 0.0f);
+    for (int k = 0; k < c.splits; ++k) {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += parts[k * sum.size() + i];
+    }
+    EXPECT_LT(test::relative_l2(sum, ref), 1e-4) << "k-split gemm " << c.T << "x" << c.K << "x" << c.N << " in "
+                                                << c.splits;
+  }
+  DeviceArray<bf16> d_x(std::vector<bf16>(8 * 100)), d_w(std::vector<bf16>(100 * 64));
+  DeviceArray<float> d_p(std::vector<float>(2 * 8 * 64));
+  const Status bad = cuda::linear_k_split(handle, d_x.get(), 8, 100, d_w.get(), 64, d_p.get(), 2);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("does not split"), std::string::npos) << bad.to_string();
   cublasDestroy(handle);
 }
 

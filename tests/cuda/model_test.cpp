@@ -210,7 +210,7 @@ struct Fp8Run {
   bool fast_accum = false;  // DeviceModelOptions::fp8_fast_accum
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
-                      KvCacheDType dtype = KvCacheDType::kAuto) {
+                      KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
@@ -261,6 +261,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   cuda::DeviceModelOptions options;
   options.max_logit_rows = 8;
   options.kv_cache_dtype = dtype;
+  options.k_split_max_tokens = k_split_tokens;
   if (fp8 != nullptr && !int4) {
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
@@ -279,6 +280,11 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     } else if (!gpu->fp8_tensor_core_gemms()) {
       std::printf("[batched %s] no FP8 tensor-core GEMM from cuBLASLt here: the dequantized path ran\n", dir.c_str());
     }
+  }
+
+  if (k_split_tokens > 0) {
+    EXPECT_GE(gpu->k_split_rows(), std::min<int64_t>(k_split_tokens, budget)) << "the K-split GEMMs are on";
+    EXPECT_GT(std::max(gpu->o_k_splits(), gpu->down_k_splits()), 1);
   }
 
   bool forked = false;
@@ -354,8 +360,8 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     for (size_t b = 0; b < batch.size(); ++b) seqs[owners[b]].done += static_cast<int64_t>(batch[b].tokens.size());
   }
   EXPECT_TRUE(forked);
-  std::printf("[batched %s block %ld %s%s] %d steps, worst logits rel L2 %.2e\n", dir.c_str(), static_cast<long>(bs),
-              kv_cache_dtype_name(dtype),
+  std::printf("[batched %s block %ld %s%s%s] %d steps, worst logits rel L2 %.2e\n", dir.c_str(),
+              static_cast<long>(bs), kv_cache_dtype_name(dtype), k_split_tokens > 0 ? " K-split o and down" : "",
               fp8 == nullptr                                      ? ""
               : int4                                              ? " int4 W4A16"
               : fp8->tensor_cores && gpu->fp8_tensor_core_gemms() ? (fp8->fast_accum ? " fp8 W8A8 fast" : " fp8 W8A8")
@@ -388,6 +394,17 @@ TEST(GpuModel, BatchedChunkedStepsMatchCpuAtHeadDim128) {
   test::TinyModelDir dir(spec, 7);
   compare_with_cpu(dir.path(), 16, 3);
   compare_with_cpu(dir.path(), 7, 4);
+}
+
+// DeviceModelOptions::k_split_max_tokens: every GEMM step's o and down
+// projections as K slices whose partials the next add_rmsnorm sums (the
+// last layer's down one GEMM), against the CPU model.
+TEST(GpuModel, KSplitGemmsMatchCpu) {
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 5, nullptr, KvCacheDType::kAuto, 4096);
+  test::TinySpec spec = head_dim_128_spec(512);
+  spec.theta = 500000.0;
+  test::TinyModelDir dir(spec, 8);
+  compare_with_cpu(dir.path(), 16, 6, nullptr, KvCacheDType::kAuto, 4096);
 }
 
 // --quantization fp8: the GEMV, dequantized-GEMM and (where cuBLASLt has

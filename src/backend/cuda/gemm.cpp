@@ -27,4 +27,27 @@ Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t 
   return Status::ok();
 }
 
+Status linear_k_split(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w,
+                      int64_t out_features, float* partials, int splits) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (num_tokens <= 0) return Status::ok();
+  if (splits < 1 || in_features % (8 * static_cast<int64_t>(splits)) != 0) {
+    return invalid_argument("K of " + std::to_string(in_features) + " does not split into " + std::to_string(splits) +
+                            " slices of a multiple of 8");
+  }
+  if (num_tokens > kMax || in_features > kMax || out_features > kMax || num_tokens * out_features > kMax) {
+    return invalid_argument("GEMM shape too large for cuBLAS: " + std::to_string(num_tokens) + " x " +
+                            std::to_string(in_features) + " x " + std::to_string(out_features));
+  }
+  const int m = static_cast<int>(out_features), n = static_cast<int>(num_tokens);
+  const int k = static_cast<int>(in_features / splits), ld = static_cast<int>(in_features);
+  const float alpha = 1.0f, beta = 0.0f;
+  // Slice s of W and of x starts k columns after slice s - 1's (the same leading dimensions); its partial
+  // T x N after the previous one's.
+  TERN_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16BF, ld, k, x, CUDA_R_16BF, ld, k, &beta,
+      partials, CUDA_R_32F, m, static_cast<int64_t>(m) * n, splits, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return Status::ok();
+}
+
 }  // namespace tern::cuda

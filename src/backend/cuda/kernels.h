@@ -30,9 +30,13 @@ cudaError_t feed_picks(int32_t* ids, const int32_t* pairs, int64_t count, const 
 //   x[r] += delta[r]                       (when delta is not null; fp32)
 //   out[i] = bf16(x[r] / sqrt(mean(x[r]^2) + eps) * weight)   (fp32 math)
 // The residual add and the norm in one pass over the row; `rows` gathers
-// the rows whose logits are wanted before the final norm.
+// the rows whose logits are wanted before the final norm. With
+// delta_count > 1 the delta is the sum of that many, delta_stride floats
+// apart (a K-split GEMM's partials, linear_k_split), summed in order before
+// the one add into x.
 cudaError_t add_rmsnorm(float* x, const float* delta, const float* weight, const int32_t* rows, int64_t num_rows,
-                        int64_t hidden, float eps, bf16* out, cudaStream_t stream);
+                        int64_t hidden, float eps, bf16* out, cudaStream_t stream, int delta_count = 1,
+                        int64_t delta_stride = 0);
 
 // The parts several kernels' parameters share, so a step fills each once:
 // the model's heads, the step's tokens (per step), one layer's K/V planes

@@ -241,6 +241,17 @@ Status DeviceModel::Impl::plan_workspace() {
       use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
     }
   }
+  const auto slices = [](int64_t K, int splits) { return splits > 1 && K % (8 * splits) == 0 ? splits : 1; };
+  o_splits = slices(c.q_dim(), options.o_k_splits);
+  down_splits = slices(c.intermediate_size, options.down_k_splits);
+  // bf16 weights only: the FP8 and int4 forms have GEMMs of their own.
+  if (options.k_split_max_tokens > gemv_tokens && std::max(o_splits, down_splits) > 1 && !fp8 &&
+      int4_matrices == 0) {
+    k_split_rows = std::min(gemm_capacity, gemm_rows(options.k_split_max_tokens));
+    const auto floats = static_cast<size_t>(std::max(o_splits, down_splits) * k_split_rows) * H;
+    TERN_RETURN_IF_ERROR(k_partials.allocate(floats * sizeof(float), "K-split GEMM partials"));
+    use.workspace_bytes += static_cast<int64_t>(k_partials.bytes());
+  }
   // The counters start at zero; the attention kernel leaves them at zero.
   TERN_CUDA_RETURN_IF_ERROR(cudaMemset(split_counters.as<void>(), 0, split_counters.bytes()));
   // Two slots: a step's picks land in one while the host reads the other's.
@@ -474,6 +485,16 @@ Status DeviceModel::Impl::warm_gemms() {
     TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), rows, Q, w.o, H, x.as<void>(), GemmOut::kAddF32));
     TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), rows, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
     TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), rows, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
+    if (rows <= k_split_rows) {  // the K-split forms' cuBLAS plans
+      if (o_splits > 1) {
+        TERN_RETURN_IF_ERROR(
+            linear_k_split(cublas, attn.as<bf16>(), rows, Q, w.o.w.as<bf16>(), H, k_partials.as<float>(), o_splits));
+      }
+      if (down_splits > 1) {
+        TERN_RETURN_IF_ERROR(linear_k_split(cublas, act.as<bf16>(), rows, I, w.down.w.as<bf16>(), H,
+                                            k_partials.as<float>(), down_splits));
+      }
+    }
     if (fold_fp8(rows)) {  // a folded step's GEMMs (their plans asked for here, not in a step)
       TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.qkv, qkv_dim(), GemmOut::kBf16));
       TERN_RETURN_IF_ERROR(fp8_sums_of(rows, Q, w.o, H, GemmOut::kF32));
@@ -716,6 +737,12 @@ bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores
 bool DeviceModel::fp8_folded_scales() const { return impl_->fp8_fold; }
 int64_t DeviceModel::fp8_tensor_core_tokens() const { return impl_->fp8_tc_rows; }
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
+
+int64_t DeviceModel::k_split_rows() const { return impl_->k_split_rows; }
+
+int DeviceModel::o_k_splits() const { return impl_->k_split_rows > 0 ? impl_->o_splits : 1; }
+
+int DeviceModel::down_k_splits() const { return impl_->k_split_rows > 0 ? impl_->down_splits : 1; }
 const std::string& DeviceModel::int4_declined() const { return impl_->int4_declined; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
 int64_t DeviceModel::warmed_gemm_rows() const { return impl_->warmed_gemm_rows; }

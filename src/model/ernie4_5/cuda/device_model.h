@@ -132,6 +132,16 @@ struct DeviceModelOptions : RunnerOptions {
   // decode speed was within -1.3%..+1.8% of the default and its KL against
   // bf16 the same (docs/benchmarks.md; tern_gpu_bench fp8-fast, tern_gpu_quality).
   bool fp8_fast_accum = false;
+  // Steps past the GEMV's sizes of up to this many tokens (their GEMM rows,
+  // gemm_rows) run the bf16 o and down projections split over K
+  // (linear_k_split: o_k_splits and down_k_splits slices, fp32 partials),
+  // the partials summed into the residual by the add_rmsnorm after each;
+  // the last layer's down stays one GEMM. 0: never. At a few hundred rows
+  // cuBLAS runs these K-long, N-short GEMMs as few tiles, each a long
+  // serial K loop.
+  int64_t k_split_max_tokens = 0;
+  int o_k_splits = 2;
+  int down_k_splits = 3;
   int device = 0;
 };
 
@@ -231,6 +241,11 @@ class DeviceModel {
   // uploaded as bf16 (empty if none was).
   int64_t int4_matrices() const;
   const std::string& int4_declined() const;
+  // Up to how many GEMM rows the o and down projections run split over K
+  // (k_split_max_tokens; 0: never), and their slices there.
+  int64_t k_split_rows() const;
+  int o_k_splits() const;
+  int down_k_splits() const;
   const std::string& layers_kernel_off_reason() const;
   // The GEMM row counts shown to cuBLAS at start-up (every bucket up to the
   // step's capacity, device_model_impl.h's gemm_rows) and the time it took.

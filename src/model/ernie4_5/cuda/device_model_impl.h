@@ -148,6 +148,12 @@ struct DeviceModel::Impl {
   double gemm_warmup_seconds = 0;
   int64_t free_at_start = 0;  // GPU memory free before tern allocated anything
   DeviceBuffer x, h, qkv, attn, gate_up, act, partial_out, partial_ml, split_counters, hlog, logits, picks;
+  // options.k_split_max_tokens as GEMM rows (0: off, or weights not all bf16; at most gemm_capacity); the o and down
+  // projections' K slices there (options.o_k_splits, down_k_splits where they split K into multiples
+  // of 8, else 1: one GEMM), and the partials: the larger count x k_split_rows x hidden floats.
+  int64_t k_split_rows = 0;
+  int o_splits = 1, down_splits = 1;
+  DeviceBuffer k_partials;
 
   // General steps' metadata: a pinned staging area and its device copy, grown on demand.
   PinnedBuffer meta_host;

@@ -151,6 +151,12 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   float* const norm_scales = fp8_x_scales.as<float>();
   float* const act_scales = fp8_x_scales2.as<float>();
   Fp8Sums pending;  // the last down GEMM's, not yet added into x
+  // bf16 o and down split over K (k_split_rows): each writes its slices' partials into k_partials, which the
+  // add_rmsnorm after it sums into x (down's: the next layer's input norm; the last layer's down is one GEMM).
+  const int64_t rows = gemm_rows(T);
+  const bool k_split = !small && !fold && rows <= k_split_rows;
+  const int64_t partial_stride = rows * H;
+  int pending_slices = 0;  // down's partials waiting in k_partials for the next input norm
   // RoPE and the KV write inside the attention (past the GEMV's sizes, which do them in the q|k|v GEMV): only
   // when each token is its sequence's only new one, so no token reads a key another block of the launch writes.
   const bool rope_fused = rope_in_attention && !small && v.one_token && v.num_tiles == 0;
@@ -204,8 +210,10 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
                                                 qkv.as<void>(), GemmOut::kBf16, stream));
       pending = Fp8Sums{};
     } else {
-      TERN_CUDA_RETURN_IF_ERROR(
-          add_rmsnorm(x.as<float>(), nullptr, w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
+      TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm(x.as<float>(), pending_slices > 0 ? k_partials.as<float>() : nullptr,
+                                            w.input_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream,
+                                            std::max(pending_slices, 1), partial_stride));
+      pending_slices = 0;
       TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.qkv, QKV, qkv.as<void>(), GemmOut::kBf16));
     }
     if (!small) {
@@ -274,12 +282,25 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       TERN_RETURN_IF_ERROR(fp8_sums_of(T, I, w.down, H, GemmOut::kF32));
       pending = Fp8Sums{fp8_sums.as<float>(), act_scales, w.down.scale.as<float>()};
     } else {
-      TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), T, c.q_dim(), w.o, H, x.as<void>(), GemmOut::kAddF32));
-      TERN_CUDA_RETURN_IF_ERROR(
-          add_rmsnorm(x.as<float>(), nullptr, w.post_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream));
+      const bool o_split = k_split && o_splits > 1;
+      if (o_split) {
+        TERN_RETURN_IF_ERROR(linear_k_split(cublas, attn.as<bf16>(), rows, c.q_dim(), w.o.w.as<bf16>(), H,
+                                            k_partials.as<float>(), o_splits));
+      } else {
+        TERN_RETURN_IF_ERROR(linear_of(attn.as<bf16>(), T, c.q_dim(), w.o, H, x.as<void>(), GemmOut::kAddF32));
+      }
+      TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm(x.as<float>(), o_split ? k_partials.as<float>() : nullptr,
+                                            w.post_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream,
+                                            o_split ? o_splits : 1, partial_stride));
       TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
       TERN_CUDA_RETURN_IF_ERROR(silu_mul(gate_up.as<bf16>(), T, I, act.as<bf16>(), stream));
-      TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), T, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
+      if (k_split && down_splits > 1 && l + 1 < c.num_layers) {
+        TERN_RETURN_IF_ERROR(linear_k_split(cublas, act.as<bf16>(), rows, I, w.down.w.as<bf16>(), H,
+                                            k_partials.as<float>(), down_splits));
+        pending_slices = down_splits;
+      } else {
+        TERN_RETURN_IF_ERROR(linear_of(act.as<bf16>(), T, I, w.down, H, x.as<void>(), GemmOut::kAddF32));
+      }
     }
   }
   if (pending.sums != nullptr) {
