@@ -826,6 +826,21 @@ TEST(CudaKernels, AttentionOverFp8CacheMatchesReference) {
   }
 }
 
+// x [T][K] and W [N][K] in bf16 (W scaled as a layer's), and cpu::linear's product of the same values.
+struct GemmProblem {
+  Bf16Data x, w;
+  std::vector<float> ref;
+};
+GemmProblem gemm_problem(std::mt19937& rng, ThreadPool& pool, int64_t T, int64_t K, int64_t N) {
+  GemmProblem g;
+  g.x = test::random_bf16(rng, static_cast<size_t>(T * K));
+  const float a = 1.7f / std::sqrt(static_cast<float>(K));
+  g.w = test::random_bf16(rng, static_cast<size_t>(N * K), -a, a);
+  g.ref.resize(static_cast<size_t>(T * N));
+  cpu::linear(pool, g.x.values.data(), T, bf16_matrix(g.w, N, K), g.ref.data());
+  return g;
+}
+
 TEST(CudaKernels, GemmMatchesReference) {
   std::mt19937 rng(5);
   ThreadPool pool(2);
@@ -836,11 +851,7 @@ TEST(CudaKernels, GemmMatchesReference) {
   };
   for (const Case c : {Case{1, 1024, 2560}, Case{3, 1024, 6144}, Case{64, 3072, 1024}, Case{37, 64, 1280},
                        Case{200, 2048, 1024}}) {
-    Bf16Data x = test::random_bf16(rng, static_cast<size_t>(c.T * c.K));
-    const float a = 1.7f / std::sqrt(static_cast<float>(c.K));
-    Bf16Data w = test::random_bf16(rng, static_cast<size_t>(c.N * c.K), -a, a);
-    std::vector<float> ref(static_cast<size_t>(c.T * c.N));
-    cpu::linear(pool, x.values.data(), c.T, bf16_matrix(w, c.N, c.K), ref.data());
+    const auto [x, w, ref] = gemm_problem(rng, pool, c.T, c.K, c.N);
     DeviceArray<bf16> d_x(x.words), d_w(w.words);
     DeviceArray<bf16> d_y16(std::vector<bf16>(ref.size(), kNanBf16));
     DeviceArray<float> d_y32(std::vector<float>(ref.size(), NAN));
@@ -868,11 +879,7 @@ TEST(CudaKernels, KSplitGemmPartialsSumToTheProduct) {
   };
   for (const Case c : {Case{8, 2048, 1024, 2}, Case{256, 3072, 1024, 3}, Case{37, 384, 256, 3}, Case{5, 128, 64, 4},
                        Case{64, 3072, 1024, 4}}) {
-    Bf16Data x = test::random_bf16(rng, static_cast<size_t>(c.T * c.K));
-    const float a = 1.7f / std::sqrt(static_cast<float>(c.K));
-    Bf16Data w = test::random_bf16(rng, static_cast<size_t>(c.N * c.K), -a, a);
-    std::vector<float> ref(static_cast<size_t>(c.T * c.N));
-    cpu::linear(pool, x.values.data(), c.T, bf16_matrix(w, c.N, c.K), ref.data());
+    const auto [x, w, ref] = gemm_problem(rng, pool, c.T, c.K, c.N);
     DeviceArray<bf16> d_x(x.words), d_w(w.words);
     DeviceArray<float> d_p(std::vector<float>(ref.size() * static_cast<size_t>(c.splits), NAN));
     Status s = cuda::linear_k_split(handle, d_x.get(), c.T, c.K, d_w.get(), c.N, d_p.get(), c.splits);
