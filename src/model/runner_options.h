@@ -30,6 +30,10 @@ struct RunnerOptions {
   // CUDA: one-token steps run all their layers as one persistent kernel
   // where the shapes and the GPU allow; off: a few kernels per layer.
   bool decode_kernel = true;
+  // CUDA: steps past the GEMV's sizes of up to this many tokens run the
+  // o and down projections as K slices (their partials summed by the norm
+  // after each); 0: never. --gemm-k-split-tokens.
+  int64_t k_split_max_tokens = 0;
   // CUDA: the decoder layers' matrices go to the GPU as FP8 e4m3 with one
   // fp32 scale per output row (backend/cpu/fp8_quant.h); the embedding and
   // the LM head stay bf16. --quantization fp8.

@@ -396,7 +396,7 @@ TEST(GpuModel, BatchedChunkedStepsMatchCpuAtHeadDim128) {
   compare_with_cpu(dir.path(), 7, 4);
 }
 
-// DeviceModelOptions::k_split_max_tokens: every GEMM step's o and down
+// k_split_max_tokens (--gemm-k-split-tokens): every GEMM step's o and down
 // projections as K slices whose partials the next add_rmsnorm sums (the
 // last layer's down one GEMM), against the CPU model.
 TEST(GpuModel, KSplitGemmsMatchCpu) {

@@ -212,15 +212,19 @@ def test_async_scheduling_flag_and_its_counter(dedicated_server):
 
 
 def test_decode_kernel_flag(dedicated_server):
-    """--no-decode-kernel (and TERN_DECODE_KERNEL) are options `tern serve`
-    takes and lists in --help; on the CPU they change nothing."""
+    """--no-decode-kernel and --gemm-k-split-tokens (and TERN_DECODE_KERNEL,
+    TERN_GEMM_K_SPLIT_TOKENS) are options `tern serve` takes and lists in
+    --help; on the CPU they change nothing; a negative split size is refused."""
     from server_fixture import tern_binary  # the plugin's own module, loaded by pytest_plugins
 
     help_text = subprocess.run([tern_binary(), "serve", "--help"], capture_output=True, text=True).stdout
     assert "--no-decode-kernel" in help_text and "TERN_DECODE_KERNEL" in help_text
-    s = dedicated_server("--no-decode-kernel")
+    assert "--gemm-k-split-tokens" in help_text and "TERN_GEMM_K_SPLIT_TOKENS" in help_text
+    s = dedicated_server("--no-decode-kernel", "--gemm-k-split-tokens", "0")
     status, _, body = s.post_json("/v1/completions", {"prompt": "Kernel", "max_tokens": 3, "ignore_eos": True})
     assert status == 200 and body["usage"]["completion_tokens"] == 3
+    bad = subprocess.run([tern_binary(), "serve", "--gemm-k-split-tokens=-1"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--gemm-k-split-tokens" in bad.stderr, bad.stderr
 
 
 def test_start_up_log_and_metrics_name_the_cpu_threads_and_kernels(dedicated_server):

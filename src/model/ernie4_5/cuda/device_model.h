@@ -132,14 +132,12 @@ struct DeviceModelOptions : RunnerOptions {
   // decode speed was within -1.3%..+1.8% of the default and its KL against
   // bf16 the same (docs/benchmarks.md; tern_gpu_bench fp8-fast, tern_gpu_quality).
   bool fp8_fast_accum = false;
-  // Steps past the GEMV's sizes of up to this many tokens (their GEMM rows,
-  // gemm_rows) run the bf16 o and down projections split over K
-  // (linear_k_split: o_k_splits and down_k_splits slices, fp32 partials),
+  // With k_split_max_tokens (RunnerOptions; steps of up to that many
+  // tokens, as their GEMM rows, gemm_rows): the bf16 o and down projections
+  // split over K (linear_k_split: this many slices each, fp32 partials),
   // the partials summed into the residual by the add_rmsnorm after each;
-  // the last layer's down stays one GEMM. 0: never. At a few hundred rows
-  // cuBLAS runs these K-long, N-short GEMMs as few tiles, each a long
-  // serial K loop.
-  int64_t k_split_max_tokens = 0;
+  // the last layer's down stays one GEMM. At a few hundred rows cuBLAS runs
+  // these K-long, N-short GEMMs as few tiles, each a long serial K loop.
   int o_k_splits = 2;
   int down_k_splits = 3;
   int device = 0;
