@@ -28,7 +28,9 @@
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests), SM80=1 the
 # compute_80 PTX build of gpu_tests where packed (the sm_80 code paths, JIT-compiled
 # by the driver; gpu_tests_sm80.log), GEMM="ARGS" tern_gemm_bench with those arguments where packed
-# (gemm.log). At the end,
+# (gemm.log), SERVE_AB="FLAGS;FLAGS..." the bf16 server through HTTP once per set of flags (an empty set:
+# the defaults), each at SERVE_AB_SCENARIOS (conc-64,conc-256), SERVE_AB_ROUNDS (1) times in turn
+# (run_gpu_targets.sh with VARIANTS=none, TERN_BUDGET 25 s; serve_ab.log). At the end,
 # everything under $OUT but the main logs goes into $OUT/results.txz (the
 # device tool brings back 8 files at most).
 set -u
@@ -109,6 +111,18 @@ if [ -n "${GEMM:-}" ] && [ -x "$D/tern_gemm_bench" ]; then
   timeout 150 "$D/tern_gemm_bench" $GEMM >"$OUT/gemm.log" 2>&1
   grep -E "^[a-z_-]+ +[0-9]+ x|linear\(\)|k-splits|best:" "$OUT/gemm.log" | head -80
 fi
+if [ -n "${SERVE_AB:-}" ] && [ -x "$D/tern" ]; then
+  IFS=';' read -r -a flag_sets <<<"$SERVE_AB"
+  for round in $(seq "${SERVE_AB_ROUNDS:-1}"); do
+    for i in "${!flag_sets[@]}"; do
+      echo "== round $round, flags: ${flag_sets[$i]:-(defaults)}" >>"$OUT/serve_ab.log"
+      TERN_BIN="$D/tern" BENCH_MODEL=/tmp/m TERN_BUDGET=25 VARIANTS=none TARGETS_ARGS="${flag_sets[$i]}" \
+        BF16_SCENARIOS=${SERVE_AB_SCENARIOS:-conc-64,conc-256} timeout 150 bash bench/serving/run_gpu_targets.sh \
+        "$OUT/serve_ab/$round-$i" >>"$OUT/serve_ab.log" 2>&1
+    done
+  done
+  cat "$OUT/serve_ab.log"
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
   TERN_PROFILE_STEP=8 timeout 50 "$NCU" --profile-from-start off --clock-control none --cache-control none \
@@ -142,4 +156,5 @@ fi
 tar -cJf /tmp/tern-results.txz -C "$OUT" . && mv /tmp/tern-results.txz "$OUT/results.txz"
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.txz ! -name gpu_tests.log ! -name bench.log ! -name ab.log \
   ! -name quality.md ! -name targets.log ! -name ncu_summary.txt ! -name gpu_tests_sm80.log ! -name gemm.log \
+  ! -name serve_ab.log \
   -exec rm -rf {} +
