@@ -198,6 +198,15 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
   }
   if (!device->int4_declined().empty()) spdlog::info("GPU: {}", device->int4_declined());
   if (!device->layers_kernel_off_reason().empty()) spdlog::info("GPU: {}", device->layers_kernel_off_reason());
+  if (device->k_split_rows() > 0) {
+    spdlog::info("GPU: attention output and MLP down projections split over K ({} and {} slices) in steps of up to "
+                 "{} GEMM rows",
+                 device->o_k_splits(), device->down_k_splits(), device->k_split_rows());
+  } else if (o.k_split_max_tokens > 0) {
+    spdlog::info("GPU: --gemm-k-split-tokens {} not taken: it splits bf16 weights' GEMMs in steps past the "
+                 "single-token GEMV's sizes, where K splits into multiples of 8",
+                 o.k_split_max_tokens);
+  }
   spdlog::info("GPU: GEMMs at {} row counts shown to cuBLAS in {:.0f} ms (steps of any token count then run on one "
                "of them)",
                device->warmed_gemm_rows(), 1000.0 * device->gemm_warmup_seconds());

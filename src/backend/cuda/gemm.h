@@ -21,10 +21,10 @@ Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t 
               int64_t out_features, void* y, GemmOut out_type);
 
 // The same product split over K: partials[s][T][N] = x[:, slice s] . W[:, slice s]^T (fp32) for the
-// `splits` equal slices of in_features (a multiple of 8 * splits), one strided-batched call. At decode
-// sizes (a few hundred rows) a GEMM whose K is long against its N (o 2048 -> 1024, down 3072 -> 1024)
-// runs as few tiles, each a long serial K loop; the slices give the GPU `splits` times the tiles of a
-// third the length. The consumer sums the partials (add_rmsnorm's deltas), in slice order.
+// `splits` equal slices of in_features (a multiple of 8 * splits), one strided-batched call. At a few
+// hundred rows a GEMM whose K is long against its N runs as few tiles, each a long serial K loop; the
+// slices give the GPU `splits` times the tiles, each 1 / splits of the loop. The consumer sums the
+// partials (add_rmsnorm's deltas), in slice order.
 Status linear_k_split(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w,
                       int64_t out_features, float* partials, int splits);
 
