@@ -24,7 +24,8 @@
 // offers them, the server's default; fp8-tcN: up to N tokens), fp8-nofold and fp8-nofoldN
 // (fp8-tc, fp8-tcN with a quantization before and a scaling pass after each
 // GEMM instead of both folded into the norm and SiLU kernels), fp8-fast
-// (fp8-tc with the tensor cores' own accumulation, fp8_fast_accum),
+// (fp8-tc with the tensor cores' own accumulation, fp8_fast_accum), fp8-head
+// (fp8-tc with the LM head FP8 too, --quantize-lm-head),
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
@@ -187,7 +188,7 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
-                                         "fp8-nofold", "fp8-fast",     "ksplit"};
+                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -277,7 +278,8 @@ int main(int argc, char** argv) {
     // fp8-tcN up to N tokens.
     const bool nofold = base.rfind("fp8-nofold", 0) == 0;
     o.fp8_fast_accum = base == "fp8-fast";
-    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum;
+    o.fp8_lm_head = base == "fp8-head";
+    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum || o.fp8_lm_head;
     o.fp8_fold_scales = !nofold;
     if (base.size() > 6 && base.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(6));
     if (base.size() > 10 && nofold) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(10));
@@ -300,6 +302,10 @@ int main(int argc, char** argv) {
                                                        : "bf16 GEMMs of dequantized weights",
                   gpu.value()->fp8_folded_scales() ? ", the scales folded into the norms and SiLU" : "",
                   o.fp8_fast_accum ? ", the tensor cores' own accumulation" : "");
+    }
+    if (gpu.value()->fp8_lm_head()) std::printf("[%s] the LM head FP8 too\n", config.c_str());
+    if (!gpu.value()->fp8_lm_head_off_reason().empty()) {
+      std::printf("[%s] %s\n", config.c_str(), gpu.value()->fp8_lm_head_off_reason().c_str());
     }
     if (gpu.value()->int4_matrices() > 0) {
       std::printf(

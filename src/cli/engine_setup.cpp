@@ -34,6 +34,10 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
       ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "awq", "gptq", "compressed-tensors", "fp8"},
                             CLI::ignore_case))
       ->envname("TERN_QUANTIZATION");
+  cmd.add_flag("--quantize-lm-head", o.run.fp8_lm_head,
+               "With --quantization fp8: quantize the LM head (the vocabulary projection, tied to the embedding in "
+               "ERNIE 4.5) to FP8 as well; by default it stays bf16, as in vLLM")
+      ->envname("TERN_QUANTIZE_LM_HEAD");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: auto (fast on AMD CPUs with AVX512_BF16, whose bf16 products run at twice the "
                  "fp32 rate; optimized elsewhere), fast (AVX-512/AVX2 by what the CPU has; activations rounded to bf16 before "

@@ -193,6 +193,11 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
     spdlog::info("GPU: FP8 weights (e4m3, a scale per row); steps past 4 tokens on bf16 GEMMs of dequantized weights "
                  "(no FP8 tensor-core GEMM on this GPU)");
   }
+  if (device->fp8_lm_head()) {
+    spdlog::info("GPU: the LM head as FP8 too (--quantize-lm-head)");
+  } else if (!device->fp8_lm_head_off_reason().empty()) {
+    spdlog::warn("GPU: {}", device->fp8_lm_head_off_reason());
+  }
   if (device->int4_matrices() > 0) {
     spdlog::info("GPU: {} layer matrices as int4 weights (W4A16)", device->int4_matrices());
   }

@@ -122,6 +122,12 @@ Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path,
 Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
                           const std::string& device, RunnerOptions& run) {
   TERN_RETURN_IF_ERROR(check_int4_checkpoint(model, path, quantization, device));
+  if (run.fp8_lm_head && quantization != "fp8") {
+    return invalid_argument("--quantize-lm-head quantizes the LM head to FP8 with --quantization fp8, but " +
+                            (quantization.empty() ? std::string("no --quantization was given")
+                                                  : "--quantization is " + quantization) +
+                            "; add --quantization fp8 or leave --quantize-lm-head out");
+  }
   if (quantization.empty() || is_int4_method(quantization)) return Status::ok();
   if (quantization == "fp8") {
     if (model.gguf() == nullptr && model.int4_config()) {
@@ -135,7 +141,7 @@ Status apply_quantization(Ernie45Model& model, const std::string& path, const st
     }
     spdlog::info("--quantization fp8 on the CPU: the layers' matrices hold the fp32 values of their FP8 form "
                  "(the GPU kernels' reference); no memory or speed is saved");
-    return model.quantize_fp8();
+    return model.quantize_fp8(run.fp8_lm_head);
   }
   if (device != "cpu" && quantization != "q4_0") {
     return unsupported("--quantization " + quantization +

@@ -13,8 +13,8 @@
 # configurations instead of the standard set, AB="cfg1 cfg2 ..." times each
 # tern_gpu_bench configuration in a process of its own, AB_ROUNDS (2) times
 # in turn, at AB_BATCH (8,64,256), 256-token prompts, 64 steps (ab.log),
-# QUALITY=1 adds tern_gpu_quality (the FP8 forms against bf16 on the GPU) on
-# models/ernie-demo's golden prompts and 8 random prompts of the full-size
+# QUALITY=1 adds tern_gpu_quality (the FP8 forms against bf16 on the GPU; QUALITY_CONFIGS picks
+# them) on models/ernie-demo's golden prompts and 8 random prompts of the full-size
 # model (quality.md), TARGETS=1 the targets run through HTTP
 # (bench/serving/run_gpu_targets.sh with the carried tern, TERN_BUDGET 45 s,
 # VARIANT_BUDGET 30 s; targets.log, the whole run in results.txz),
@@ -96,7 +96,7 @@ if [ -n "${AB:-}" ]; then  # one process per configuration: a process's first co
   grep -E "\] create failed|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/ab.log"
 fi
 if [ "${QUALITY:-0}" = 1 ] && [ -x "$D/tern_gpu_quality" ]; then
-  q="fp8,fp8-fast,kv-fp8,fp8+kv-fp8,fp8-fast+kv-fp8"
+  q="${QUALITY_CONFIGS:-fp8,fp8-fast,kv-fp8,fp8+kv-fp8,fp8-fast+kv-fp8}"
   timeout 60 "$D/tern_gpu_quality" --model models/ernie-demo --configs "$q" >"$OUT/quality.md" 2>&1
   timeout 120 "$D/tern_gpu_quality" --model /tmp/m --random 8 --configs "$q" >>"$OUT/quality.md" 2>&1
   cat "$OUT/quality.md"

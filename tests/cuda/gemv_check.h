@@ -4,13 +4,15 @@
 // linear over the bf16 rows the kernel should build, then the outputs
 // compared as the tests' headers state: bf16 outputs as gpu_test_util.h
 // (1e-2 relative L2 where the kernel built its own inputs), fp32 sums added
-// into y within 2e-3.
+// into y or written (the LM head's form, with its folded argmax) within 2e-3.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "backend/cuda/kernels.h"
 #include "base/bf16.h"
 #include "base/thread_pool.h"
+#include "engine/sampler.h"
 #include "gpu_test_util.h"
 
 namespace tern::test {
@@ -111,6 +114,21 @@ inline void check_quantized_gemv(cuda::GemvParams p, const std::vector<float>& w
       expect_bf16_close(got, ref, what);
     } else {
       EXPECT_LT(relative_l2(got, ref), 1e-2) << what;
+    }
+  } else if (p.output == cuda::GemvOutput::kF32) {
+    // The LM head's form: the logits written, and each token's folded argmax
+    // key names the host argmax of the row written.
+    DeviceArray<float> d_y(std::vector<float>(ref.size(), NAN));
+    DeviceArray<uint64_t> d_keys(std::vector<uint64_t>(static_cast<size_t>(T), 0));
+    p.y = d_y.get();
+    p.argmax_keys = d_keys.get();
+    TERN_ASSERT_CUDA(cuda::gemv(p, sm_count, nullptr));
+    const std::vector<float> got = d_y.download();
+    EXPECT_LT(relative_l2(got, ref), 2e-3) << what;
+    const std::vector<uint64_t> keys = d_keys.download();
+    for (int64_t t = 0; t < T; ++t) {
+      const std::span<const float> row(got.data() + t * N, static_cast<size_t>(N));
+      EXPECT_EQ(cuda::pick_of(keys[static_cast<size_t>(t)]), argmax(row)) << what << " token " << t;
     }
   } else {
     const std::vector<float> y0 = random_f32(rng, ref.size(), -1, 1);

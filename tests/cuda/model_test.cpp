@@ -208,6 +208,7 @@ struct Fp8Run {
   double tolerance = kLogitTolerance;
   bool q4_0 = false;  // int4 weights instead of FP8
   bool fast_accum = false;  // DeviceModelOptions::fp8_fast_accum
+  bool lm_head = false;     // DeviceModelOptions::fp8_lm_head, the reference's head FP8 too
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0) {
@@ -222,7 +223,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   } else if (fp8 != nullptr) {
     bf16_weights = load_cpu(dir);
     ASSERT_NE(bf16_weights, nullptr);
-    ASSERT_TRUE(cpu->quantize_fp8().is_ok());
+    ASSERT_TRUE(cpu->quantize_fp8(fp8->lm_head).is_ok());
   }
   const double tolerance = dtype != KvCacheDType::kAuto ? kFp8LogitTolerance
                            : fp8 != nullptr                ? fp8->tolerance
@@ -266,6 +267,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
     options.fp8_fast_accum = fp8->fast_accum;
+    options.fp8_lm_head = fp8->lm_head;
   }
   auto gpu = make_gpu(bf16_weights != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
@@ -279,6 +281,12 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
       EXPECT_FALSE(gpu->fp8_tensor_core_gemms());
     } else if (!gpu->fp8_tensor_core_gemms()) {
       std::printf("[batched %s] no FP8 tensor-core GEMM from cuBLASLt here: the dequantized path ran\n", dir.c_str());
+    }
+    if (fp8->lm_head && !gpu->fp8_lm_head()) {
+      // Only where the layers have no FP8 tensor-core GEMM; the reference's head is FP8, the GPU's bf16.
+      ASSERT_FALSE(gpu->fp8_tensor_core_gemms()) << gpu->fp8_lm_head_off_reason();
+      std::printf("[batched %s] %s: not compared\n", dir.c_str(), gpu->fp8_lm_head_off_reason().c_str());
+      return;
     }
   }
 
@@ -424,6 +432,44 @@ TEST(GpuModel, Fp8WeightsMatchCpuReferenceWithTheSameValues) {
   Fp8Run w8a8_fast = w8a8;  // the tensor cores' own accumulation (fp8_fast_accum), within the W8A8 bound
   w8a8_fast.fast_accum = true;
   compare_with_cpu(dir.path(), 7, 11, &w8a8_fast);
+}
+
+// --quantize-lm-head: the LM head's FP8 codes through the GEMV (up to 4
+// logit rows, W8A16) and the FP8 tensor-core GEMM (more rows, W8A8, its
+// sums scaled in place in the logits), against the CPU reference with the
+// same FP8 head (quantize_fp8(true)), tied and untied, within the W8A8
+// bound above. Without the tensor cores the head is not taken: it stays
+// bf16, says why, and an untied head keeps its bf16 copy.
+TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
+  Fp8Run head{true, 0.5};
+  head.lm_head = true;
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 14, &head);
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny-untied", 5, 15, &head);
+
+  auto cpu = load_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny-untied");
+  ASSERT_NE(cpu, nullptr);
+  cuda::DeviceModelOptions options;
+  options.fp8_weights = true;
+  options.fp8_tensor_cores = false;
+  options.fp8_lm_head = true;
+  auto gpu = make_gpu(*cpu, 16, 64, 96, &options);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_FALSE(gpu->fp8_lm_head());
+  EXPECT_NE(gpu->fp8_lm_head_off_reason().find("--quantize-lm-head not taken"), std::string::npos)
+      << gpu->fp8_lm_head_off_reason();
+  // Its logits are the bf16 head's: a prompt's against the reference with FP8 layers and a bf16 head.
+  ASSERT_TRUE(cpu->quantize_fp8().is_ok());
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  const auto vocab = static_cast<size_t>(cpu->config().vocab_size);
+  std::vector<float> want(vocab), got(vocab);
+  KvCache cache = cpu->make_cache(static_cast<int64_t>(prompt.size()));
+  ASSERT_TRUE(cpu->forward(prompt, cache, want).is_ok());
+  std::vector<int32_t> table(64);
+  std::iota(table.begin(), table.end(), 0);
+  SequenceChunk chunk{prompt, 0, table, true};
+  const Status s = gpu->forward_batch({&chunk, 1}, got);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_LT(test::relative_l2(got, want), kLogitTolerance);
 }
 
 // --quantization q4_0: int4 weights through the GEMV (steps of up to 4

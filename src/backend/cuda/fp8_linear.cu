@@ -112,10 +112,11 @@ __global__ void dequantize_rows16_kernel(const uint8_t* w, const float* scales, 
   }
 }
 
-// Sums q * 4 .. q * 4 + 3 as floats: fp32 sums (one 16-byte load) or bf16
-// ones (8 bytes, widened exactly).
+// Sums q * 4 .. q * 4 + 3 as floats: fp32 sums (one 16-byte load; a plain
+// load, not the read-only path, since fp32 sums may be scaled in place) or
+// bf16 ones (8 bytes, widened exactly).
 __device__ __forceinline__ float4 load_quad(const float* sums, int64_t q) {
-  return __ldg(reinterpret_cast<const float4*>(sums) + q);
+  return reinterpret_cast<const float4*>(sums)[q];
 }
 __device__ __forceinline__ float4 load_quad(const bf16* sums, int64_t q) {
   const uint2 w = __ldg(reinterpret_cast<const uint2*>(sums) + q);

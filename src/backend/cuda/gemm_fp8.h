@@ -44,6 +44,7 @@ cudaError_t dequantize_e4m3_rows(const uint8_t* w, const float* scales, int64_t 
 // stored as `out` says (bf16, fp32, or added to fp32). cols a multiple of
 // 4; w_scales and y 16-byte aligned, sums 16-byte (fp32) or 8-byte (bf16:
 // the unscaled GEMM's sums rounded to bf16, where the output is bf16 anyway).
+// fp32 sums may be y itself with out kF32 (scaled in place).
 cudaError_t scale_e4m3_sums(const float* sums, int64_t rows, int64_t cols, const float* x_scales,
                             const float* w_scales, void* y, GemmOut out, cudaStream_t stream);
 cudaError_t scale_e4m3_sums(const bf16* sums, int64_t rows, int64_t cols, const float* x_scales,

@@ -355,8 +355,8 @@ cudaError_t gemv_of(const GemvParams& p, int sm_count, cudaStream_t stream, bool
   if (p.input == In::kRmsNorm && p.output == Out::kBf16) {
     return dispatch_tokens<In::kRmsNorm, Out::kBf16, W>(p, sm_count, stream, pdl);
   }
-  if (p.input == In::kRmsNorm && p.output == Out::kF32 && std::is_same_v<W, bf16>) {  // the LM head: bf16 only
-    return dispatch_tokens<In::kRmsNorm, Out::kF32, bf16>(p, sm_count, stream, pdl);
+  if (p.input == In::kRmsNorm && p.output == Out::kF32 && !std::is_same_v<W, Int4Weights>) {  // the LM head
+    return dispatch_tokens<In::kRmsNorm, Out::kF32, W>(p, sm_count, stream, pdl);
   }
   if (p.input == In::kBf16 && p.output == Out::kAddF32) {
     return dispatch_tokens<In::kBf16, Out::kAddF32, W>(p, sm_count, stream, pdl);

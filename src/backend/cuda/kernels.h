@@ -234,8 +234,9 @@ struct GemvParams {
   int64_t in_features = 0;   // K: a multiple of 8
   int64_t out_features = 0;  // N
   const bf16* w = nullptr;   // 16-byte aligned
-  // Or FP8 weights (--quantization fp8; every form but kRmsNorm -> kF32):
-  // W[n, k] = e4m3(w_fp8[n * K + k]) * w_scale[n], 16-byte aligned.
+  // Or FP8 weights (--quantization fp8; kRmsNorm -> kF32, the LM head, with
+  // --quantize-lm-head): W[n, k] = e4m3(w_fp8[n * K + k]) * w_scale[n],
+  // 16-byte aligned.
   const uint8_t* w_fp8 = nullptr;
   const float* w_scale = nullptr;
   // Or int4 weights (every form but kRmsNorm -> kF32), K a multiple of 32.

@@ -150,6 +150,31 @@ Status upload_vector(DeviceModel::Impl& m, const cpu::WeightVector& v, DeviceBuf
 
 }  // namespace
 
+void DeviceModel::Impl::decide_fp8_head() {
+  const int64_t H = config.hidden_size, V = config.vocab_size;
+  if (!fp8_tensor_cores) {
+    fp8_head_off_reason = "no FP8 tensor-core GEMM for the layers on this GPU";
+  } else if (V % 4 != 0) {
+    fp8_head_off_reason = "the vocabulary (" + std::to_string(V) + ") is not a multiple of 4";
+  } else if (head_capacity > fp8_tc_rows) {
+    fp8_head_off_reason = "the LM head's " + std::to_string(head_capacity) + " GEMM rows exceed the FP8 tensor " +
+                          "cores' " + std::to_string(fp8_tc_rows);
+  } else if (!fp8_gemm->tensor_cores(std::min<int64_t>(64, head_capacity), H, V, GemmOut::kF32)) {
+    fp8_head_off_reason = "cuBLASLt offers no FP8 GEMM for the LM head's shape";
+  }
+  fp8_head = fp8_head_off_reason.empty();
+  if (!fp8_head) {
+    fp8_head_off_reason = "--quantize-lm-head not taken (" + fp8_head_off_reason + "): the LM head stays bf16";
+    use.weight_bytes -= static_cast<int64_t>(head8.w.bytes() + head8.scale.bytes());
+    head8.w.reset();
+    head8.scale.reset();
+  } else if (lm_head_own.bytes() > 0) {  // an untied head: its bf16 copy serves nothing now
+    use.weight_bytes -= static_cast<int64_t>(lm_head_own.bytes());
+    lm_head_own.reset();
+    lm_head = nullptr;
+  }
+}
+
 Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
   const ModelConfig& c = config;
   std::vector<bf16> staging;
@@ -159,6 +184,10 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
   } else {
     TERN_RETURN_IF_ERROR(upload_matrices(*this, {&w.lm_head}, lm_head_own, "the LM head", staging));
     lm_head = lm_head_own.as<bf16>();
+  }
+  if (fp8 && options.fp8_lm_head) {
+    TERN_RETURN_IF_ERROR(upload_fp8(*this, {&w.lm_head}, head8.w, head8.scale, "the LM head"));
+    head8.form = Form::kFp8;
   }
   TERN_RETURN_IF_ERROR(upload_vector(*this, w.final_norm, final_norm, "the final norm"));
   TERN_RETURN_IF_ERROR(upload_floats(*this, w.rope_inv_freq, inv_freq, "the rotary frequencies"));
@@ -241,6 +270,7 @@ Status DeviceModel::Impl::plan_workspace() {
       use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
     }
   }
+  if (head8.w.bytes() > 0) decide_fp8_head();
   const auto slices = [](int64_t K, int splits) { return splits > 1 && K % (8 * splits) == 0 ? splits : 1; };
   o_splits = slices(c.q_dim(), options.o_k_splits);
   down_splits = slices(c.intermediate_size, options.down_k_splits);
@@ -501,10 +531,7 @@ Status DeviceModel::Impl::warm_gemms() {
       TERN_RETURN_IF_ERROR(fp8_sums_of(rows, H, w.gate_up, 2 * I, GemmOut::kBf16));
       TERN_RETURN_IF_ERROR(fp8_sums_of(rows, I, w.down, H, GemmOut::kF32));
     }
-    if (rows <= head_capacity) {
-      TERN_RETURN_IF_ERROR(linear(cublas, hlog.as<bf16>(), rows, H, lm_head, c.vocab_size, logits.as<void>(),
-                                  GemmOut::kF32));
-    }
+    if (rows <= head_capacity) TERN_RETURN_IF_ERROR(head_gemm(rows));
   }
   TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   gemm_warmup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -735,6 +762,8 @@ bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
 bool DeviceModel::fp8_weights() const { return impl_->fp8; }
 bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
 bool DeviceModel::fp8_folded_scales() const { return impl_->fp8_fold; }
+bool DeviceModel::fp8_lm_head() const { return impl_->fp8_head; }
+const std::string& DeviceModel::fp8_lm_head_off_reason() const { return impl_->fp8_head_off_reason; }
 int64_t DeviceModel::fp8_tensor_core_tokens() const { return impl_->fp8_tc_rows; }
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 

@@ -234,6 +234,10 @@ class DeviceModel {
   bool fp8_tensor_core_gemms() const;
   int64_t fp8_tensor_core_tokens() const;
   bool fp8_folded_scales() const;
+  // Whether the LM head is FP8 (fp8_lm_head with fp8_weights), and if it was
+  // asked for but not taken, why (the head then stays bf16).
+  bool fp8_lm_head() const;
+  const std::string& fp8_lm_head_off_reason() const;
   // How many layer matrices (fused ones counted once) hold int4 weights, and
   // why the first layer matrix held in Q4_0 / Q8_0 blocks that did not was
   // uploaded as bf16 (empty if none was).

@@ -335,20 +335,34 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
     g.num_tokens = rows;
     g.in_features = H;
     g.out_features = V;
-    g.w = lm_head;
+    if (fp8_head) {
+      gemv_weights(g, head8);
+    } else {
+      g.w = lm_head;
+    }
     g.y = logits.as<void>();
     if (argmax) g.argmax_keys = picks.as<uint64_t>() + first;  // the head folds its own argmax
     TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain_head));
   } else {
     TERN_CUDA_RETURN_IF_ERROR(
         add_rmsnorm(x.as<float>(), nullptr, final_norm.as<float>(), selected, rows, H, eps, hlog.as<bf16>(), stream));
-    TERN_RETURN_IF_ERROR(
-        linear(cublas, hlog.as<bf16>(), gemm_rows(rows), H, lm_head, V, logits.as<void>(), GemmOut::kF32));
+    TERN_RETURN_IF_ERROR(head_gemm(rows));
     if (argmax) {
       TERN_CUDA_RETURN_IF_ERROR(argmax_rows(logits.as<float>(), rows, V, picks.as<uint64_t>() + first, stream));
     }
   }
   return Status::ok();
+}
+
+Status DeviceModel::Impl::head_gemm(int64_t rows) {
+  const int64_t T = gemm_rows(rows), H = config.hidden_size, V = config.vocab_size;
+  if (!fp8_head) return linear(cublas, hlog.as<bf16>(), T, H, lm_head, V, logits.as<void>(), GemmOut::kF32);
+  // The sums land in the logits and are scaled there; no room for a bf16 copy of the head (a dequantized
+  // GEMM), which decide_fp8_head rules out: T <= fp8_tc_rows and cuBLASLt has the shape.
+  const Fp8Scratch scratch{fp8_x_codes.as<uint8_t>(), fp8_x_scales.as<float>(), nullptr, cublas_workspace.as<void>(),
+                           logits.as<float>()};
+  return fp8_gemm->linear(cublas, hlog.as<bf16>(), T, H, Fp8Weights{head8.w.as<uint8_t>(), head8.scale.as<float>()},
+                          V, logits.as<void>(), GemmOut::kF32, scratch, stream, true);
 }
 
 Status DeviceModel::Impl::enqueue_decode(int64_t bucket) {
