@@ -104,8 +104,8 @@ tern::Result<Form> make_form(const std::string& name, const tern::Ernie45Model& 
   if (o.fp8_weights && !gpu.value()->fp8_tensor_core_gemms()) {
     return tern::unsupported(name + ": no FP8 tensor-core GEMM from cuBLASLt on this GPU");
   }
-  if (o.fp8_lm_head && !gpu.value()->fp8_lm_head()) {
-    return tern::unsupported(name + ": " + gpu.value()->fp8_lm_head_off_reason());
+  if (o.fp8_lm_head && !gpu.value()->fp8_lm_head_note().empty()) {  // every step here is a GEMM
+    return tern::unsupported(name + ": " + gpu.value()->fp8_lm_head_note());
   }
   Form f;
   f.name = name;

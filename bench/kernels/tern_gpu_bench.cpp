@@ -25,7 +25,8 @@
 // (fp8-tc, fp8-tcN with a quantization before and a scaling pass after each
 // GEMM instead of both folded into the norm and SiLU kernels), fp8-fast
 // (fp8-tc with the tensor cores' own accumulation, fp8_fast_accum), fp8-head
-// (fp8-tc with the LM head FP8 too, --quantize-lm-head),
+// and fp8-headN (fp8-tc with the LM head FP8 too, --quantize-lm-head; its
+// GEMMs of up to N rows, fp8_lm_head_max_rows, larger ones on the bf16 head),
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
                         std::isdigit(static_cast<unsigned char>(config[8])) != 0 &&
                         std::isdigit(static_cast<unsigned char>(config[10])) != 0;  // ksplit-oAdB
     return slices || digits_after("ksplit") || digits_after("gemv") || digits_after("tokens") ||
-           digits_after("fp8-tc") || digits_after("fp8-nofold") ||
+           digits_after("fp8-tc") || digits_after("fp8-nofold") || digits_after("fp8-head") ||
            digits_after("prefetch", 1) ||
            digits_after("kv-fp8-prefetch", 1);
   };
@@ -278,7 +279,8 @@ int main(int argc, char** argv) {
     // fp8-tcN up to N tokens.
     const bool nofold = base.rfind("fp8-nofold", 0) == 0;
     o.fp8_fast_accum = base == "fp8-fast";
-    o.fp8_lm_head = base == "fp8-head";
+    o.fp8_lm_head = base.rfind("fp8-head", 0) == 0;
+    if (base.size() > 8 && o.fp8_lm_head) o.fp8_lm_head_max_rows = std::stoll(base.substr(8));
     o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum || o.fp8_lm_head;
     o.fp8_fold_scales = !nofold;
     if (base.size() > 6 && base.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(6));
@@ -303,9 +305,12 @@ int main(int argc, char** argv) {
                   gpu.value()->fp8_folded_scales() ? ", the scales folded into the norms and SiLU" : "",
                   o.fp8_fast_accum ? ", the tensor cores' own accumulation" : "");
     }
-    if (gpu.value()->fp8_lm_head()) std::printf("[%s] the LM head FP8 too\n", config.c_str());
-    if (!gpu.value()->fp8_lm_head_off_reason().empty()) {
-      std::printf("[%s] %s\n", config.c_str(), gpu.value()->fp8_lm_head_off_reason().c_str());
+    if (gpu.value()->fp8_lm_head()) {
+      std::printf("[%s] the LM head FP8 too (GEMMs up to %lld rows)\n", config.c_str(),
+                  static_cast<long long>(gpu.value()->fp8_lm_head_gemm_rows()));
+    }
+    if (!gpu.value()->fp8_lm_head_note().empty()) {
+      std::printf("[%s] %s\n", config.c_str(), gpu.value()->fp8_lm_head_note().c_str());
     }
     if (gpu.value()->int4_matrices() > 0) {
       std::printf(

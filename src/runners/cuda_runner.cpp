@@ -194,10 +194,12 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
                  "(no FP8 tensor-core GEMM on this GPU)");
   }
   if (device->fp8_lm_head()) {
-    spdlog::info("GPU: the LM head as FP8 too (--quantize-lm-head)");
-  } else if (!device->fp8_lm_head_off_reason().empty()) {
-    spdlog::warn("GPU: {}", device->fp8_lm_head_off_reason());
+    spdlog::info("GPU: the LM head as FP8 too (--quantize-lm-head): steps of up to 4 logit rows in the GEMV{}",
+                 device->fp8_lm_head_gemm_rows() > 0
+                     ? fmt::format(", GEMMs of up to {} rows on FP8 tensor cores", device->fp8_lm_head_gemm_rows())
+                     : std::string());
   }
+  if (!device->fp8_lm_head_note().empty()) spdlog::warn("GPU: {}", device->fp8_lm_head_note());
   if (device->int4_matrices() > 0) {
     spdlog::info("GPU: {} layer matrices as int4 weights (W4A16)", device->int4_matrices());
   }

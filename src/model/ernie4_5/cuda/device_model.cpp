@@ -152,23 +152,40 @@ Status upload_vector(DeviceModel::Impl& m, const cpu::WeightVector& v, DeviceBuf
 
 void DeviceModel::Impl::decide_fp8_head() {
   const int64_t H = config.hidden_size, V = config.vocab_size;
-  if (!fp8_tensor_cores) {
-    fp8_head_off_reason = "no FP8 tensor-core GEMM for the layers on this GPU";
+  // The GEMMs' share: rows up to the option's limit, on the FP8 tensor cores where they run the head's shape.
+  const int64_t limit = options.fp8_lm_head_max_rows;
+  std::string gemm_off;  // why larger steps' head GEMMs stay bf16, if they do
+  if (limit <= gemv_tokens) {
+    gemm_off = "FP8 head GEMMs limited to " + std::to_string(limit) + " rows";
+  } else if (!fp8_tensor_cores) {
+    gemm_off = "no FP8 tensor-core GEMM on this GPU";
   } else if (V % 4 != 0) {
-    fp8_head_off_reason = "the vocabulary (" + std::to_string(V) + ") is not a multiple of 4";
-  } else if (head_capacity > fp8_tc_rows) {
-    fp8_head_off_reason = "the LM head's " + std::to_string(head_capacity) + " GEMM rows exceed the FP8 tensor " +
-                          "cores' " + std::to_string(fp8_tc_rows);
-  } else if (!fp8_gemm->tensor_cores(std::min<int64_t>(64, head_capacity), H, V, GemmOut::kF32)) {
-    fp8_head_off_reason = "cuBLASLt offers no FP8 GEMM for the LM head's shape";
+    gemm_off = "the vocabulary (" + std::to_string(V) + ") is not a multiple of 4";
+  } else {
+    const int64_t rows = std::min(head_capacity, gemm_rows(limit));
+    if (rows > fp8_tc_rows) {
+      gemm_off = "its " + std::to_string(rows) + " rows exceed the FP8 tensor cores' " + std::to_string(fp8_tc_rows);
+    } else if (!fp8_gemm->tensor_cores(std::min<int64_t>(64, rows), H, V, GemmOut::kF32)) {
+      gemm_off = "cuBLASLt offers no FP8 GEMM for the LM head's shape";
+    } else {
+      fp8_head_gemm_rows = rows;
+    }
   }
-  fp8_head = fp8_head_off_reason.empty();
+  fp8_head = gemv_tokens > 0 || fp8_head_gemm_rows > 0;
   if (!fp8_head) {
-    fp8_head_off_reason = "--quantize-lm-head not taken (" + fp8_head_off_reason + "): the LM head stays bf16";
+    fp8_head_note = "--quantize-lm-head not taken: no step runs the LM head on the GEMV (" + gemm_off +
+                    " for the GEMMs); it stays bf16";
     use.weight_bytes -= static_cast<int64_t>(head8.w.bytes() + head8.scale.bytes());
     head8.w.reset();
     head8.scale.reset();
-  } else if (lm_head_own.bytes() > 0) {  // an untied head: its bf16 copy serves nothing now
+    return;
+  }
+  if (fp8_head_gemm_rows < head_capacity) {
+    fp8_head_note = "the LM head's GEMMs of " +
+                    (fp8_head_gemm_rows > 0 ? "more than " + std::to_string(fp8_head_gemm_rows) + " rows"
+                                            : std::string("any size")) +
+                    " run on its bf16 form" + (gemm_off.empty() ? "" : " (" + gemm_off + ")");
+  } else if (lm_head_own.bytes() > 0) {  // an untied head whose every step is FP8: its bf16 copy serves nothing
     use.weight_bytes -= static_cast<int64_t>(lm_head_own.bytes());
     lm_head_own.reset();
     lm_head = nullptr;
@@ -763,7 +780,8 @@ bool DeviceModel::fp8_weights() const { return impl_->fp8; }
 bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
 bool DeviceModel::fp8_folded_scales() const { return impl_->fp8_fold; }
 bool DeviceModel::fp8_lm_head() const { return impl_->fp8_head; }
-const std::string& DeviceModel::fp8_lm_head_off_reason() const { return impl_->fp8_head_off_reason; }
+int64_t DeviceModel::fp8_lm_head_gemm_rows() const { return impl_->fp8_head_gemm_rows; }
+const std::string& DeviceModel::fp8_lm_head_note() const { return impl_->fp8_head_note; }
 int64_t DeviceModel::fp8_tensor_core_tokens() const { return impl_->fp8_tc_rows; }
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 

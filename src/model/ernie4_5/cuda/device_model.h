@@ -140,6 +140,12 @@ struct DeviceModelOptions : RunnerOptions {
   // these K-long, N-short GEMMs as few tiles, each a long serial K loop.
   int o_k_splits = 2;
   int down_k_splits = 3;
+  // With fp8_lm_head (RunnerOptions, --quantize-lm-head): LM-head GEMMs of up
+  // to this many rows read the FP8 head on the tensor cores (W8A8, the sums
+  // scaled in place in the logits: a pass over them); larger ones read the
+  // bf16 head (the tied embedding, or an untied head's bf16 copy, kept on the
+  // device then). Steps of up to 4 logit rows read it in the GEMV whatever this is.
+  int64_t fp8_lm_head_max_rows = int64_t{1} << 30;
   int device = 0;
 };
 
@@ -234,10 +240,14 @@ class DeviceModel {
   bool fp8_tensor_core_gemms() const;
   int64_t fp8_tensor_core_tokens() const;
   bool fp8_folded_scales() const;
-  // Whether the LM head is FP8 (fp8_lm_head with fp8_weights), and if it was
-  // asked for but not taken, why (the head then stays bf16).
+  // With fp8_lm_head: whether the LM head's FP8 form is taken (the GEMV's
+  // steps, of up to 4 logit rows, and FP8 tensor-core GEMMs of up to
+  // fp8_lm_head_gemm_rows() rows; 0: none), and what of it was not (larger
+  // head GEMMs on the bf16 head, or the whole head bf16) and why; empty when
+  // every step's head is FP8.
   bool fp8_lm_head() const;
-  const std::string& fp8_lm_head_off_reason() const;
+  int64_t fp8_lm_head_gemm_rows() const;
+  const std::string& fp8_lm_head_note() const;
   // How many layer matrices (fused ones counted once) hold int4 weights, and
   // why the first layer matrix held in Q4_0 / Q8_0 blocks that did not was
   // uploaded as bf16 (empty if none was).

@@ -125,13 +125,15 @@ struct DeviceModel::Impl {
   DeviceBuffer fp8_sums;                   // the unscaled FP8 GEMM's fp32 sums (Fp8Gemm::needs_sums)
   DeviceBuffer dequantized_w;              // the largest FP8 or int4 matrix as bf16, for large steps' GEMM
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
-  const bf16* lm_head = nullptr;  // embed or lm_head_own (the bf16 head; null once an untied FP8 head is taken)
-  // options.fp8_lm_head: the head's FP8 codes and row scales, taken (fp8_head)
-  // where the FP8 tensor cores run its GEMM at every head row count (so every
-  // step's logits come from the same FP8 values), else why not.
+  const bf16* lm_head = nullptr;  // embed or lm_head_own (the bf16 head; null when an untied head is FP8 throughout)
+  // options.fp8_lm_head: the head's FP8 codes and row scales (head8), read by
+  // the GEMV (fp8_head: steps of up to gemv_tokens logit rows) and by the FP8
+  // tensor-core GEMM for up to fp8_head_gemm_rows rows (gemm_rows; 0: none);
+  // larger head GEMMs on the bf16 head. What of it was not taken, and why.
   Matrix head8;
   bool fp8_head = false;
-  std::string fp8_head_off_reason;
+  int64_t fp8_head_gemm_rows = 0;
+  std::string fp8_head_note;
   std::vector<Layer> layers;
 
   // The KV pool: num_blocks blocks for the engine, then one more that padded
@@ -273,10 +275,10 @@ struct DeviceModel::Impl {
   Status copy_out(const DeviceStepPlan& plan);
   Status enqueue_layers(const StepView& v);
   Status enqueue_head(const StepView& v, int64_t first, int64_t rows, bool argmax, bool after_layers);
-  // logits = hlog's first `rows` rows (gemm_rows of them) . head^T: the bf16
-  // GEMM, or with fp8_head the FP8 one, its sums scaled in place.
+  // logits = hlog's first `rows` rows (gemm_rows of them) . head^T: the FP8
+  // GEMM up to fp8_head_gemm_rows (its sums scaled in place), else bf16.
   Status head_gemm(int64_t rows);
-  // With head8 uploaded: whether the FP8 head is taken (plan_workspace).
+  // With head8 uploaded: fp8_head, fp8_head_gemm_rows and the note (plan_workspace).
   void decide_fp8_head();
   // The decode graph's (or eager twin's) kernels: the layers, and the head when it fits one pass.
   Status enqueue_decode(int64_t bucket);

@@ -356,7 +356,9 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
 
 Status DeviceModel::Impl::head_gemm(int64_t rows) {
   const int64_t T = gemm_rows(rows), H = config.hidden_size, V = config.vocab_size;
-  if (!fp8_head) return linear(cublas, hlog.as<bf16>(), T, H, lm_head, V, logits.as<void>(), GemmOut::kF32);
+  if (T > fp8_head_gemm_rows) {
+    return linear(cublas, hlog.as<bf16>(), T, H, lm_head, V, logits.as<void>(), GemmOut::kF32);
+  }
   // The sums land in the logits and are scaled there; no room for a bf16 copy of the head (a dequantized
   // GEMM), which decide_fp8_head rules out: T <= fp8_tc_rows and cuBLASLt has the shape.
   const Fp8Scratch scratch{fp8_x_codes.as<uint8_t>(), fp8_x_scales.as<float>(), nullptr, cublas_workspace.as<void>(),
