@@ -99,6 +99,7 @@ tern::Result<Form> make_form(const std::string& name, const tern::Ernie45Model& 
   o.fp8_weights = base == "fp8" || base == "fp8-fast" || base == "fp8-head";
   o.fp8_fast_accum = base == "fp8-fast";
   o.fp8_lm_head = base == "fp8-head";
+  o.fp8_lm_head_max_rows = int64_t{1} << 30;  // every head GEMM here on the FP8 head
   auto gpu = tern::cuda::DeviceModel::create(c, tern::cuda_host_weights(model), o);
   if (!gpu.is_ok()) return gpu.status();
   if (o.fp8_weights && !gpu.value()->fp8_tensor_core_gemms()) {

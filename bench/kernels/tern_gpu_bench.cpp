@@ -26,13 +26,15 @@
 // GEMM instead of both folded into the norm and SiLU kernels), fp8-fast
 // (fp8-tc with the tensor cores' own accumulation, fp8_fast_accum), fp8-head
 // and fp8-headN (fp8-tc with the LM head FP8 too, --quantize-lm-head; its
-// GEMMs of up to N rows, fp8_lm_head_max_rows, larger ones on the bf16 head),
+// GEMMs of up to 128 rows, the default, or N, fp8_lm_head_max_rows; larger
+// ones on the bf16 head),
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
 // weights), int4-nokernel (int4, no persistent kernel), ksplit, ksplitN and
 // ksplit-oAdB (graphs with the o and down GEMMs split over K in steps of
-// up to 512 or N tokens, k_split_max_tokens; A and B slices, default 2 and 3), tokensN (graphs
+// up to 512, the default, or N tokens, k_split_max_tokens; A and B slices,
+// default 2 and 2), nosplit (graphs without that split), tokensN (graphs
 // with prefill steps of up to N tokens, max_num_batched_tokens; 2,048 or
 // the largest batch otherwise). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
@@ -189,7 +191,7 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
-                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head"};
+                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -266,6 +268,7 @@ int main(int argc, char** argv) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
+    if (base == "nosplit") o.k_split_max_tokens = 0;
     if (base.rfind("ksplit", 0) == 0) {  // ksplit, ksplitN (up to N tokens), ksplit-oAdB (A and B slices)
       const bool digits = base.size() > 6 && std::isdigit(static_cast<unsigned char>(base[6])) != 0;
       o.k_split_max_tokens = digits ? std::stoll(base.substr(6)) : 512;

@@ -96,7 +96,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--gemm-k-split-tokens", o.run.k_split_max_tokens,
                  "CUDA: steps of up to this many tokens (past the few a single-token GEMV takes) run the "
                  "attention output and MLP down projections split over their inputs, the slices' partial sums "
-                 "added by the norm after each: more of the GPU busy at decode batch sizes (0: never)")
+                 "added by the norm after each: more of the GPU busy at decode batch sizes (0: never; bf16 "
+                 "weights only)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_GEMM_K_SPLIT_TOKENS");
   cmd.add_option("--null-step-us", o.run.null_step_us,
                  "With --device null: each step takes this many microseconds (slept, as a GPU step's wait), so "

@@ -199,7 +199,13 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
                      ? fmt::format(", GEMMs of up to {} rows on FP8 tensor cores", device->fp8_lm_head_gemm_rows())
                      : std::string());
   }
-  if (!device->fp8_lm_head_note().empty()) spdlog::warn("GPU: {}", device->fp8_lm_head_note());
+  if (!device->fp8_lm_head_note().empty()) {  // what of the head stays bf16: a warning only when all of it does
+    if (device->fp8_lm_head()) {
+      spdlog::info("GPU: {}", device->fp8_lm_head_note());
+    } else {
+      spdlog::warn("GPU: {}", device->fp8_lm_head_note());
+    }
+  }
   if (device->int4_matrices() > 0) {
     spdlog::info("GPU: {} layer matrices as int4 weights (W4A16)", device->int4_matrices());
   }
@@ -209,7 +215,7 @@ Result<std::unique_ptr<Runner>> make_cuda_runner(Ernie45Model& model, const Runn
     spdlog::info("GPU: attention output and MLP down projections split over K ({} and {} slices) in steps of up to "
                  "{} GEMM rows",
                  device->o_k_splits(), device->down_k_splits(), device->k_split_rows());
-  } else if (o.k_split_max_tokens > 0) {
+  } else if (o.k_split_max_tokens > 0 && o.k_split_max_tokens != RunnerOptions{}.k_split_max_tokens) {
     spdlog::info("GPU: --gemm-k-split-tokens {} not taken: it splits bf16 weights' GEMMs in steps past the "
                  "single-token GEMV's sizes, where K splits into multiples of 8",
                  o.k_split_max_tokens);

@@ -138,14 +138,19 @@ struct DeviceModelOptions : RunnerOptions {
   // the partials summed into the residual by the add_rmsnorm after each;
   // the last layer's down stays one GEMM. At a few hundred rows cuBLAS runs
   // these K-long, N-short GEMMs as few tiles, each a long serial K loop.
+  // Two slices each: on an H100 at 256 rows o 6.23 -> 4.91 us, down 8.24 ->
+  // 5.82 (3 slices 6.19, 4 5.93); decode at 256 +3.3% with 2 down slices,
+  // +1.5% with 3.
   int o_k_splits = 2;
-  int down_k_splits = 3;
+  int down_k_splits = 2;
   // With fp8_lm_head (RunnerOptions, --quantize-lm-head): LM-head GEMMs of up
   // to this many rows read the FP8 head on the tensor cores (W8A8, the sums
   // scaled in place in the logits: a pass over them); larger ones read the
   // bf16 head (the tied embedding, or an untied head's bf16 copy, kept on the
   // device then). Steps of up to 4 logit rows read it in the GEMV whatever this is.
-  int64_t fp8_lm_head_max_rows = int64_t{1} << 30;
+  // 128: on an H100 the FP8 head's GEMM (and its scaling pass over the
+  // logits) is +3-4% at 64 rows, level at 128, -1% at 256 (docs/benchmarks.md).
+  int64_t fp8_lm_head_max_rows = 128;
   int device = 0;
 };
 
