@@ -27,7 +27,8 @@
 // (fp8-tc with the tensor cores' own accumulation, fp8_fast_accum), fp8-head
 // and fp8-headN (fp8-tc with the LM head FP8 too, --quantize-lm-head; its
 // GEMMs of up to 128 rows, the default, or N, fp8_lm_head_max_rows; larger
-// ones on the bf16 head),
+// ones on the bf16 head), head8 (graphs, bf16 layers, the LM head FP8 in
+// the GEMV: --quantize-lm-head alone),
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
-                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit"};
+                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -282,7 +283,7 @@ int main(int argc, char** argv) {
     // fp8-tcN up to N tokens.
     const bool nofold = base.rfind("fp8-nofold", 0) == 0;
     o.fp8_fast_accum = base == "fp8-fast";
-    o.fp8_lm_head = base.rfind("fp8-head", 0) == 0;
+    o.fp8_lm_head = base.rfind("fp8-head", 0) == 0 || base == "head8";
     if (base.size() > 8 && o.fp8_lm_head) o.fp8_lm_head_max_rows = std::stoll(base.substr(8));
     o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum || o.fp8_lm_head;
     o.fp8_fold_scales = !nofold;

@@ -35,8 +35,9 @@ void add_model_options(CLI::App& cmd, EngineOptions& o, bool model_positional) {
                             CLI::ignore_case))
       ->envname("TERN_QUANTIZATION");
   cmd.add_flag("--quantize-lm-head", o.run.fp8_lm_head,
-               "With --quantization fp8: quantize the LM head (the vocabulary projection, tied to the embedding in "
-               "ERNIE 4.5) to FP8 as well; by default it stays bf16, as in vLLM")
+               "Quantize the LM head (the vocabulary projection, tied to the embedding in ERNIE 4.5) to FP8 e4m3 "
+               "with per-row scales, beside --quantization fp8, an int4 checkpoint or float weights (not a "
+               "llama-quantize mix); by default it stays as loaded, as in vLLM")
       ->envname("TERN_QUANTIZE_LM_HEAD");
   cmd.add_option("--cpu-kernels", o.cpu_kernels,
                  "CPU kernel set: auto (fast on AMD CPUs with AVX512_BF16, whose bf16 products run at twice the "

@@ -40,10 +40,10 @@ struct RunnerOptions {
   // fp32 scale per output row (backend/cpu/fp8_quant.h); the embedding and
   // the LM head stay bf16. --quantization fp8.
   bool fp8_weights = false;
-  // With --quantization fp8: the LM head (the vocabulary projection) as FP8
-  // too, a third of the weight bytes a token reads; a tied head gets codes
-  // of its own, the embedding staying bf16 for the lookups.
-  // --quantize-lm-head.
+  // The LM head (the vocabulary projection) as FP8 e4m3 with per-row
+  // scales, beside FP8, int4 or bf16 layers: a third of the weight bytes a
+  // bf16 token reads; a tied head gets codes of its own, the embedding
+  // staying bf16 for the lookups. --quantize-lm-head.
   bool fp8_lm_head = false;
   // --device null: how long each step takes (microseconds, slept), so that
   // streams get one token an event as from a device with that step time.

@@ -122,11 +122,19 @@ Status check_int4_checkpoint(const Ernie45Model& model, const std::string& path,
 Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
                           const std::string& device, RunnerOptions& run) {
   TERN_RETURN_IF_ERROR(check_int4_checkpoint(model, path, quantization, device));
-  if (run.fp8_lm_head && quantization != "fp8") {
-    return invalid_argument("--quantize-lm-head quantizes the LM head to FP8 with --quantization fp8, but " +
-                            (quantization.empty() ? std::string("no --quantization was given")
-                                                  : "--quantization is " + quantization) +
-                            "; add --quantization fp8 or leave --quantize-lm-head out");
+  // --quantize-lm-head: with fp8 (below), float layers or an int4 checkpoint's; a llama-quantize mix sets the
+  // head's own type.
+  const bool head_alone = run.fp8_lm_head && (quantization.empty() || is_int4_method(quantization));
+  if (run.fp8_lm_head && !head_alone && quantization != "fp8") {
+    return invalid_argument("--quantize-lm-head quantizes the LM head to FP8 beside --quantization fp8, an int4 "
+                            "checkpoint or float weights, but --quantization " + quantization +
+                            " gives the head a type of its own; leave one of the two out");
+  }
+  if (head_alone) {
+    if (device == "cuda") return Status::ok();  // quantized as it is uploaded, as fp8's layers
+    spdlog::info("--quantize-lm-head on the CPU: the LM head holds the fp32 values of its FP8 form (the GPU "
+                 "kernels' reference); no memory or speed is saved");
+    return model.quantize_lm_head_fp8();
   }
   if (quantization.empty() || is_int4_method(quantization)) return Status::ok();
   if (quantization == "fp8") {

@@ -87,9 +87,10 @@ Result<LoadedEngine> load_engine(const EngineOptions& o);
 // --quantization for a loaded model on `device` ("cpu" or "cuda"): an int4
 // scheme must match the checkpoint's; fp8 quantizes the layers' matrices
 // (on the CPU in place, Ernie45Model::quantize_fp8; on CUDA as they are
-// uploaded: run.fp8_weights), and with run.fp8_lm_head (refused with any
-// other --quantization) the LM head too; a llama-quantize mix requantizes
-// the CPU model (refused for CUDA). Empty: nothing. Errors name the flag.
+// uploaded: run.fp8_weights); run.fp8_lm_head (--quantize-lm-head) does
+// the same for the LM head beside fp8, an int4 scheme or none (refused with
+// a llama-quantize mix); a llama-quantize mix requantizes the CPU model
+// (refused for CUDA). Empty: nothing. Errors name the flag.
 Status apply_quantization(Ernie45Model& model, const std::string& path, const std::string& quantization,
                           const std::string& device, RunnerOptions& run);
 

@@ -444,7 +444,8 @@ TEST(GpuModel, Fp8WeightsMatchCpuReferenceWithTheSameValues) {
 // (a prompt's one logit row against the reference's FP8 head, the W8A16
 // bound) and larger heads run on the bf16 one (six prompts' rows in one
 // step against the reference with a bf16 head), each nearer its own head's
-// reference than the other's, and the note says so.
+// reference than the other's, and the note says so; the same beside bf16
+// layers (--quantize-lm-head alone), whose head GEMMs always read bf16.
 TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
   Fp8Run head{true, 0.5};
   head.lm_head = true;
@@ -503,6 +504,33 @@ TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
     const double own = test::relative_l2(row, reference(*fp8_head, prompts[0]));
     EXPECT_LT(own, kLogitTolerance) << name;
     EXPECT_LT(own, test::relative_l2(row, reference(*fp8_layers, prompts[0]))) << name << ": the FP8 head's";
+
+    // Beside bf16 layers (--quantize-lm-head alone): the GEMV on the FP8 head, every GEMM on the bf16 one.
+    auto head_only = load_cpu(dir);
+    ASSERT_NE(head_only, nullptr);
+    ASSERT_TRUE(head_only->quantize_lm_head_fp8().is_ok());
+    cuda::DeviceModelOptions bf16_layers;
+    bf16_layers.max_logit_rows = 8;
+    bf16_layers.fp8_lm_head = true;
+    auto plain = make_gpu(*bf16, 16, 64, 96, &bf16_layers);
+    ASSERT_NE(plain, nullptr);
+    EXPECT_FALSE(plain->fp8_weights()) << name;
+    EXPECT_TRUE(plain->fp8_lm_head()) << name;
+    EXPECT_EQ(plain->fp8_lm_head_gemm_rows(), 0) << name;
+    EXPECT_NE(plain->fp8_lm_head_note().find("only beside FP8 layers"), std::string::npos)
+        << plain->fp8_lm_head_note();
+    s = plain->forward_batch({&one, 1}, row);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    const double head_err = test::relative_l2(row, reference(*head_only, prompts[0]));
+    EXPECT_LT(head_err, kLogitTolerance) << name;
+    EXPECT_LT(head_err, test::relative_l2(row, reference(*bf16, prompts[0]))) << name << ": the FP8 head's";
+    s = plain->forward_batch(chunks, got);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<float> r(got.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                                 got.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+      EXPECT_LT(test::relative_l2(r, reference(*bf16, prompts[i])), kLogitTolerance) << name << " row " << i;
+    }
   }
 }
 

@@ -167,20 +167,21 @@ def test_quantization_at_load_generates(tern_bin, tiny_model, mix):
     assert len(b["token_ids"]) == 6 and b["prompt_token_ids"] == a["prompt_token_ids"]
 
 
-def test_quantize_lm_head_needs_fp8(tern_bin, tiny_model):
-    """--quantize-lm-head (TERN_QUANTIZE_LM_HEAD) is listed in --help, generates with --quantization fp8
-    (on the CPU the reference's FP8 head), and without fp8 is refused with a message naming both flags."""
+def test_quantize_lm_head(tern_bin, tiny_model):
+    """--quantize-lm-head (TERN_QUANTIZE_LM_HEAD) is listed in --help and generates beside --quantization fp8
+    and beside the float layers (on the CPU the reference's FP8 head); with a llama-quantize mix, which gives the
+    head its own type, it is refused with a message naming both flags."""
     help_text = run_tern(tern_bin, "serve", "--help").stdout.decode()
     assert "--quantize-lm-head" in help_text and "TERN_QUANTIZE_LM_HEAD" in help_text
     args = ("--model", tiny_model, "--device", "cpu", "--prompt", "hi", "--max-tokens", 6, "--temperature", 0,
             "--ignore-eos", "--json")
-    ok = run_tern(tern_bin, "generate", *args, "--quantization", "fp8", "--quantize-lm-head")
-    assert ok.returncode == 0, ok.stderr.decode()
-    assert len(json.loads(ok.stdout.decode().splitlines()[-1])["token_ids"]) == 6
-    for flags in ((), ("--quantization", "q8_0")):
-        bad = run_tern(tern_bin, "generate", *args, *flags, "--quantize-lm-head")
-        err = bad.stderr.decode()
-        assert bad.returncode != 0 and "--quantize-lm-head" in err and "--quantization fp8" in err, err
+    for flags in (("--quantization", "fp8"), ()):
+        ok = run_tern(tern_bin, "generate", *args, *flags, "--quantize-lm-head")
+        assert ok.returncode == 0, ok.stderr.decode()
+        assert len(json.loads(ok.stdout.decode().splitlines()[-1])["token_ids"]) == 6
+    bad = run_tern(tern_bin, "generate", *args, "--quantization", "q8_0", "--quantize-lm-head")
+    err = bad.stderr.decode()
+    assert bad.returncode != 0 and "--quantize-lm-head" in err and "--quantization q8_0" in err, err
 
 
 def test_quantization_at_load_frees_its_rows_and_matches_the_quantized_file(tern_bin, tiny_model, tmp_path):

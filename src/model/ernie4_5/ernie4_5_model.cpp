@@ -281,31 +281,34 @@ Status Ernie45Model::quantize(QuantMix mix) {
   return Status::ok();
 }
 
+Status Ernie45Model::requantize_fp8(cpu::WeightMatrix& m, const std::string& name) {
+  TERN_ASSIGN_OR_RETURN(const cpu::Fp8Matrix q, cpu::quantize_fp8_matrix(m, name));
+  auto owned = std::make_unique<uint64_t[]>((static_cast<size_t>(q.rows * q.cols) + 1) / 2);
+  auto* out = reinterpret_cast<float*>(owned.get());
+  for (int64_t r = 0; r < q.rows; ++r) {
+    cpu::dequantize_fp8_row(q.values.data() + r * q.cols, q.scales[static_cast<size_t>(r)], q.cols, out + r * q.cols);
+  }
+  m.dtype = DType::kF32;
+  m.data = owned.get();
+  owned_.push_back(std::move(owned));
+  return Status::ok();
+}
+
 Status Ernie45Model::quantize_fp8(bool lm_head) {
-  // m's rows replaced by the fp32 values of their e4m3 form.
-  auto requantize = [&](cpu::WeightMatrix& m, const std::string& name) -> Status {
-    TERN_ASSIGN_OR_RETURN(const cpu::Fp8Matrix q, cpu::quantize_fp8_matrix(m, name));
-    auto owned = std::make_unique<uint64_t[]>((static_cast<size_t>(q.rows * q.cols) + 1) / 2);
-    auto* out = reinterpret_cast<float*>(owned.get());
-    for (int64_t r = 0; r < q.rows; ++r) {
-      cpu::dequantize_fp8_row(q.values.data() + r * q.cols, q.scales[static_cast<size_t>(r)], q.cols,
-                              out + r * q.cols);
-    }
-    m.dtype = DType::kF32;
-    m.data = owned.get();
-    owned_.push_back(std::move(owned));
-    return Status::ok();
-  };
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerWeights& w = layers_[l];
     const auto i = static_cast<int64_t>(l);
-    for (auto [m, kind] : layer_matrices(w)) TERN_RETURN_IF_ERROR(requantize(*m, weight_name(kind, i)));
+    for (auto [m, kind] : layer_matrices(w)) TERN_RETURN_IF_ERROR(requantize_fp8(*m, weight_name(kind, i)));
   }
-  if (lm_head) {
-    const bool tied = config_.tie_word_embeddings;
-    const ernie45::Weight head = tied ? ernie45::Weight::kTokenEmbedding : ernie45::Weight::kOutput;
-    TERN_RETURN_IF_ERROR(requantize(lm_head_, weight_name(head)));  // a tied head gets rows of its own
-  }
+  if (lm_head) return quantize_lm_head_fp8();
+  pack_weights();
+  return Status::ok();
+}
+
+Status Ernie45Model::quantize_lm_head_fp8() {
+  const bool tied = config_.tie_word_embeddings;
+  const ernie45::Weight head = tied ? ernie45::Weight::kTokenEmbedding : ernie45::Weight::kOutput;
+  TERN_RETURN_IF_ERROR(requantize_fp8(lm_head_, weight_name(head)));  // a tied head gets rows of its own
   pack_weights();
   return Status::ok();
 }

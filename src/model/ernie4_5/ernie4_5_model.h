@@ -109,10 +109,13 @@ class Ernie45Model {
   // oracle, not a smaller model: the matrices take 4 bytes a weight. Errors:
   // a matrix that is not float (a quantized GGUF, an int4 checkpoint), a
   // non-finite weight. Call before any forward. With `lm_head`, the
-  // vocabulary projection too (a tied model's head becomes a matrix of its
-  // own; the embedding lookups keep the loaded table): what an FP8 LM head
-  // would cost in quality, for tern_fp8_quality; no runner takes it.
+  // vocabulary projection too (quantize_lm_head_fp8).
   Status quantize_fp8(bool lm_head = false);
+  // The vocabulary projection alone as the fp32 values of its FP8 form (a
+  // tied model's head becomes a matrix of its own; the embedding lookups
+  // keep the loaded table): --quantize-lm-head's reference, with the layers
+  // as they are or after quantize_fp8. The same errors.
+  Status quantize_lm_head_fp8();
   // With quantize_fp8, the reference of FP8 tensor-core GEMMs (W8A8): each
   // decoder layer matrix's input rows, one token each, rounded to e4m3 with
   // the row's own scale (amax / 448, cpu::quantize_fp8_row, as the GPU's
@@ -157,6 +160,8 @@ class Ernie45Model {
   // The kernel set's repacked copies of the matrices (KernelSet::pack), set
   // as their WeightMatrix::packed; redone after quantize.
   void pack_weights();
+  // m's rows replaced by the fp32 values of their e4m3 form (quantize_fp8).
+  Status requantize_fp8(cpu::WeightMatrix& m, const std::string& name);
   // The checkpoint's name of a weight: Hugging Face's, or GGUF's for a GGUF file.
   std::string weight_name(ernie45::Weight w, int64_t layer = 0) const;
   // GGUF: every tensor of the file must be a weight the model bound, as llama.cpp requires.

@@ -124,7 +124,8 @@ TEST(QuantizeAtLoad, Fp8ActivationsMoveTheLogitsALittleMore) {
 // quantize_fp8(true) (tern_fp8_quality's FP8 LM head): the head's rows are
 // their e4m3 values too, a tied model's head gets rows of its own while the
 // embedding lookups keep the loaded table, and the logits move a little
-// further than with the layers alone; both kernel sets agree.
+// further than with the layers alone; both kernel sets agree. And
+// quantize_lm_head_fp8: the same head, the layers as loaded.
 TEST(QuantizeAtLoad, Fp8LmHeadHoldsTheDequantizedValues) {
   for (const char* name : {"ernie-tiny", "ernie-tiny-untied"}) {
     const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/" + name;
@@ -163,6 +164,24 @@ TEST(QuantizeAtLoad, Fp8LmHeadHoldsTheDequantizedValues) {
         EXPECT_LT(relative_error(got, reference_logits), 1e-4) << name << ": optimized against reference kernels";
       }
     }
+    // The head alone (--quantize-lm-head beside float layers): the same head values, the layers as loaded.
+    auto head_only = Ernie45Model::load(dir, 2);
+    ASSERT_TRUE(head_only.is_ok());
+    ASSERT_TRUE(head_only.value()->quantize_lm_head_fp8().is_ok());
+    const Ernie45Model& h = *head_only.value();
+    ASSERT_EQ(h.lm_head().dtype, DType::kF32) << name;
+    EXPECT_NE(h.lm_head().data, h.embedding().data) << name;
+    EXPECT_EQ(h.layer_weights()[0].q.dtype, plain.value()->layer_weights()[0].q.dtype) << name;
+    auto codes = cpu::quantize_fp8_matrix(plain.value()->lm_head(), "head");
+    ASSERT_TRUE(codes.is_ok());
+    const int64_t cols = h.lm_head().cols;
+    std::vector<float> row(static_cast<size_t>(cols));
+    cpu::dequantize_fp8_row(codes->values.data(), codes->scales[0], cols, row.data());
+    const auto* values = static_cast<const float*>(h.lm_head().data);
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(values[c], row[static_cast<size_t>(c)]) << name;
+    const std::vector<float> got = last_logits(*head_only.value());
+    EXPECT_GT(relative_error(got, want), 0.0) << name << ": the head's FP8 values were used";
+    EXPECT_LT(relative_error(got, want), 0.1) << name;
   }
 }
 

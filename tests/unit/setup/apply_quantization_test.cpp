@@ -38,36 +38,41 @@ TEST(ApplyQuantization, Fp8OnTheCpuHoldsTheFp8ValuesAndOnCudaLeavesItToTheUpload
   EXPECT_EQ(gpu->layer_weights()[0].q.dtype, DType::kBF16) << "CUDA quantizes as it uploads";
 }
 
-// --quantize-lm-head (run.fp8_lm_head) with fp8: on the CPU the head gets
-// FP8 values of its own (the tied embedding stays the loaded table); on
-// CUDA the model is untouched and the option goes on to the upload. With
-// any other --quantization, or none, it is refused, naming both flags.
-TEST(ApplyQuantization, Fp8LmHeadOnlyWithFp8) {
-  auto cpu = load();
-  ASSERT_NE(cpu, nullptr);
-  RunnerOptions run;
-  run.fp8_lm_head = true;
-  ASSERT_TRUE(apply_quantization(*cpu, kTiny, "fp8", "cpu", run).is_ok());
-  EXPECT_EQ(cpu->lm_head().dtype, DType::kF32);
-  EXPECT_NE(cpu->lm_head().data, cpu->embedding().data);
-  EXPECT_EQ(cpu->embedding().dtype, DType::kBF16);
+// --quantize-lm-head (run.fp8_lm_head): on the CPU the head gets FP8
+// values of its own (the tied embedding stays the loaded table), beside the
+// fp8 layers or the layers as loaded; on CUDA the model is untouched and the
+// option goes on to the upload. With a llama-quantize mix, which gives the
+// head a type of its own, it is refused, naming both flags.
+TEST(ApplyQuantization, Fp8LmHeadBesideFp8OrFloatLayers) {
+  for (const char* quantization : {"fp8", ""}) {
+    auto cpu = load();
+    ASSERT_NE(cpu, nullptr);
+    RunnerOptions run;
+    run.fp8_lm_head = true;
+    ASSERT_TRUE(apply_quantization(*cpu, kTiny, quantization, "cpu", run).is_ok()) << quantization;
+    EXPECT_EQ(cpu->lm_head().dtype, DType::kF32);
+    EXPECT_NE(cpu->lm_head().data, cpu->embedding().data);
+    EXPECT_EQ(cpu->embedding().dtype, DType::kBF16);
+    EXPECT_EQ(cpu->layer_weights()[0].q.dtype, std::string(quantization) == "fp8" ? DType::kF32 : DType::kBF16);
 
-  auto gpu = load();
-  ASSERT_NE(gpu, nullptr);
-  ASSERT_TRUE(apply_quantization(*gpu, kTiny, "fp8", "cuda", run).is_ok());
-  EXPECT_TRUE(run.fp8_weights);
-  EXPECT_EQ(gpu->lm_head().data, gpu->embedding().data) << "CUDA quantizes the head as it uploads";
-
-  for (const char* other : {"", "q4_0", "q8_0"}) {
+    auto gpu = load();
+    ASSERT_NE(gpu, nullptr);
+    RunnerOptions gpu_run;
+    gpu_run.fp8_lm_head = true;
+    ASSERT_TRUE(apply_quantization(*gpu, kTiny, quantization, "cuda", gpu_run).is_ok());
+    EXPECT_EQ(gpu_run.fp8_weights, std::string(quantization) == "fp8");
+    EXPECT_EQ(gpu->lm_head().data, gpu->embedding().data) << "CUDA quantizes the head as it uploads";
+  }
+  for (const char* mix : {"q4_0", "q8_0"}) {
     auto m = load();
     ASSERT_NE(m, nullptr);
     RunnerOptions r;
     r.fp8_lm_head = true;
-    const Status s = apply_quantization(*m, kTiny, other, "cpu", r);
-    ASSERT_FALSE(s.is_ok()) << other;
+    const Status s = apply_quantization(*m, kTiny, mix, "cpu", r);
+    ASSERT_FALSE(s.is_ok()) << mix;
     EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(s.message().find("--quantize-lm-head"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("--quantization fp8"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(std::string("--quantization ") + mix), std::string::npos) << s.message();
     EXPECT_EQ(m->lm_head().data, m->embedding().data) << "nothing quantized";
   }
 }

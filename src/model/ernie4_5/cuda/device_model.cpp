@@ -157,6 +157,8 @@ void DeviceModel::Impl::decide_fp8_head() {
   std::string gemm_off;  // why larger steps' head GEMMs stay bf16, if they do
   if (limit <= gemv_tokens) {
     gemm_off = "FP8 head GEMMs limited to " + std::to_string(limit) + " rows";
+  } else if (!fp8) {
+    gemm_off = "FP8 head GEMMs only beside FP8 layers, --quantization fp8";
   } else if (!fp8_tensor_cores) {
     gemm_off = "no FP8 tensor-core GEMM on this GPU";
   } else if (V % 4 != 0) {
@@ -202,7 +204,7 @@ Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
     TERN_RETURN_IF_ERROR(upload_matrices(*this, {&w.lm_head}, lm_head_own, "the LM head", staging));
     lm_head = lm_head_own.as<bf16>();
   }
-  if (fp8 && options.fp8_lm_head) {
+  if (options.fp8_lm_head) {
     TERN_RETURN_IF_ERROR(upload_fp8(*this, {&w.lm_head}, head8.w, head8.scale, "the LM head"));
     head8.form = Form::kFp8;
   }
