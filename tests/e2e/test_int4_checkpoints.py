@@ -359,3 +359,14 @@ def test_quantization_flag_must_name_the_folders_scheme(tern_bin, folders, tiny_
                      "--max-tokens", 2, "--quantization", method, "--log-level", "info")
         assert r.returncode == 0, r.stderr.decode()
         assert "int4 checkpoint" in r.stderr.decode()
+
+
+def test_quantize_lm_head_beside_an_int4_checkpoint(tern_bin, folders):
+    """--quantize-lm-head beside an int4 folder's layers: the float head takes FP8 values (on the CPU, the
+    reference's fp32 form, logged) and greedy generation still runs."""
+    r = run_tern(tern_bin, "generate", "--model", folders[("ernie-tiny", "awq-g32")], "--device", "cpu",
+                 "--prompt", "hi", "--max-tokens", 4, "--temperature", 0, "--ignore-eos", "--json",
+                 "--quantize-lm-head", "--log-level", "info")
+    assert r.returncode == 0, r.stderr.decode()
+    assert "--quantize-lm-head on the CPU" in r.stderr.decode()
+    assert len(json.loads(r.stdout.decode().splitlines()[-1])["token_ids"]) == 4
