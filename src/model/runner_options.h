@@ -37,8 +37,8 @@ struct RunnerOptions {
   // conc-256 +3-4% (docs/benchmarks.md).
   int64_t k_split_max_tokens = 512;
   // CUDA: the decoder layers' matrices go to the GPU as FP8 e4m3 with one
-  // fp32 scale per output row (backend/cpu/fp8_quant.h); the embedding and
-  // the LM head stay bf16. --quantization fp8.
+  // fp32 scale per output row (backend/cpu/fp8_quant.h); the embedding
+  // stays bf16, the LM head too unless fp8_lm_head. --quantization fp8.
   bool fp8_weights = false;
   // The LM head (the vocabulary projection) as FP8 e4m3 with per-row
   // scales, beside FP8, int4 or bf16 layers: a third of the weight bytes a

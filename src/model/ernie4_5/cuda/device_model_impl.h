@@ -1,7 +1,7 @@
-// DeviceModel's state, shared by its two source files: device_model.cpp
-// (creation: upload, memory planning, the KV pool, graph capture) and
-// device_step.cpp (one engine step: metadata, kernels, outputs). Private to
-// the CUDA backend.
+// DeviceModel's state, shared by its source files: device_weights.cpp (the
+// weights' upload), device_model.cpp (creation: memory planning, the KV
+// pool, graph capture) and device_step.cpp (one engine step: metadata,
+// kernels, outputs). Private to the CUDA backend.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -126,12 +126,13 @@ struct DeviceModel::Impl {
   DeviceBuffer dequantized_w;              // the largest FP8 or int4 matrix as bf16, for large steps' GEMM
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
   const bf16* lm_head = nullptr;  // embed or lm_head_own (the bf16 head; null when an untied head is FP8 throughout)
-  // options.fp8_lm_head: the head's FP8 codes and row scales (head8), read by
-  // the GEMV (fp8_head: steps of up to gemv_tokens logit rows) and by the FP8
-  // tensor-core GEMM for up to fp8_head_gemm_rows rows (gemm_rows; 0: none);
-  // larger head GEMMs on the bf16 head. What of it was not taken, and why.
+  // options.fp8_lm_head: the head's FP8 codes and row scales (head8, kept
+  // only where taken: fp8_head()), read by the GEMV (steps of up to
+  // gemv_tokens logit rows) and by the FP8 tensor-core GEMM for up to
+  // fp8_head_gemm_rows rows (gemm_rows; 0: none); larger head GEMMs on the
+  // bf16 head. What of it was not taken, and why.
   Matrix head8;
-  bool fp8_head = false;
+  bool fp8_head() const { return head8.w.bytes() > 0; }
   int64_t fp8_head_gemm_rows = 0;
   std::string fp8_head_note;
   std::vector<Layer> layers;
@@ -231,8 +232,9 @@ struct DeviceModel::Impl {
                     nullptr, nullptr};
   }
 
-  // device_model.cpp
+  // device_weights.cpp
   Status upload_weights(const HostWeights& w);
+  // device_model.cpp
   Status plan_workspace();
   Status allocate_kv();
   Status plan_decode();
@@ -278,7 +280,7 @@ struct DeviceModel::Impl {
   // logits = hlog's first `rows` rows (gemm_rows of them) . head^T: the FP8
   // GEMM up to fp8_head_gemm_rows (its sums scaled in place), else bf16.
   Status head_gemm(int64_t rows);
-  // With head8 uploaded: fp8_head, fp8_head_gemm_rows and the note (plan_workspace).
+  // With head8 uploaded, from plan_workspace: keeps or frees it, fp8_head_gemm_rows, the note (device_weights.cpp).
   void decide_fp8_head();
   // The decode graph's (or eager twin's) kernels: the layers, and the head when it fits one pass.
   Status enqueue_decode(int64_t bucket);

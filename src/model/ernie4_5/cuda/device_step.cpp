@@ -335,7 +335,7 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
     g.num_tokens = rows;
     g.in_features = H;
     g.out_features = V;
-    if (fp8_head) {
+    if (fp8_head()) {
       gemv_weights(g, head8);
     } else {
       g.w = lm_head;
