@@ -20,7 +20,7 @@
 # VARIANT_BUDGET 30 s; targets.log, the whole run in results.txz),
 # PROFILE=1 adds per-kernel GPU
 # times of one decode step per batch size (ncu, summarized by ncu_summary.py), PROFILE_PREFILL=1 the
-# same for one 2048-token prefill step, PROFILE_SASS=1 ncu's SASS-level
+# same for one 2048-token prefill step (of each PROFILE_CONFIGS, default graphs), PROFILE_SASS=1 ncu's SASS-level
 # stall samples of one decode step's decode_layers kernel (or the kernel
 # SASS_KERNEL names), summed per stretch between barriers by
 # sass_regions.py (sass_regions.txt) and per run of equally executed code by
@@ -133,10 +133,10 @@ if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
 fi
 if [ "${PROFILE_PREFILL:-0}" = 1 ] && [ -n "$NCU" ]; then  # one 2048-token prefill step (8 x 256)
   TERN_PROFILE_PREFILL=1 timeout 60 "$NCU" --profile-from-start off --clock-control none --cache-control none \
-    --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs graphs \
+    --metrics gpu__time_duration.sum --csv "$D/tern_gpu_bench" --model /tmp/m --configs "${PROFILE_CONFIGS:-graphs}" \
     --batch 8 --steps 8 >"$OUT/ncu_prefill.csv" 2>"$OUT/ncu_prefill.err"
   echo "ncu prefill rc=$?"; tail -3 "$OUT/ncu_prefill.err"
-  python3 bench/kernels/ncu_summary.py "$OUT/ncu_prefill.csv" | tee "$OUT/ncu_prefill_summary.txt" | head -30
+  python3 bench/kernels/ncu_summary.py "$OUT/ncu_prefill.csv" | tee "$OUT/ncu_prefill_summary.txt" | head -70
 fi
 if [ "${PROFILE_SASS:-0}" = 1 ] && [ -n "$NCU" ]; then  # batch 1: the persistent decode kernel
   rm -f /tmp/tern_sass.ncu-rep
