@@ -192,8 +192,7 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
-                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
-                                         "prefillqs"};
+                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -264,7 +263,6 @@ int main(int argc, char** argv) {
     if (base.rfind("gemv", 0) == 0) o.gemv_max_tokens = std::stoll(base.substr(4));  // gemv8: up to 8 tokens
     if (base == "pdl") o.pdl = true;
     if (base == "notiles") o.prefill_tiles = false;
-    if (base == "prefillqs") o.prefill_q_shared = true;
     if (base == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {

@@ -380,12 +380,6 @@ struct AttnLaunch {
 // the tensor-core decode form's register loads (what GPUs with less shared
 // memory run) instead of its shared-memory stages; an e4m3 pool takes the
 // register loads either way.
-// A prefill tiles form (paged_attention_prefill's chunk_keys) in words.
-std::string chunk_form(int chunk_keys) {
-  return chunk_keys == cuda::kPrefillQShared ? "32-key chunks, q in shared memory"
-                                             : std::to_string(chunk_keys) + "-key chunks";
-}
-
 void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64,
                      bool fp8 = false, bool stage_kv = true) {
   std::mt19937 rng(seed);
@@ -524,7 +518,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   const std::string what = "attention heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
                            std::to_string(num_splits) +
-                           (tiles ? " query tiles of " + chunk_form(chunk_keys) : "") +
+                           (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "") +
                            (fp8 ? " fp8 cache" : "") + (stage_kv ? "" : " register loads");
   test::expect_bf16_close(got, ref, what);
   // Per token too, so one bad sequence cannot hide in the total.
@@ -571,13 +565,8 @@ TEST(CudaKernels, PrefillTileAttentionMatchesReference) {
                         Shape{8, 8, 64, 1}}) {
     for (int num_splits : {1, 5}) check_attention(s, seed++, num_splits, /*tiles=*/true);
     check_attention(s, seed++, 1, /*tiles=*/true, /*chunk_keys=*/32);  // the form for 100 KB per SM
-    if (s.head_dim == 128) check_attention(s, seed++, 1, /*tiles=*/true, cuda::kPrefillQShared);
   }
   EXPECT_EQ(cuda::prefill_tile_tokens(16, 2, 128), 8);
-  // The q-shared form where four of its blocks fit (228 KB), at head_dim 128 only.
-  EXPECT_EQ(cuda::prefill_chunk_keys(128, 228 * 1024, true), cuda::kPrefillQShared);
-  EXPECT_EQ(cuda::prefill_chunk_keys(128, 164 * 1024, true), 32);
-  EXPECT_EQ(cuda::prefill_chunk_keys(64, 228 * 1024, true), 64);
   // 64-key chunks where three blocks fit per multiprocessor: H100/H200 (228 KB), not A100 (164 KB) or
   // sm_86/sm_89 (100 KB) at head_dim 128; head_dim 64 fits everywhere.
   EXPECT_EQ(cuda::prefill_chunk_keys(128, 228 * 1024), 64);
@@ -714,11 +703,9 @@ TEST(CudaKernels, AttentionWithRopeEqualsRopeStoreKvThenAttention) {
 // Prefill tiles rotating q as they load it (PagedAttentionParams::rope_q,
 // after rope_store_kv with kv_only) against rope_store_kv rotating it in
 // place, then the same tiles: the same output and K/V planes bit for bit,
-// and kv_only leaves the q|k|v rows untouched; at head_dim 128 the q-shared
-// form (kPrefillQShared) gives the 64-key form's rows bit for bit. Prompt
-// chunks after earlier keys and from position 0, lengths across tile and
-// block edges, 32- and 64-key chunks, GQA 8:1, 16:1 and 4:1, bf16 and fp8
-// pools.
+// and kv_only leaves the q|k|v rows untouched. Prompt chunks after earlier
+// keys and from position 0, lengths across tile and block edges, 32- and
+// 64-key chunks, GQA 8:1, 16:1 and 4:1, bf16 and fp8 pools.
 TEST(CudaKernels, PrefillTilesRotatingQEqualRopeStoreKvThenTiles) {
   std::mt19937 rng(44);
   for (const bool fp8 : {false, true}) {
@@ -773,7 +760,7 @@ TEST(CudaKernels, PrefillTilesRotatingQEqualRopeStoreKvThenTiles) {
           std::vector<bf16> out, k, v, qkv;
           std::vector<uint8_t> k8, v8;
         };
-        auto run = [&](bool in_tiles, int keys) {
+        auto run = [&](bool in_tiles) {
           DeviceArray<bf16> d_qkv(qkv.words), d_k(k_pool.words), d_v(v_pool.words);
           DeviceArray<uint8_t> d_k8(k8), d_v8(v8);
           const cuda::KvPlanes planes = fp8 ? cuda::KvPlanes{nullptr, nullptr, d_k8.get(), d_v8.get()}
@@ -787,26 +774,22 @@ TEST(CudaKernels, PrefillTilesRotatingQEqualRopeStoreKvThenTiles) {
           cuda::PagedAttentionParams p = bufs.params(d_qkv.get(), stride, planes);
           p.rope_q = in_tiles;
           p.places.inv_freq = d_freq.get();
-          EXPECT_EQ(
-              cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 4), nullptr, keys),
-              cudaSuccess);
+          EXPECT_EQ(cuda::paged_attention_prefill(p, d_tiles.get(), static_cast<int64_t>(tile_list.size() / 4), nullptr,
+                                                  chunk_keys),
+                    cudaSuccess);
           EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           return Run{bufs.out.download(), d_k.download(), d_v.download(), d_qkv.download(), d_k8.download(),
                      d_v8.download()};
         };
-        const Run want = run(false, chunk_keys), got = run(true, chunk_keys);
+        const Run want = run(false), got = run(true);
         const std::string what = "heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
                                  " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " " +
-                                 chunk_form(chunk_keys) + (fp8 ? " fp8 cache" : "");
+                                 std::to_string(chunk_keys) + "-key chunks" + (fp8 ? " fp8 cache" : "");
         EXPECT_TRUE(want.out == got.out) << what << ": attention output differs";
         EXPECT_TRUE(want.k == got.k && want.k8 == got.k8) << what << ": K plane differs";
         EXPECT_TRUE(want.v == got.v && want.v8 == got.v8) << what << ": V plane differs";
         EXPECT_TRUE(got.qkv == qkv.words) << what << ": kv_only wrote the q|k|v rows";
         EXPECT_FALSE(want.qkv == qkv.words) << what << ": rope_store_kv left q unrotated";
-        if (s.head_dim == 128 && chunk_keys == 64) {  // the q-shared form: the same rows bit for bit
-          EXPECT_TRUE(run(true, cuda::kPrefillQShared).out == got.out) << what << ": the q-shared form differs";
-          EXPECT_TRUE(run(false, cuda::kPrefillQShared).out == want.out) << what << ": the q-shared form differs";
-        }
       }
     }
   }
@@ -840,7 +823,6 @@ TEST(CudaKernels, AttentionOverFp8CacheMatchesReference) {
   for (const Shape s : {Shape{16, 2, 128, 16}, Shape{16, 2, 128, 5}, Shape{32, 2, 64, 16}, Shape{8, 8, 64, 1}}) {
     for (int num_splits : {1, 3}) check_attention(s, seed++, num_splits, /*tiles=*/true, 64, /*fp8=*/true);
     check_attention(s, seed++, 1, /*tiles=*/true, /*chunk_keys=*/32, /*fp8=*/true);
-    if (s.head_dim == 128) check_attention(s, seed++, 1, /*tiles=*/true, cuda::kPrefillQShared, /*fp8=*/true);
   }
 }
 

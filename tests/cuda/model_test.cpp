@@ -1259,33 +1259,6 @@ void check_rope_in_tiles(KvCacheDType dtype) {
   steps.expect_same_logits(*tiles, *store, rng, "rope in tiles");
 }
 
-// The prefill tiles' q rows in shared memory (DeviceModelOptions::
-// prefill_q_shared, kPrefillQShared where four of its blocks fit per SM)
-// against the register form: the same logits bit for bit in prompt, mixed
-// and decode steps, over a bf16 and an fp8 cache.
-void check_prefill_q_shared(KvCacheDType dtype) {
-  test::TinySpec spec = head_dim_128_spec(512);
-  test::TinyModelDir dir(spec, 19);
-  std::mt19937 rng(47);
-  auto cpu = load_cpu(dir.path());
-  ASSERT_NE(cpu, nullptr);
-  const int64_t bs = 16;
-  MixedSteps steps(cpu->config(), bs, rng);
-  cuda::DeviceModelOptions on, off;
-  on.max_num_seqs = off.max_num_seqs = 64;
-  on.kv_cache_dtype = off.kv_cache_dtype = dtype;
-  on.prefill_q_shared = true;
-  auto shared = make_gpu(*cpu, bs, steps.blocks_needed(), 256, &on);
-  auto registers = make_gpu(*cpu, bs, steps.blocks_needed(), 256, &off);
-  ASSERT_TRUE(shared && registers);
-  steps.expect_same_logits(*shared, *registers, rng, "prefill q shared");
-}
-
-TEST(GpuModel, PrefillQSharedMatchesRegisterFormBitForBit) {
-  check_prefill_q_shared(KvCacheDType::kAuto);
-  check_prefill_q_shared(KvCacheDType::kFp8E4m3);
-}
-
 // --quantization fp8 with the scales folded into the norm and SiLU kernels
 // (DeviceModelOptions::fp8_fold_scales) against the unfused form (a
 // quantization before and a scaling pass after each unscaled GEMM), bit

@@ -51,19 +51,16 @@ __device__ __forceinline__ void lazy_rows_rescale(float (&row_max)[2], float (&m
 // ldmatrix.trans matrix names (8 consecutive keys at one unit) hit distinct banks.
 __device__ __forceinline__ int vt_unit(int row, int unit) { return unit ^ (row & 7); }
 
-// QS (q shared): each warp's 16 q rows wait in shared memory, in K's row layout, and are read per
-// round instead of held in 32 registers a thread, so the kernel fits 128 registers and four blocks
-// per SM take every 2,048-token step's tiles in one wave.
-template <int HD, int Keys, bool QS = false>
+template <int HD, int Keys>
 __host__ __device__ constexpr size_t prefill_smem_bytes() {
-  return sizeof(bf16) * (2 * 2 * Keys * HD + (QS ? kPrefillWarps * kPrefillRowsPerWarp * HD : 0));
+  return sizeof(bf16) * 2 * 2 * Keys * HD;  // K and V, two stages
 }
 
 // Registers for three blocks per SM. At head_dim 64 four would fit (128
 // registers, no spills, against 140), not measured on a model of that
 // head_dim; at 128 four would spill.
-template <int HD, int Keys, typename Cache, bool QS>
-__global__ void __launch_bounds__(kPrefillThreads, QS ? 4 : 3)
+template <int HD, int Keys, typename Cache>
+__global__ void __launch_bounds__(kPrefillThreads, 3)
     mma_prefill_kernel(PagedAttentionParams p, const int32_t* tiles, int num_tiles) {
   constexpr int kPrefillKeys = Keys;  // keys per shared-memory chunk (one stage)
   constexpr int kPairs = HD / 32;
@@ -196,32 +193,6 @@ __global__ void __launch_bounds__(kPrefillThreads, QS ? 4 : 3)
     __syncthreads();  // every rotation is read before the loop refills stage 1
   }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;
-  // Each lane's offsets into a stage, the same in every round: K row 8 e + g's unit 4 j + c sits at
-  // unit (4 j + c) ^ ((g & 1) << 2) (k_unit); V's ldmatrix row (lane & 7) + 8 ((lane >> 3) & 1) at
-  // unit (2 tp + (lane >> 4)) ^ (lane & 7) (vt_unit), whose low 3 bits take 4 values over tp.
-  int k_off[kPairs];
-#pragma unroll
-  for (int j = 0; j < kPairs; ++j) k_off[j] = g * HD + 8 * k_unit(g, 4 * j + c);
-  // QS: the warp's q rows in K's layout (row g + 8 shares row g's swizzle), read back at the same offsets.
-  bf16* q_s = v_s + 2 * kStage + warp * kPrefillRowsPerWarp * HD;
-  if constexpr (QS) {
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      *reinterpret_cast<uint4*>(q_s + k_off[j]) = qa[j];
-      *reinterpret_cast<uint4*>(q_s + k_off[j] + 8 * HD) = qb[j];
-    }
-    __syncwarp();
-  }
-  // q rows g and g + 8 at dims 32 j + 8 c .. + 7: the registers, or (QS) shared memory.
-  const auto q_rows = [&](int j, uint4& a, uint4& b) {
-    if constexpr (QS) {
-      a = *reinterpret_cast<const uint4*>(q_s + k_off[j]);
-      b = *reinterpret_cast<const uint4*>(q_s + k_off[j] + 8 * HD);
-    } else {
-      a = qa[j];
-      b = qb[j];
-    }
-  };
 
   float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
   float o[kHalves][8][4];
@@ -231,6 +202,12 @@ __global__ void __launch_bounds__(kPrefillThreads, QS ? 4 : 3)
     for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
 
+  // Each lane's offsets into a stage, the same in every round: K row 8 e + g's unit 4 j + c sits at
+  // unit (4 j + c) ^ ((g & 1) << 2) (k_unit); V's ldmatrix row (lane & 7) + 8 ((lane >> 3) & 1) at
+  // unit (2 tp + (lane >> 4)) ^ (lane & 7) (vt_unit), whose low 3 bits take 4 values over tp.
+  int k_off[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) k_off[j] = g * HD + 8 * k_unit(g, 4 * j + c);
   const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1);
   int v_off[4];
 #pragma unroll
@@ -258,13 +235,11 @@ __global__ void __launch_bounds__(kPrefillThreads, QS ? 4 : 3)
       for (int e = 0; e < kGroups; ++e) s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) {
-        uint4 a, b;
-        q_rows(j, a, b);
 #pragma unroll
         for (int e = 0; e < kGroups; ++e) {
           const uint4 kr = *reinterpret_cast<const uint4*>(ks + (r0 + 8 * e) * HD + k_off[j]);
-          mma_bf16(s[e], a.x, b.x, a.y, b.y, kr.x, kr.y);
-          mma_bf16(s[e], a.z, b.z, a.w, b.w, kr.z, kr.w);
+          mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr.x, kr.y);
+          mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr.z, kr.w);
         }
       }
       // Scores stay unscaled (the scale goes into exp2's argument); only a round that reaches past
@@ -360,25 +335,24 @@ __global__ void __launch_bounds__(kPrefillThreads, QS ? 4 : 3)
   }
 }
 
-template <int HD, int Keys, typename Cache, bool QS>
+template <int HD, int Keys, typename Cache>
 cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                            cudaStream_t stream) {
-  constexpr size_t smem = prefill_smem_bytes<HD, Keys, QS>();
+  constexpr size_t smem = prefill_smem_bytes<HD, Keys>();
   if (smem + 1024 > 48 * 1024) {
-    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD, Keys, Cache, QS>>();
+    const cudaError_t e = allow_large_smem<mma_prefill_kernel<HD, Keys, Cache>>();
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(p.heads.num_kv_heads));
-  mma_prefill_kernel<HD, Keys, Cache, QS>
-      <<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
+  mma_prefill_kernel<HD, Keys, Cache><<<grid, kPrefillThreads, smem, stream>>>(p, tiles, static_cast<int>(num_tiles));
   return cudaGetLastError();
 }
 
-template <int HD, int Keys, bool QS = false>
+template <int HD, int Keys>
 cudaError_t launch_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                            cudaStream_t stream) {
-  return p.planes.fp8() ? launch_prefill<HD, Keys, fp8e4m3, QS>(p, tiles, num_tiles, stream)
-                        : launch_prefill<HD, Keys, bf16, QS>(p, tiles, num_tiles, stream);
+  return p.planes.fp8() ? launch_prefill<HD, Keys, fp8e4m3>(p, tiles, num_tiles, stream)
+                        : launch_prefill<HD, Keys, bf16>(p, tiles, num_tiles, stream);
 }
 
 }  // namespace
@@ -395,12 +369,8 @@ bool prefill_tiles_take_rope(int num_heads, int num_kv_heads, int head_dim) {
   return tile > 0 && tile <= 16;  // the tile's rotations fit in a 32-key stage's K
 }
 
-int prefill_chunk_keys(int head_dim, int smem_per_sm, bool q_shared) {
-  // Four blocks of the QS form per multiprocessor (head_dim 128) where they fit; else three blocks (the
-  // register form's budget) with 64-key stages where they fit.
-  if (q_shared && head_dim == 128 && 4 * (prefill_smem_bytes<128, 32, true>() + 1024) <= static_cast<size_t>(smem_per_sm)) {
-    return kPrefillQShared;
-  }
+int prefill_chunk_keys(int head_dim, int smem_per_sm) {
+  // Three blocks per multiprocessor (the kernel's register budget) with 64-key stages where they fit.
   const auto fits = [&](int keys) {
     return 3 * (static_cast<int64_t>(sizeof(bf16)) * 2 * 2 * keys * head_dim + 1024) <= smem_per_sm;
   };
@@ -411,19 +381,17 @@ cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t
                                     cudaStream_t stream, int chunk_keys) {
   if (num_tiles <= 0) return cudaSuccess;
   if (prefill_tile_tokens(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim) == 0 || num_tiles > 0x7fffffff / 4 ||
-      (chunk_keys != 32 && chunk_keys != 64 && chunk_keys != kPrefillQShared)) {
+      (chunk_keys != 32 && chunk_keys != 64)) {
     return cudaErrorInvalidValue;
   }
   if (p.rope_q && (p.places.inv_freq == nullptr ||
                    !prefill_tiles_take_rope(p.heads.num_heads, p.heads.num_kv_heads, p.heads.head_dim))) {
     return cudaErrorInvalidValue;
   }
-  if (chunk_keys == kPrefillQShared && p.heads.head_dim != 128) return cudaErrorInvalidValue;
   if (p.heads.head_dim == 64) {
     return chunk_keys == 64 ? launch_prefill<64, 64>(p, tiles, num_tiles, stream)
                             : launch_prefill<64, 32>(p, tiles, num_tiles, stream);
   }
-  if (chunk_keys == kPrefillQShared) return launch_prefill<128, 32, true>(p, tiles, num_tiles, stream);
   return chunk_keys == 64 ? launch_prefill<128, 64>(p, tiles, num_tiles, stream)
                           : launch_prefill<128, 32>(p, tiles, num_tiles, stream);
 }

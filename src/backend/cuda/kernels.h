@@ -176,16 +176,12 @@ bool paged_attention_takes_rope(int num_heads, int num_kv_heads, int head_dim);
 // prefill_tile_tokens is the tile size for a shape, 0 when the kernel does
 // not take it (it needs head_dim 64 or 128 and q heads per kv head dividing
 // 16); prefill_chunk_keys the chunk for a GPU's shared memory per
-// multiprocessor (64 where three blocks of it fit, else 32), or with
-// q_shared at head_dim 128 kPrefillQShared where four blocks of that form
-// fit: 32-key chunks, each warp's q rows in shared memory instead of
-// registers (128 registers a thread, four blocks per SM).
-constexpr int kPrefillQShared = -32;
+// multiprocessor (64 where three blocks of it fit, else 32).
 int prefill_tile_tokens(int num_heads, int num_kv_heads, int head_dim);
 // Whether the tiles can rotate q themselves (PagedAttentionParams::rope_q):
 // tiles of at most 16 tokens (4 or more q heads per kv head).
 bool prefill_tiles_take_rope(int num_heads, int num_kv_heads, int head_dim);
-int prefill_chunk_keys(int head_dim, int smem_per_sm, bool q_shared = false);
+int prefill_chunk_keys(int head_dim, int smem_per_sm);
 cudaError_t paged_attention_prefill(const PagedAttentionParams& p, const int32_t* tiles, int64_t num_tiles,
                                     cudaStream_t stream, int chunk_keys);
 

@@ -454,7 +454,7 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
   int smem_per_sm = 0;
   TERN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, options.device));
-  impl->prefill_chunk = prefill_chunk_keys(static_cast<int>(c.head_dim), smem_per_sm, options.prefill_q_shared);
+  impl->prefill_chunk = prefill_chunk_keys(static_cast<int>(c.head_dim), smem_per_sm);
   impl->rope_in_attention =
       options.rope_in_attention && paged_attention_takes_rope(static_cast<int>(c.num_heads),
                                                               static_cast<int>(c.num_kv_heads),

@@ -85,10 +85,6 @@ struct DeviceModelOptions : RunnerOptions {
   // (paged_attention_prefill), where the shape allows; off: every token
   // alone, as decode tokens are.
   bool prefill_tiles = true;
-  // The tiles' q rows in shared memory (kPrefillQShared: 32-key chunks,
-  // four blocks per SM at head_dim 128) instead of registers (64-key
-  // chunks, three blocks); bit-identical either way.
-  bool prefill_q_shared = false;
   // Decode steps past the GEMV's sizes rotate q and k and write the token's
   // K/V inside the attention kernel (PagedAttentionParams::rope_kv),
   // where its tensor-core form takes the shape; off: rope_store_kv, one
