@@ -28,7 +28,7 @@
 // and fp8-headN (fp8-tc with the LM head FP8 too, --quantize-lm-head; its
 // GEMMs of up to 128 rows, the default, or N, fp8_lm_head_max_rows; larger
 // ones on the bf16 head), head8 (graphs, bf16 layers, the LM head FP8 in
-// the GEMV: --quantize-lm-head alone),
+// the GEMV and its GEMMs of up to 128 rows: --quantize-lm-head alone),
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
 // int4 weights, W4A16; large steps on the bf16 GEMM of dequantized

@@ -220,6 +220,12 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   if (int4) {
     ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
     for (const auto& l : cpu->layer_weights()) ASSERT_EQ(l.down.dtype, DType::kQ4_0);
+    if (fp8->lm_head) {  // the GPU quantizes the head at upload; the reference holds the same values
+      bf16_weights = load_cpu(dir);
+      ASSERT_NE(bf16_weights, nullptr);
+      ASSERT_TRUE(bf16_weights->quantize(QuantMix::kQ4_0).is_ok());
+      ASSERT_TRUE(cpu->quantize_lm_head_fp8().is_ok());
+    }
   } else if (fp8 != nullptr) {
     bf16_weights = load_cpu(dir);
     ASSERT_NE(bf16_weights, nullptr);
@@ -267,14 +273,20 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
     options.fp8_fast_accum = fp8->fast_accum;
-    options.fp8_lm_head = fp8->lm_head;
   }
+  if (fp8 != nullptr) options.fp8_lm_head = fp8->lm_head;
   auto gpu = make_gpu(bf16_weights != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
   if (int4) {
     EXPECT_FALSE(gpu->fp8_weights());
     EXPECT_EQ(gpu->int4_matrices(), 4 * c.num_layers) << "every layer matrix as int4";
     EXPECT_EQ(gpu->int4_declined(), "");
+    if (fp8->lm_head) {
+      EXPECT_TRUE(gpu->fp8_lm_head());
+      std::printf("[batched %s] int4 layers, the FP8 head's GEMMs of up to %ld rows%s%s\n", dir.c_str(),
+                  static_cast<long>(gpu->fp8_lm_head_gemm_rows()), gpu->fp8_lm_head_note().empty() ? "" : ": ",
+                  gpu->fp8_lm_head_note().c_str());
+    }
   } else if (fp8 != nullptr) {
     EXPECT_TRUE(gpu->fp8_weights());
     if (!fp8->tensor_cores) {
@@ -505,7 +517,8 @@ TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
     EXPECT_LT(own, kLogitTolerance) << name;
     EXPECT_LT(own, test::relative_l2(row, reference(*fp8_layers, prompts[0]))) << name << ": the FP8 head's";
 
-    // Beside bf16 layers (--quantize-lm-head alone): the GEMV on the FP8 head, every GEMM on the bf16 one.
+    // Beside bf16 layers (--quantize-lm-head alone): the GEMV on the FP8 head; the GEMMs on it too where
+    // cuBLASLt has an FP8 tensor-core GEMM for the head (sm_89+), else on the bf16 head.
     auto head_only = load_cpu(dir);
     ASSERT_NE(head_only, nullptr);
     ASSERT_TRUE(head_only->quantize_lm_head_fp8().is_ok());
@@ -516,9 +529,15 @@ TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
     ASSERT_NE(plain, nullptr);
     EXPECT_FALSE(plain->fp8_weights()) << name;
     EXPECT_TRUE(plain->fp8_lm_head()) << name;
-    EXPECT_EQ(plain->fp8_lm_head_gemm_rows(), 0) << name;
-    EXPECT_NE(plain->fp8_lm_head_note().find("only beside FP8 layers"), std::string::npos)
-        << plain->fp8_lm_head_note();
+    const bool head_gemms = plain->fp8_lm_head_gemm_rows() > 0;
+    if (head_gemms) {
+      EXPECT_EQ(plain->fp8_lm_head_gemm_rows(), 8) << name << ": every head GEMM (max_logit_rows 8)";
+      EXPECT_EQ(plain->fp8_lm_head_note(), "") << name;
+    } else {
+      EXPECT_NE(plain->fp8_lm_head_note().find("no FP8 tensor-core GEMM"), std::string::npos)
+          << plain->fp8_lm_head_note();
+      std::printf("[fp8 head %s] bf16 layers: %s\n", name, plain->fp8_lm_head_note().c_str());
+    }
     s = plain->forward_batch({&one, 1}, row);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     const double head_err = test::relative_l2(row, reference(*head_only, prompts[0]));
@@ -529,7 +548,15 @@ TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       const std::vector<float> r(got.begin() + static_cast<std::ptrdiff_t>(i * vocab),
                                  got.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
-      EXPECT_LT(test::relative_l2(r, reference(*bf16, prompts[i])), kLogitTolerance) << name << " row " << i;
+      const double to_bf16 = test::relative_l2(r, reference(*bf16, prompts[i]));
+      if (!head_gemms) {
+        EXPECT_LT(to_bf16, kLogitTolerance) << name << " row " << i;
+        continue;
+      }
+      // W8A8 on the head: the normed rows' e4m3 codes against the reference's unquantized rows.
+      const double to_head = test::relative_l2(r, reference(*head_only, prompts[i]));
+      EXPECT_LT(to_head, kFp8LogitTolerance) << name << " row " << i;
+      EXPECT_LT(to_head, to_bf16) << name << " row " << i << ": the FP8 head's GEMM";
     }
   }
 }
@@ -549,6 +576,11 @@ TEST(GpuModel, Int4WeightsMatchCpuReferenceWithTheSameValues) {
   compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 13, &w4a16);
   compare_with_cpu(dir.path(), 16, 14, &w4a16);
   compare_with_cpu(dir.path(), 7, 15, &w4a16);
+  // With --quantize-lm-head: the FP8 head in the GEMV and (FP8 tensor cores) its GEMMs, W8A8 there.
+  Fp8Run w4a16_head = w4a16;
+  w4a16_head.lm_head = true;
+  w4a16_head.tolerance = kFp8LogitTolerance;
+  compare_with_cpu(dir.path(), 16, 16, &w4a16_head);
 }
 
 TEST(GpuModel, BadBatchesFailBeforeAnyWork) {

@@ -88,7 +88,7 @@ Status DeviceModel::Impl::plan_workspace() {
       use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
     }
   }
-  if (head8.w.bytes() > 0) decide_fp8_head();
+  if (head8.w.bytes() > 0) TERN_RETURN_IF_ERROR(decide_fp8_head());
   const auto slices = [](int64_t K, int splits) { return splits > 1 && K % (8 * splits) == 0 ? splits : 1; };
   o_splits = slices(c.q_dim(), options.o_k_splits);
   down_splits = slices(c.intermediate_size, options.down_k_splits);
@@ -480,6 +480,9 @@ Result<std::unique_ptr<DeviceModel>> DeviceModel::create(const ModelConfig& conf
                      g.needs_sums(T, H, impl->qkv_dim(), GemmOut::kBf16) && g.needs_sums(T, c.q_dim(), H, GemmOut::kF32) &&
                      g.needs_sums(T, H, 2 * I, GemmOut::kBf16) && g.needs_sums(T, I, H, GemmOut::kF32) && I % 4 == 0 &&
                      I <= kMaxSiluE4m3Inter;
+  } else if (options.fp8_lm_head && options.fp8_tensor_cores) {
+    // Beside bf16 or int4 layers: cuBLASLt's e4m3 GEMM for the FP8 LM head alone (decide_fp8_head).
+    TERN_ASSIGN_OR_RETURN(impl->fp8_gemm, Fp8Gemm::create(kCublasWorkspaceBytes, options.fp8_fast_accum));
   }
   TERN_RETURN_IF_ERROR(impl->plan_workspace());
   TERN_CUBLAS_RETURN_IF_ERROR(

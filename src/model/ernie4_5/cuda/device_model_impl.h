@@ -280,8 +280,9 @@ struct DeviceModel::Impl {
   // logits = hlog's first `rows` rows (gemm_rows of them) . head^T: the FP8
   // GEMM up to fp8_head_gemm_rows (its sums scaled in place), else bf16.
   Status head_gemm(int64_t rows);
-  // With head8 uploaded, from plan_workspace: keeps or frees it, fp8_head_gemm_rows, the note (device_weights.cpp).
-  void decide_fp8_head();
+  // With head8 uploaded, from plan_workspace: keeps or frees it, fp8_head_gemm_rows (beside bf16 or int4
+  // layers with the logit rows' FP8 scratch), the note (device_weights.cpp).
+  Status decide_fp8_head();
   // The decode graph's (or eager twin's) kernels: the layers, and the head when it fits one pass.
   Status enqueue_decode(int64_t bucket);
   bool head_in_decode(int64_t bucket) const { return bucket <= max_logit_rows; }

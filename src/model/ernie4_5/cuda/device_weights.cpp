@@ -144,28 +144,34 @@ Status upload_vector(DeviceModel::Impl& m, const cpu::WeightVector& v, DeviceBuf
 
 }  // namespace
 
-void DeviceModel::Impl::decide_fp8_head() {
+Status DeviceModel::Impl::decide_fp8_head() {
   const int64_t H = config.hidden_size, V = config.vocab_size;
   // The GEMMs' share: rows up to the option's limit, on the FP8 tensor cores where they run the head's shape.
+  // Beside bf16 or int4 layers the head's GEMMs are the only FP8 ones: fp8_gemm is made for them alone.
   const int64_t limit = options.fp8_lm_head_max_rows;
   std::string gemm_off;  // why larger steps' head GEMMs stay bf16, if they do
   if (limit <= gemv_tokens) {
     gemm_off = "FP8 head GEMMs limited to " + std::to_string(limit) + " rows";
-  } else if (!fp8) {
-    gemm_off = "FP8 head GEMMs only beside FP8 layers, --quantization fp8";
-  } else if (!fp8_tensor_cores) {
-    gemm_off = "no FP8 tensor-core GEMM on this GPU";
+  } else if (fp8 ? !fp8_tensor_cores : fp8_gemm == nullptr) {
+    gemm_off = "no FP8 tensor-core GEMM here";
   } else if (V % 4 != 0) {
     gemm_off = "the vocabulary (" + std::to_string(V) + ") is not a multiple of 4";
   } else {
     const int64_t rows = std::min(head_capacity, gemm_rows(limit));
-    if (rows > fp8_tc_rows) {
+    if (fp8 && rows > fp8_tc_rows) {
       gemm_off = "its " + std::to_string(rows) + " rows exceed the FP8 tensor cores' " + std::to_string(fp8_tc_rows);
     } else if (!fp8_gemm->tensor_cores(std::min<int64_t>(64, rows), H, V, GemmOut::kF32)) {
-      gemm_off = "cuBLASLt offers no FP8 GEMM for the LM head's shape";
+      gemm_off = "no FP8 tensor-core GEMM for the LM head's shape here (cuBLASLt)";
     } else {
       fp8_head_gemm_rows = rows;
     }
+  }
+  if (!fp8 && fp8_head_gemm_rows > 0) {
+    // The logit rows' e4m3 codes and scales, which the FP8 layers' scratch holds where there are FP8 layers.
+    const auto R = static_cast<size_t>(fp8_head_gemm_rows);
+    TERN_RETURN_IF_ERROR(fp8_x_codes.allocate(R * static_cast<size_t>(H), "FP8 LM-head input codes"));
+    TERN_RETURN_IF_ERROR(fp8_x_scales.allocate(R * sizeof(float), "FP8 LM-head input scales"));
+    use.workspace_bytes += static_cast<int64_t>(fp8_x_codes.bytes() + fp8_x_scales.bytes());
   }
   if (gemv_tokens == 0 && fp8_head_gemm_rows == 0) {
     fp8_head_note = "--quantize-lm-head not taken: no step runs the LM head on the GEMV (" + gemm_off +
@@ -173,7 +179,7 @@ void DeviceModel::Impl::decide_fp8_head() {
     use.weight_bytes -= static_cast<int64_t>(head8.w.bytes() + head8.scale.bytes());
     head8.w.reset();
     head8.scale.reset();
-    return;
+    return Status::ok();
   }
   if (fp8_head_gemm_rows < head_capacity) {
     fp8_head_note = "the LM head's GEMMs of " +
@@ -185,6 +191,7 @@ void DeviceModel::Impl::decide_fp8_head() {
     lm_head_own.reset();
     lm_head = nullptr;
   }
+  return Status::ok();
 }
 
 Status DeviceModel::Impl::upload_weights(const HostWeights& w) {
