@@ -13,8 +13,9 @@
 // before its first difference from bf16's.
 // Configurations: fp8 (--quantization fp8), fp8-fast (with the tensor
 // cores' own accumulation, DeviceModelOptions::fp8_fast_accum), fp8-head
-// (fp8 with the LM head FP8 too, --quantize-lm-head), kv-fp8
-// (--kv-cache-dtype fp8), and any of the first three with "+kv-fp8".
+// (fp8 with the LM head FP8 too, --quantize-lm-head), head8 (bf16 layers,
+// the LM head FP8: --quantize-lm-head alone), kv-fp8 (--kv-cache-dtype
+// fp8), and any of the first three with "+kv-fp8".
 // Usage: tern_gpu_quality --model DIR [--tokens 20] [--random N]
 //                         [--configs fp8,fp8-fast,kv-fp8,fp8+kv-fp8]
 #include <nlohmann/json.hpp>
@@ -80,9 +81,10 @@ tern::Result<Form> make_form(const std::string& name, const tern::Ernie45Model& 
   std::string base = name;
   const bool kv_fp8 = base == "kv-fp8" || (base.size() > 7 && base.substr(base.size() - 7) == "+kv-fp8");
   if (base != "kv-fp8" && kv_fp8) base.resize(base.size() - 7);
-  if (base != "bf16" && base != "kv-fp8" && base != "fp8" && base != "fp8-fast" && base != "fp8-head") {
+  if (base != "bf16" && base != "kv-fp8" && base != "fp8" && base != "fp8-fast" && base != "fp8-head" &&
+      base != "head8") {
     return tern::invalid_argument("--configs: unknown configuration '" + name +
-                                  "' (bf16, fp8, fp8-fast, fp8-head, kv-fp8, and the FP8 ones with +kv-fp8)");
+                                  "' (bf16, fp8, fp8-fast, fp8-head, head8, kv-fp8, and the FP8 ones with +kv-fp8)");
   }
   const tern::ModelConfig& c = model.config();
   const int64_t blocks = (max_len + kBlockSize - 1) / kBlockSize;
@@ -98,7 +100,7 @@ tern::Result<Form> make_form(const std::string& name, const tern::Ernie45Model& 
   o.enforce_eager = true;
   o.fp8_weights = base == "fp8" || base == "fp8-fast" || base == "fp8-head";
   o.fp8_fast_accum = base == "fp8-fast";
-  o.fp8_lm_head = base == "fp8-head";
+  o.fp8_lm_head = base == "fp8-head" || base == "head8";
   o.fp8_lm_head_max_rows = int64_t{1} << 30;  // every head GEMM here on the FP8 head
   auto gpu = tern::cuda::DeviceModel::create(c, tern::cuda_host_weights(model), o);
   if (!gpu.is_ok()) return gpu.status();
