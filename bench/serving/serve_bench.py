@@ -86,7 +86,10 @@ class Scenario:
 
 def parse_range(text):
     lo, _, hi = text.partition(":")
-    lo, hi = int(lo), int(hi or lo)
+    try:
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad range {text!r}: want MIN:MAX, e.g. 50:500") from None
     if lo < 1 or hi < lo:
         raise argparse.ArgumentTypeError(f"bad range {text!r}: want MIN:MAX with 1 <= MIN <= MAX")
     return lo, hi
