@@ -15,7 +15,7 @@
 // cores' own accumulation, DeviceModelOptions::fp8_fast_accum), fp8-head
 // (fp8 with the LM head FP8 too, --quantize-lm-head), head8 (bf16 layers,
 // the LM head FP8: --quantize-lm-head alone), kv-fp8 (--kv-cache-dtype
-// fp8), and any of the first three with "+kv-fp8".
+// fp8), and any of the others with "+kv-fp8".
 // Usage: tern_gpu_quality --model DIR [--tokens 20] [--random N]
 //                         [--configs fp8,fp8-fast,kv-fp8,fp8+kv-fp8]
 #include <nlohmann/json.hpp>

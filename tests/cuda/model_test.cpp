@@ -457,7 +457,9 @@ TEST(GpuModel, Fp8WeightsMatchCpuReferenceWithTheSameValues) {
 // bound) and larger heads run on the bf16 one (six prompts' rows in one
 // step against the reference with a bf16 head), each nearer its own head's
 // reference than the other's, and the note says so; the same beside bf16
-// layers (--quantize-lm-head alone), whose head GEMMs always read bf16.
+// layers (--quantize-lm-head alone), whose head GEMMs read the FP8 head
+// where the FP8 tensor cores run it (W8A8, nearer the FP8 head's
+// reference) and the bf16 one elsewhere.
 TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
   Fp8Run head{true, 0.5};
   head.lm_head = true;
