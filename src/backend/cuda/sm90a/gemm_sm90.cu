@@ -24,7 +24,7 @@ constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 5, kThreads = 384;
 constexpr int kATileBytes = kBM * kBK * 2, kBTileBytes = kBN * kBK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
 // The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
-constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+[[maybe_unused]] constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -233,7 +233,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A row-major bf16 matrix [rows, cols] read in boxes of box_rows x 64 with the 128-byte swizzle.
-Status make_map(CUtensorMap* map, const bf16* base, int64_t rows, int64_t cols, uint32_t box_rows) {
+[[maybe_unused]] Status make_map(CUtensorMap* map, const bf16* base, int64_t rows, int64_t cols, uint32_t box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return internal_error("sm90_linear: the driver has no cuTensorMapEncodeTiled");
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
