@@ -197,19 +197,22 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
   const cuda::Sm90Epilogue e =
       p.shape.kind == cuda::GemmOut::kBf16 ? cuda::Sm90Epilogue::kBf16
       : p.shape.kind == cuda::GemmOut::kF32 ? cuda::Sm90Epilogue::kF32 : cuda::Sm90Epilogue::kAddF32;
-  check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
-  const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream);
-  if (!first.is_ok()) {
-    std::printf("  sm90 gemm: %s\n", first.to_string().c_str());
-    return;
+  for (const int64_t tile_rows : {128, 64}) {
+    check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
+    const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tile_rows);
+    if (!first.is_ok()) {
+      std::printf("  sm90 gemm: %s\n", first.to_string().c_str());
+      return;
+    }
+    check(cudaStreamSynchronize(stream), "sm90 gemm");
+    const double diff = max_rel_diff(download_y(p), ref);
+    const double us = time_graph(stream, reps, [&](int i) {
+      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream, tile_rows).is_ok();
+    });
+    const std::string label = "sm90 gemm (own, " + std::to_string(tile_rows) + "-row tiles)";
+    std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
+                us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
   }
-  check(cudaStreamSynchronize(stream), "sm90 gemm");
-  const double diff = max_rel_diff(download_y(p), ref);
-  const double us = time_graph(stream, reps, [&](int i) {
-    return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream).is_ok();
-  });
-  std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", "sm90 gemm (own, wgmma + TMA)", us,
-              us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
   if (p.shape.name != "gate_up" || N % 128 != 0) return;
   const int64_t I = N / 2;
   const double unfused_us = time_graph(stream, reps, [&](int i) {
@@ -233,14 +236,16 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
     fr[i] = tern::bf16_to_f32(a_ref[i]);
     fo[i] = tern::bf16_to_f32(a_own[i]);
   }
-  const double fused_us = time_graph(stream, reps, [&](int i) {
-    return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act, cuda::Sm90Epilogue::kSiluMul,
-                             stream)
-        .is_ok();
-  });
-  std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n",
-              "sm90 gemm with SiLU x up", fused_us, unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0,
-              max_rel_diff(fo, fr));
+  for (const int64_t tile_rows : {128, 64}) {
+    const double fused_us = time_graph(stream, reps, [&](int i) {
+      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act, cuda::Sm90Epilogue::kSiluMul,
+                               stream, tile_rows)
+          .is_ok();
+    });
+    const std::string label = "sm90 gemm, SiLU x up, " + std::to_string(tile_rows) + "-row tiles";
+    std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n", label.c_str(), fused_us,
+                unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0, max_rel_diff(fo, fr));
+  }
 }
 
 void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, void* workspace, size_t ws_bytes,

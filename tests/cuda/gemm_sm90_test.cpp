@@ -38,14 +38,11 @@ std::string describe(const Case& c) {
          kNames[static_cast<int>(c.epilogue)];
 }
 
-void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
-  const std::string what = describe(c);
-  const Bf16Data x = test::random_bf16(rng, static_cast<size_t>(c.T * c.K));
-  const float a = 1.7f / std::sqrt(static_cast<float>(c.K));
-  const Bf16Data w = test::random_bf16(rng, static_cast<size_t>(c.N * c.K), -a, a);
-  std::vector<float> sums(static_cast<size_t>(c.T * c.N));
-  cpu::linear(pool, x.values.data(), c.T, cpu::WeightMatrix{DType::kBF16, w.words.data(), c.N, c.K}, sums.data());
-  DeviceArray<bf16> d_x(x.words), d_w(w.words);
+// The product of d_x and d_w (whose fp32 sums are `sums`) in tiles of tile_rows rows, against `sums`
+// through the case's epilogue.
+void check_tiles(const Case& c, const std::vector<float>& sums, int64_t tile_rows, const bf16* d_x, const bf16* d_w,
+                 std::mt19937& rng) {
+  const std::string what = describe(c) + " in " + std::to_string(tile_rows) + "-row tiles";
   const size_t out_elems = c.epilogue == Sm90Epilogue::kSiluMul ? sums.size() / 2 : sums.size();
   const bool f32 = c.epilogue == Sm90Epilogue::kF32 || c.epilogue == Sm90Epilogue::kAddF32;
   std::vector<float> base;
@@ -53,7 +50,7 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
   DeviceArray<float> d_y32(f32 ? (base.empty() ? std::vector<float>(out_elems, NAN) : base) : std::vector<float>(1));
   DeviceArray<bf16> d_y16(f32 ? std::vector<bf16>(1) : std::vector<bf16>(out_elems, kNanBf16));
   void* y = f32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get());
-  const Status s = cuda::sm90_linear(d_x.get(), c.T, c.K, d_w.get(), c.N, y, c.epilogue, nullptr);
+  const Status s = cuda::sm90_linear(d_x, c.T, c.K, d_w, c.N, y, c.epilogue, nullptr, tile_rows);
   ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
   TERN_ASSERT_CUDA(cudaDeviceSynchronize());
   switch (c.epilogue) {
@@ -86,6 +83,16 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
   }
 }
 
+void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
+  const Bf16Data x = test::random_bf16(rng, static_cast<size_t>(c.T * c.K));
+  const float a = 1.7f / std::sqrt(static_cast<float>(c.K));
+  const Bf16Data w = test::random_bf16(rng, static_cast<size_t>(c.N * c.K), -a, a);
+  std::vector<float> sums(static_cast<size_t>(c.T * c.N));
+  cpu::linear(pool, x.values.data(), c.T, cpu::WeightMatrix{DType::kBF16, w.words.data(), c.N, c.K}, sums.data());
+  DeviceArray<bf16> d_x(x.words), d_w(w.words);
+  for (const int64_t tile_rows : {128, 64}) check_tiles(c, sums, tile_rows, d_x.get(), d_w.get(), rng);
+}
+
 TEST(CudaSm90Gemm, MatchesReference) {
   int device = 0;
   TERN_ASSERT_CUDA(cudaGetDevice(&device));
@@ -115,6 +122,13 @@ TEST(CudaSm90Gemm, RefusesShapesItCannotTake) {
   const Status silu = cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 192, d_y.get(), Sm90Epilogue::kSiluMul, nullptr);
   EXPECT_EQ(silu.code(), ErrorCode::kInvalidArgument) << silu.to_string();
   EXPECT_NE(silu.message().find("multiple of 64"), std::string::npos) << silu.to_string();
+  int device = 0;
+  TERN_ASSERT_CUDA(cudaGetDevice(&device));
+  if (cuda::sm90_gemm_available(device)) {
+    const Status tiles =
+        cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 256, d_y.get(), Sm90Epilogue::kF32, nullptr, 32);
+    EXPECT_EQ(tiles.code(), ErrorCode::kInvalidArgument) << tiles.to_string();
+  }
 }
 
 }  // namespace

@@ -33,8 +33,10 @@ bool sm90_gemm_available(int device);
 
 // Enqueues y = epilogue(x W^T) on `stream`. K a multiple of 8 (TMA's 16-byte
 // strides), N a multiple of 8, and for kSiluMul N / 2 a multiple of 64;
-// pointers 16-byte aligned.
+// pointers 16-byte aligned. tile_rows: the rows of x a CTA takes, 128 or 64
+// (two CTAs an SM); 0 picks 64 where 128-row tiles would leave more than a
+// third of the SMs idle, else 128.
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
-                   void* y, Sm90Epilogue epilogue, cudaStream_t stream);
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows = 0);
 
 }  // namespace tern::cuda

@@ -1,12 +1,13 @@
-// gemm_sm90.h's GEMM: one CTA per 128 x 128 output tile (128 x 64 for
-// kSiluMul: 64 gate and 64 up columns), three warpgroups. Warpgroup 0's first
+// gemm_sm90.h's GEMM: one CTA per output tile of BM x 128 (BM x 64 of y for
+// kSiluMul: 64 gate and 64 up columns), BM 128 or 64. Warpgroup 0's first
 // thread loads 64-wide K slices of the x and W tiles with TMA (128-byte
-// swizzle) into a ring of kStages stages, each filled under an mbarrier that
-// counts its bytes; warpgroups 1 and 2 take 64 rows of the tile each and run
-// four wgmma m64n128k16 per stage on the shared-memory tiles, keeping one
-// stage's MMAs in flight and freeing the stage before (a second mbarrier per
-// stage, one arrival per consumer warpgroup). The epilogue writes each
-// thread's accumulators straight from registers.
+// swizzle) into a ring of stages, each filled under an mbarrier that counts
+// its bytes; each further warpgroup (two for BM 128, one for 64) takes 64
+// rows of the tile and runs four wgmma m64n128k16 per stage on the
+// shared-memory tiles, keeping one stage's MMAs in flight and freeing the
+// stage before (a second mbarrier per stage, one arrival per consumer
+// warpgroup). The epilogue writes each thread's accumulators straight from
+// registers.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -20,11 +21,18 @@
 namespace tern::cuda {
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 5, kThreads = 384;
-constexpr int kATileBytes = kBM * kBK * 2, kBTileBytes = kBN * kBK * 2;
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
-// The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
-[[maybe_unused]] constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+constexpr int kBN = 128, kBK = 64, kBTileBytes = kBN * kBK * 2;
+
+// A tile of BM rows (128: two consumer warpgroups, five stages, one CTA an SM; 64: one consumer
+// warpgroup, four stages, two CTAs an SM, for row counts whose 128-row tiles leave SMs idle).
+template <int BM>
+struct Tile {
+  static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStages = BM == 128 ? 5 : 4;
+  static constexpr int kATileBytes = BM * kBK * 2, kStageBytes = kATileBytes + kBTileBytes;
+  // The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -100,11 +108,13 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
 // b_step: W rows a tile's columns advance by; b_second: the row offset of the
 // tile's second 64 W rows from its first (64, or I for kSiluMul's up rows).
 // ldy: y's row stride in elements (N, or I for kSiluMul).
-template <Sm90Epilogue E>
-__global__ void __launch_bounds__(kThreads, 1)
+template <Sm90Epilogue E, int BM>
+__global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
                      int N, int K, int b_step, int b_second) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = Tile<BM>::kStages, kATileBytes = Tile<BM>::kATileBytes;
+  constexpr int kStageBytes = Tile<BM>::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
@@ -114,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, 2);
+      mbar_init(empty + s, Tile<BM>::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -122,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {  // the producer
     if (t == 0) {
-      const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * b_step;
+      const int m0 = blockIdx.y * BM, n0 = blockIdx.x * b_step;
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % kStages;
         if (kt >= kStages) mbar_wait(empty + s, ((kt / kStages) - 1) & 1);
@@ -145,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int s = kt % kStages;
     mbar_wait(full + s, (kt / kStages) & 1);
     const uint8_t* stage = smem + s * kStageBytes;
-    const uint64_t da = smem_desc(stage + c * (kATileBytes / 2)), db = smem_desc(stage + kATileBytes);
+    const uint64_t da = smem_desc(stage + c * (64 * kBK * 2)), db = smem_desc(stage + kATileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -161,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // d[4j + 2i + e] is row 16 w + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 x 128.
   const int w = t / 32, lane = t % 32;
-  const int row0 = blockIdx.y * kBM + c * 64 + w * 16 + lane / 4;
+  const int row0 = blockIdx.y * BM + c * 64 + w * 16 + lane / 4;
   const int col0 = 2 * (lane % 4);
   if constexpr (E == Sm90Epilogue::kSiluMul) {
     bf16* out = static_cast<bf16*>(y);
@@ -250,16 +260,41 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return Status::ok();
 }
 
-template <Sm90Epilogue E>
+template <Sm90Epilogue E, int BM>
 Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, dim3 grid,
               int b_step, int b_second, cudaStream_t stream) {
+  using T = Tile<BM>;
   static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_sm90_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      cudaFuncSetAttribute(gemm_sm90_kernel<E, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   TERN_CUDA_RETURN_IF_ERROR(attr);
-  gemm_sm90_kernel<E><<<grid, kThreads, kSmemBytes, stream>>>(ta, tb, y, static_cast<int>(M), static_cast<int>(N),
-                                                              static_cast<int>(K), b_step, b_second);
+  gemm_sm90_kernel<E, BM><<<grid, T::kThreads, T::kSmemBytes, stream>>>(
+      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second);
   TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return Status::ok();
+}
+
+template <int BM>
+[[maybe_unused]] Status launch_tiles(const bf16* x, int64_t M, int64_t K, const bf16* w, int64_t N, void* y,
+                                     Sm90Epilogue epilogue, cudaStream_t stream) {
+  const bool silu = epilogue == Sm90Epilogue::kSiluMul;
+  CUtensorMap ta, tb;
+  TERN_RETURN_IF_ERROR(make_map(&ta, x, M, K, BM));
+  TERN_RETURN_IF_ERROR(make_map(&tb, w, N, K, kBN / 2));
+  const int64_t out_cols = silu ? N / 2 : N;
+  const int64_t tile_cols = silu ? kBN / 2 : kBN;
+  const dim3 grid(static_cast<unsigned>((out_cols + tile_cols - 1) / tile_cols), static_cast<unsigned>((M + BM - 1) / BM));
+  if (grid.y > 65535) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
+  switch (epilogue) {
+    case Sm90Epilogue::kBf16:
+      return launch<Sm90Epilogue::kBf16, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+    case Sm90Epilogue::kF32:
+      return launch<Sm90Epilogue::kF32, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+    case Sm90Epilogue::kAddF32:
+      return launch<Sm90Epilogue::kAddF32, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+    case Sm90Epilogue::kSiluMul:
+      return launch<Sm90Epilogue::kSiluMul, BM>(ta, tb, y, M, N / 2, K, grid, kBN / 2, static_cast<int>(N / 2), stream);
+  }
+  return invalid_argument("sm90_linear: unknown epilogue");
 }
 
 }  // namespace
@@ -276,7 +311,7 @@ bool sm90_gemm_available(int device) {
 }
 
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
-                   void* y, Sm90Epilogue epilogue, cudaStream_t stream) {
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows) {
   const int64_t M = num_tokens, K = in_features, N = out_features;
   if (M <= 0 || N <= 0) return Status::ok();
   if (K <= 0 || K % 8 != 0 || N % 8 != 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) {
@@ -292,26 +327,19 @@ Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const
     return invalid_argument("sm90_linear: x, W and y must be 16-byte aligned");
   }
 #if defined(TERN_HAVE_SM90A)
-  CUtensorMap ta, tb;
-  TERN_RETURN_IF_ERROR(make_map(&ta, x, M, K, kBM));
-  TERN_RETURN_IF_ERROR(make_map(&tb, w, N, K, kBN / 2));
-  const int64_t out_cols = silu ? N / 2 : N;
-  const int64_t tile_cols = silu ? kBN / 2 : kBN;
-  const dim3 grid(static_cast<unsigned>((out_cols + tile_cols - 1) / tile_cols), static_cast<unsigned>((M + kBM - 1) / kBM));
-  if (grid.y > 65535) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
-  switch (epilogue) {
-    case Sm90Epilogue::kBf16:
-      return launch<Sm90Epilogue::kBf16>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
-    case Sm90Epilogue::kF32:
-      return launch<Sm90Epilogue::kF32>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
-    case Sm90Epilogue::kAddF32:
-      return launch<Sm90Epilogue::kAddF32>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
-    case Sm90Epilogue::kSiluMul:
-      return launch<Sm90Epilogue::kSiluMul>(ta, tb, y, M, N / 2, K, grid, kBN / 2, static_cast<int>(N / 2), stream);
+  if (tile_rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
+    int device = 0, sms = 0;
+    TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t col_tiles = (silu ? N / 2 + 63 : N + 127) / (silu ? 64 : 128);
+    tile_rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
   }
-  return invalid_argument("sm90_linear: unknown epilogue");
+  if (tile_rows == 64) return launch_tiles<64>(x, M, K, w, N, y, epilogue, stream);
+  if (tile_rows == 128) return launch_tiles<128>(x, M, K, w, N, y, epilogue, stream);
+  return invalid_argument("sm90_linear: tile_rows " + std::to_string(tile_rows) + " (0, 64 or 128)");
 #else
   (void)stream;
+  (void)tile_rows;
   return unsupported("sm90_linear: this build has no sm_90a kernels (TERN_CUDA_ARCHS without 90)");
 #endif
 }
