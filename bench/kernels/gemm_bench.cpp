@@ -12,10 +12,12 @@
 // product as one strided-batched call whose batch is S slices of K, each
 // writing its fp32 partial (a consumer then adds the S partials, as a
 // residual add would), timed the same way; its difference is of the
-// partials' sum.
+// partials' sum. With --sm90 1: the GEMM of our own (gemm_sm90.h) with the
+// shape's epilogue, and for gate_up also with SiLU x up fused, against
+// linear() followed by silu_mul.
 // Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down,o-bf16,down-bf16] [--candidates 64] [--reps 20]
 //                        [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072]
-//                        [--k-splits 2,3,4]  (--candidates 0: linear() and the K splits only)
+//                        [--k-splits 2,3,4] [--sm90 1]  (--candidates 0: linear() and the K splits only)
 // The defaults are ERNIE-4.5-0.3B's layers (16 q heads and 2 kv heads of 128): q|k|v 1024 -> 2560, o
 // 2048 -> 1024 (added), gate|up 1024 -> 6144, down 3072 -> 1024 (added); 16 weight copies (84 MB of q|k|v)
 // so that the weights come from memory, not from a 50 MB L2. o-bf16 and down-bf16 are o and down
@@ -33,6 +35,8 @@
 #include <vector>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_sm90.h"
+#include "backend/cuda/kernels.h"
 #include "base/bf16.h"
 #include "comma_list.h"
 
@@ -183,9 +187,70 @@ void run_k_splits(const Problem& p, cublasHandle_t blas, cudaStream_t stream, in
               us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, max_rel_diff(sum, ref));
 }
 
+// The GEMM of our own (gemm_sm90.h) on the same problem with the shape's epilogue; for gate|up also with
+// SiLU x up in its epilogue against linear() then silu_mul (into `act`, [T][N / 2] bf16).
+void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int reps, const std::vector<float>& ref,
+              double base_us, bf16* act) {
+  const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
+  const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
+  const int copies = static_cast<int>(p.w.size());
+  const cuda::Sm90Epilogue e =
+      p.shape.kind == cuda::GemmOut::kBf16 ? cuda::Sm90Epilogue::kBf16
+      : p.shape.kind == cuda::GemmOut::kF32 ? cuda::Sm90Epilogue::kF32 : cuda::Sm90Epilogue::kAddF32;
+  for (const int64_t tile_rows : {128, 64}) {
+    check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
+    const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tile_rows);
+    if (!first.is_ok()) {
+      std::printf("  sm90 gemm: %s\n", first.to_string().c_str());
+      return;
+    }
+    check(cudaStreamSynchronize(stream), "sm90 gemm");
+    const double diff = max_rel_diff(download_y(p), ref);
+    const double us = time_graph(stream, reps, [&](int i) {
+      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream, tile_rows).is_ok();
+    });
+    const std::string label = "sm90 gemm (own, " + std::to_string(tile_rows) + "-row tiles)";
+    std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
+                us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
+  }
+  if (p.shape.name != "gate_up" || N % 128 != 0) return;
+  const int64_t I = N / 2;
+  const double unfused_us = time_graph(stream, reps, [&](int i) {
+    return cuda::linear(blas, p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, p.shape.kind).is_ok() &&
+           cuda::silu_mul(static_cast<const bf16*>(p.y), T, I, act, stream) == cudaSuccess;
+  });
+  // SiLU x up of linear()'s bf16 output: the fused form's reference.
+  check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
+  if (!cuda::linear(blas, p.x, T, K, p.w[0], N, p.y, p.shape.kind).is_ok()) die("linear() failed");
+  check(cuda::silu_mul(static_cast<const bf16*>(p.y), T, I, act, stream), "silu_mul");
+  std::vector<bf16> a_ref(static_cast<size_t>(T * I)), a_own(a_ref.size());
+  check(cudaMemcpyAsync(a_ref.data(), act, a_ref.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream), "act");
+  check(cudaStreamSynchronize(stream), "act");
+  if (!cuda::sm90_linear(p.x, T, K, p.w[0], N, act, cuda::Sm90Epilogue::kSiluMul, stream).is_ok()) {
+    die("sm90 gemm with SiLU x up failed");
+  }
+  check(cudaMemcpyAsync(a_own.data(), act, a_own.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream), "act");
+  check(cudaStreamSynchronize(stream), "act");
+  std::vector<float> fr(a_ref.size()), fo(a_own.size());
+  for (size_t i = 0; i < fr.size(); ++i) {
+    fr[i] = tern::bf16_to_f32(a_ref[i]);
+    fo[i] = tern::bf16_to_f32(a_own[i]);
+  }
+  for (const int64_t tile_rows : {128, 64}) {
+    const double fused_us = time_graph(stream, reps, [&](int i) {
+      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act, cuda::Sm90Epilogue::kSiluMul,
+                               stream, tile_rows)
+          .is_ok();
+    });
+    const std::string label = "sm90 gemm, SiLU x up, " + std::to_string(tile_rows) + "-row tiles";
+    std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n", label.c_str(), fused_us,
+                unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0, max_rel_diff(fo, fr));
+  }
+}
+
 void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, void* workspace, size_t ws_bytes,
                  cudaStream_t stream, int candidates, int reps, const std::vector<int64_t>& k_splits,
-                 float* partials) {
+                 float* partials, bool sm90, bf16* act) {
   const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
   const int copies = static_cast<int>(p.w.size());
@@ -206,6 +271,7 @@ void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, voi
               flops / base_us * 1e-6);
   // The added shapes' reference is y = x W^T (y starts at zero), so the partials' sum compares with it.
   for (int64_t sp : k_splits) run_k_splits(p, blas, stream, static_cast<int>(sp), reps, partials, ref, base_us);
+  if (sm90) run_sm90(p, blas, stream, reps, ref, base_us, act);
   if (candidates == 0) return;
 
   // cuBLASLt's view of the same problem (gemm_tuned's layout: D[N, T] = op_T(W) . x).
@@ -278,13 +344,14 @@ int64_t positive(const char* flag, const std::string& value) {
 int main(int argc, char** argv) {
   std::string rows_arg = "2048,4096", shapes_arg = "qkv,o,gate_up,down";
   std::string k_splits_arg;
+  bool sm90 = false;
   int64_t candidates = 64, reps = 20, copies = 16, hidden = 1024, q_dim = 2048, kv_dim = 256, inter = 3072;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help") {
       std::printf("usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down] [--candidates 64] "
                   "[--reps 20] [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072] "
-                  "[--k-splits 2,3,4]\n");
+                  "[--k-splits 2,3,4] [--sm90 1]\n");
       return 0;
     }
     if (i + 1 >= argc) die("unknown or incomplete argument '" + a + "' (--help)");
@@ -293,6 +360,7 @@ int main(int argc, char** argv) {
     else if (a == "--shapes") shapes_arg = v;
     else if (a == "--candidates") candidates = v == "0" ? 0 : positive("--candidates", v);  // 0: none
     else if (a == "--k-splits") k_splits_arg = v;
+    else if (a == "--sm90") sm90 = v != "0";
     else if (a == "--reps") reps = positive("--reps", v);
     else if (a == "--copies") copies = positive("--copies", v);
     else if (a == "--hidden") hidden = positive("--hidden", v);
@@ -357,8 +425,11 @@ int main(int argc, char** argv) {
         const size_t bytes = static_cast<size_t>(most_splits * rows * s.out) * sizeof(float);
         check(cudaMalloc(reinterpret_cast<void**>(&partials), bytes), "partials");
       }
+      bf16* act = nullptr;  // SiLU x up's output for gate|up
+      if (sm90) check(cudaMalloc(reinterpret_cast<void**>(&act), static_cast<size_t>(rows * s.out / 2) * 2), "act");
       run_problem(p, blas, lt, workspace, kWorkspace, stream, static_cast<int>(candidates), static_cast<int>(reps),
-                  k_splits, partials);
+                  k_splits, partials, sm90, act);
+      cudaFree(act);
       cudaFree(partials);
       cudaFree(p.x);
       cudaFree(p.y);

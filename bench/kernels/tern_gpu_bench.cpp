@@ -37,7 +37,9 @@
 // up to 512, the default, or N tokens, k_split_max_tokens; A and B slices,
 // default 2 and 2), nosplit (graphs without that split), tokensN (graphs
 // with prefill steps of up to N tokens, max_num_batched_tokens; 2,048 or
-// the largest batch otherwise). With
+// the largest batch otherwise), sm90 and sm90-N (graphs with the layers'
+// GEMMs of steps past 512 tokens, or of N tokens and more, on the sm_90 GEMM
+// of our own with SiLU x up fused, sm90_gemm_min_tokens). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -192,7 +194,8 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
-                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8"};
+                                         "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
+                                         "sm90"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -206,7 +209,7 @@ int main(int argc, char** argv) {
                         std::isdigit(static_cast<unsigned char>(config[10])) != 0;  // ksplit-oAdB
     return slices || digits_after("ksplit") || digits_after("gemv") || digits_after("tokens") ||
            digits_after("fp8-tc") || digits_after("fp8-nofold") || digits_after("fp8-head") ||
-           digits_after("prefetch", 1) ||
+           digits_after("prefetch", 1) || digits_after("sm90-") ||
            digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
@@ -270,6 +273,8 @@ int main(int argc, char** argv) {
     }
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (base == "nosplit") o.k_split_max_tokens = 0;
+    if (base == "sm90") o.sm90_gemm_min_tokens = 513;  // past the K-split's sizes: prefill steps
+    if (base.rfind("sm90-", 0) == 0) o.sm90_gemm_min_tokens = std::stoll(base.substr(5));
     if (base.rfind("ksplit", 0) == 0) {  // ksplit, ksplitN (up to N tokens), ksplit-oAdB (A and B slices)
       const bool digits = base.size() > 6 && std::isdigit(static_cast<unsigned char>(base[6])) != 0;
       o.k_split_max_tokens = digits ? std::stoll(base.substr(6)) : 512;
@@ -323,6 +328,13 @@ int main(int argc, char** argv) {
     }
     if (!gpu.value()->int4_declined().empty()) {
       std::printf("[%s] %s\n", config.c_str(), gpu.value()->int4_declined().c_str());
+    }
+    if (o.sm90_gemm_min_tokens > 0) {
+      std::printf("[%s] %s\n", config.c_str(),
+                  gpu.value()->sm90_gemm_rows() > 0
+                      ? ("layer GEMMs of " + std::to_string(gpu.value()->sm90_gemm_rows()) +
+                         " rows and more on the sm_90 GEMM, SiLU x up in gate|up's epilogue").c_str()
+                      : "the sm_90 GEMM is not available here (no sm_90a kernels, or not an sm_90 GPU)");
     }
     if (gpu.value()->k_split_rows() > 0) {
       std::printf("[%s] o and down split over K (%d and %d slices) in steps of up to %lld GEMM rows\n",

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/gemm_sm90.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "gpu_test_util.h"
@@ -211,7 +212,8 @@ struct Fp8Run {
   bool lm_head = false;     // DeviceModelOptions::fp8_lm_head, the reference's head FP8 too
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
-                      KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0) {
+                      KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0,
+                      int64_t sm90_gemm_tokens = 0) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
@@ -269,6 +271,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   options.max_logit_rows = 8;
   options.kv_cache_dtype = dtype;
   options.k_split_max_tokens = k_split_tokens;
+  options.sm90_gemm_min_tokens = sm90_gemm_tokens;
   if (fp8 != nullptr && !int4) {
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
@@ -304,6 +307,10 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     }
   }
 
+  if (sm90_gemm_tokens > 0) {
+    EXPECT_GT(gpu->sm90_gemm_rows(), 0) << "the sm_90 GEMM is on";
+    EXPECT_LE(gpu->sm90_gemm_rows(), sm90_gemm_tokens + 8);
+  }
   if (k_split_tokens > 0) {
     EXPECT_GE(gpu->k_split_rows(), std::min<int64_t>(k_split_tokens, budget)) << "the K-split GEMMs are on";
     EXPECT_GT(std::max(gpu->o_k_splits(), gpu->down_k_splits()), 1);
@@ -427,6 +434,22 @@ TEST(GpuModel, KSplitGemmsMatchCpu) {
   spec.theta = 500000.0;
   test::TinyModelDir dir(spec, 8);
   compare_with_cpu(dir.path(), 16, 6, nullptr, KvCacheDType::kAuto, 4096);
+}
+
+// sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on
+// the sm_90 GEMM of our own, SiLU x up in gate|up's epilogue, alone and
+// beside the o and down GEMMs split over K up to 48 tokens (cuBLAS's),
+// against the CPU model. Skipped where the sm_90 GEMM is not available.
+TEST(GpuModel, Sm90GemmsMatchCpu) {
+  int device = 0;
+  TERN_ASSERT_CUDA(cudaGetDevice(&device));
+  if (!cuda::sm90_gemm_available(device)) GTEST_SKIP() << "no sm_90a kernels in this build or not an sm_90 GPU";
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 21, nullptr, KvCacheDType::kAuto, 0, 17);
+  test::TinySpec spec = head_dim_128_spec(512);
+  spec.theta = 500000.0;
+  test::TinyModelDir dir(spec, 10);
+  compare_with_cpu(dir.path(), 16, 22, nullptr, KvCacheDType::kAuto, 0, 17);
+  compare_with_cpu(dir.path(), 16, 23, nullptr, KvCacheDType::kAuto, 48, 17);
 }
 
 // --quantization fp8: the GEMV, dequantized-GEMM and (where cuBLASLt has

@@ -100,6 +100,13 @@ Status DeviceModel::Impl::plan_workspace() {
     TERN_RETURN_IF_ERROR(k_partials.allocate(floats * sizeof(float), "K-split GEMM partials"));
     use.workspace_bytes += static_cast<int64_t>(k_partials.bytes());
   }
+  // sm90_linear's shapes: K and N multiples of 8, gate and up multiples of 64 rows each.
+  const bool own_shapes = H % 8 == 0 && c.q_dim() % 8 == 0 && qkv_dim() % 8 == 0 && c.intermediate_size % 64 == 0;
+  if (options.sm90_gemm_min_tokens > 0 && !fp8 && int4_matrices == 0 && own_shapes) {
+    int device = 0;
+    TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    if (sm90_gemm_available(device)) own_gemm_rows = gemm_rows(options.sm90_gemm_min_tokens);
+  }
   // The counters start at zero; the attention kernel leaves them at zero.
   TERN_CUDA_RETURN_IF_ERROR(cudaMemset(split_counters.as<void>(), 0, split_counters.bytes()));
   // Two slots: a step's picks land in one while the host reads the other's.
@@ -591,6 +598,7 @@ int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 
 int64_t DeviceModel::k_split_rows() const { return impl_->k_split_rows; }
 
+int64_t DeviceModel::sm90_gemm_rows() const { return impl_->own_gemm_rows; }
 int DeviceModel::o_k_splits() const { return impl_->k_split_rows > 0 ? impl_->o_splits : 1; }
 
 int DeviceModel::down_k_splits() const { return impl_->k_split_rows > 0 ? impl_->down_splits : 1; }

@@ -143,6 +143,13 @@ struct DeviceModelOptions : RunnerOptions {
   // +1.5% with 3.
   int o_k_splits = 2;
   int down_k_splits = 2;
+  // Steps of at least this many tokens (as GEMM rows) run the bf16 layers'
+  // GEMMs on the sm_90 GEMM of our own (gemm_sm90.h: wgmma on TMA tiles)
+  // instead of cuBLAS, with SiLU x up in the gate|up GEMM's epilogue (no
+  // silu_mul kernel, no [T, 2I] intermediate); the o and down GEMMs split
+  // over K (k_split_max_tokens) stay on cuBLAS. 0 (the default): never.
+  // Only where the build has sm_90a kernels and the GPU is sm_90.
+  int64_t sm90_gemm_min_tokens = 0;
   // With fp8_lm_head (RunnerOptions, --quantize-lm-head): LM-head GEMMs of up
   // to this many rows read the FP8 head on the tensor cores (W8A8, the sums
   // scaled in place in the logits: a pass over them); larger ones read the
@@ -261,6 +268,9 @@ class DeviceModel {
   // Up to how many GEMM rows the o and down projections run split over K
   // (k_split_max_tokens; 0: never), and their slices there.
   int64_t k_split_rows() const;
+  // From how many GEMM rows the layers' GEMMs run on the sm_90 GEMM
+  // (sm90_gemm_min_tokens where it applies; 0: never).
+  int64_t sm90_gemm_rows() const;
   int o_k_splits() const;
   int down_k_splits() const;
   const std::string& layers_kernel_off_reason() const;

@@ -15,6 +15,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_fp8.h"
+#include "backend/cuda/gemm_sm90.h"
 #include "backend/cuda/kernels.h"
 #include "model/ernie4_5/cuda/device_model.h"
 #include "model/ernie4_5/device_step_plan.h"
@@ -161,6 +162,9 @@ struct DeviceModel::Impl {
   // projections' K slices there (options.o_k_splits, down_k_splits where they split K into multiples
   // of 8, else 1: one GEMM), and the partials: the larger count x k_split_rows x hidden floats.
   int64_t k_split_rows = 0;
+  // options.sm90_gemm_min_tokens as GEMM rows where sm90_gemm_available (0: never).
+  int64_t own_gemm_rows = 0;
+  bool own_gemm(int64_t rows) const { return own_gemm_rows > 0 && rows >= own_gemm_rows; }
   int o_splits = 1, down_splits = 1;
   DeviceBuffer k_partials;
 

@@ -31,6 +31,12 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
   const int64_t T = gemm_rows(num_tokens);
   switch (w.form) {
     case Form::kBf16:
+      if (own_gemm(T)) {
+        const Sm90Epilogue e = out == GemmOut::kBf16  ? Sm90Epilogue::kBf16
+                               : out == GemmOut::kF32 ? Sm90Epilogue::kF32
+                                                      : Sm90Epilogue::kAddF32;
+        return sm90_linear(in, T, K, w.w.as<bf16>(), N, y, e, stream);
+      }
       return linear(cublas, in, T, K, w.w.as<bf16>(), N, y, out);
     case Form::kInt4:
       // W4A16 past the GEMV's sizes: the layer's weights written out as bf16, then the bf16 GEMM.
@@ -292,8 +298,13 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm(x.as<float>(), o_split ? k_partials.as<float>() : nullptr,
                                             w.post_norm.as<float>(), nullptr, T, H, eps, h.as<bf16>(), stream,
                                             o_split ? o_splits : 1, partial_stride));
-      TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
-      TERN_CUDA_RETURN_IF_ERROR(silu_mul(gate_up.as<bf16>(), T, I, act.as<bf16>(), stream));
+      if (w.gate_up.form == Form::kBf16 && own_gemm(rows)) {  // SiLU x up in the GEMM's epilogue
+        TERN_RETURN_IF_ERROR(sm90_linear(h.as<bf16>(), rows, H, w.gate_up.w.as<bf16>(), 2 * I, act.as<void>(),
+                                         Sm90Epilogue::kSiluMul, stream));
+      } else {
+        TERN_RETURN_IF_ERROR(linear_of(h.as<bf16>(), T, H, w.gate_up, 2 * I, gate_up.as<void>(), GemmOut::kBf16));
+        TERN_CUDA_RETURN_IF_ERROR(silu_mul(gate_up.as<bf16>(), T, I, act.as<bf16>(), stream));
+      }
       if (k_split && down_splits > 1 && l + 1 < c.num_layers) {
         TERN_RETURN_IF_ERROR(linear_k_split(cublas, act.as<bf16>(), rows, I, w.down.w.as<bf16>(), H,
                                             k_partials.as<float>(), down_splits));

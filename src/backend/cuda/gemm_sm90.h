@@ -1,0 +1,42 @@
+// The linear layers' GEMM of our own for sm_90 (H100, H200): wgmma on
+// TMA-loaded tiles, so the product can leave the tensor cores through an
+// epilogue cuBLAS has no form of. y = x W^T with x [T, K] and W [N, K] bf16
+// row-major (PyTorch's layout, as linear() in gemm.h), fp32 accumulation.
+//
+// Epilogues:
+//   kBf16     y [T, N] bf16
+//   kF32      y [T, N] fp32
+//   kAddF32   y [T, N] fp32 += the product (the residual stream)
+//   kSiluMul  W is gate|up stacked ([2I, K], gate rows first, N = 2I);
+//             y [T, I] bf16 = silu(g) * u with g and u rounded to bf16 first:
+//             silu_mul's arithmetic on the bf16 output the unfused GEMM writes,
+//             so the intermediate [T, 2I] is never written.
+//
+// Built for sm_90a (wgmma is an arch-specific instruction); elsewhere, and in
+// builds without the 90 architecture, sm90_gemm_available() is false and
+// sm90_linear refuses.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "base/status.h"
+
+namespace tern::cuda {
+
+enum class Sm90Epilogue { kBf16, kF32, kAddF32, kSiluMul };
+
+// Whether this build has the sm_90a kernels and `device` is an sm_90 GPU.
+bool sm90_gemm_available(int device);
+
+// Enqueues y = epilogue(x W^T) on `stream`. K a multiple of 8 (TMA's 16-byte
+// strides), N a multiple of 8, and for kSiluMul N / 2 a multiple of 64;
+// pointers 16-byte aligned. tile_rows: the rows of x a CTA takes, 128 or 64
+// (two CTAs an SM); 0 picks 64 where 128-row tiles would leave more than a
+// third of the SMs idle, else 128.
+Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows = 0);
+
+}  // namespace tern::cuda

@@ -1,0 +1,347 @@
+// gemm_sm90.h's GEMM: one CTA per output tile of BM x 128 (BM x 64 of y for
+// kSiluMul: 64 gate and 64 up columns), BM 128 or 64. Warpgroup 0's first
+// thread loads 64-wide K slices of the x and W tiles with TMA (128-byte
+// swizzle) into a ring of stages, each filled under an mbarrier that counts
+// its bytes; each further warpgroup (two for BM 128, one for 64) takes 64
+// rows of the tile and runs four wgmma m64n128k16 per stage on the
+// shared-memory tiles, keeping one stage's MMAs in flight and freeing the
+// stage before (a second mbarrier per stage, one arrival per consumer
+// warpgroup). The epilogue writes each thread's accumulators straight from
+// registers.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemm_sm90.h"
+
+namespace tern::cuda {
+namespace {
+
+constexpr int kBN = 128, kBK = 64, kBTileBytes = kBN * kBK * 2;
+
+// A tile of BM rows (128: two consumer warpgroups, five stages, one CTA an SM; 64: one consumer
+// warpgroup, four stages, two CTAs an SM, for row counts whose 128-row tiles leave SMs idle).
+template <int BM>
+struct Tile {
+  static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStages = BM == 128 ? 5 : 4;
+  static constexpr int kATileBytes = BM * kBK * 2, kStageBytes = kATileBytes + kBTileBytes;
+  // The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// The box at (inner coordinate c0, row c1) of `map` into dst, counted on bar.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
+          "r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// A K-major operand tile in shared memory with TMA's 128-byte swizzle: rows of
+// 128 bytes, 8-row groups 1,024 bytes apart (the stride offset), the leading
+// offset unused for this layout.
+__device__ __forceinline__ uint64_t smem_desc(const void* p) {
+  const uint64_t addr = smem_u32(p);
+  return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// d (+)= A[64 x 16] B[16 x 128] from the two descriptors; scale_d 0 starts the sums.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b, uint32_t scale_d) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
+// Keeps the compiler from moving reads of the accumulators above the wait.
+__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// b_step: W rows a tile's columns advance by; b_second: the row offset of the
+// tile's second 64 W rows from its first (64, or I for kSiluMul's up rows).
+// ldy: y's row stride in elements (N, or I for kSiluMul).
+template <Sm90Epilogue E, int BM>
+__global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
+                     int N, int K, int b_step, int b_second) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = Tile<BM>::kStages, kATileBytes = Tile<BM>::kATileBytes;
+  constexpr int kStageBytes = Tile<BM>::kStageBytes;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int k_tiles = (K + kBK - 1) / kBK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, Tile<BM>::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // the producer
+    if (t == 0) {
+      const int m0 = blockIdx.y * BM, n0 = blockIdx.x * b_step;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % kStages;
+        if (kt >= kStages) mbar_wait(empty + s, ((kt / kStages) - 1) & 1);
+        uint8_t* a = smem + s * kStageBytes;
+        uint8_t* b = a + kATileBytes;
+        mbar_expect_tx(full + s, kStageBytes);
+        tma_load(a, &ta, full + s, kt * kBK, m0);
+        tma_load(b, &tb, full + s, kt * kBK, n0);
+        tma_load(b + kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
+      }
+    }
+    return;
+  }
+
+  const int c = wg - 1;  // this warpgroup's 64 rows of the tile
+  float d[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % kStages;
+    mbar_wait(full + s, (kt / kStages) & 1);
+    const uint8_t* stage = smem + s * kStageBytes;
+    const uint64_t da = smem_desc(stage + c * (64 * kBK * 2)), db = smem_desc(stage + kATileBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      // 16 bf16 of K are 32 bytes: the descriptors' start address moves by 2 units of 16 bytes.
+      wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // the stage before this one is read
+    if (kt > 0 && t == 0) mbar_arrive(empty + (kt - 1) % kStages);
+  }
+  wgmma_wait<0>();
+  fence_accumulators(d);
+
+  // d[4j + 2i + e] is row 16 w + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 x 128.
+  const int w = t / 32, lane = t % 32;
+  const int row0 = blockIdx.y * BM + c * 64 + w * 16 + lane / 4;
+  const int col0 = 2 * (lane % 4);
+  if constexpr (E == Sm90Epilogue::kSiluMul) {
+    bf16* out = static_cast<bf16*>(y);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row >= M) continue;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = blockIdx.x * 64 + 8 * j + col0;
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float g = round_bf16(d[4 * j + 2 * i + e]), u = round_bf16(d[4 * (j + 8) + 2 * i + e]);
+          v[e] = g / (1.0f + expf(-g)) * u;
+        }
+        *reinterpret_cast<__nv_bfloat162*>(out + static_cast<int64_t>(row) * N + col) = __floats2bfloat162_rn(v[0], v[1]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row >= M) continue;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int col = blockIdx.x * kBN + 8 * j + col0;
+        if (col >= N) continue;
+        const float v0 = d[4 * j + 2 * i], v1 = d[4 * j + 2 * i + 1];
+        const int64_t at = static_cast<int64_t>(row) * N + col;
+        if constexpr (E == Sm90Epilogue::kBf16) {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(y) + at) = __floats2bfloat162_rn(v0, v1);
+        } else if constexpr (E == Sm90Epilogue::kF32) {
+          *reinterpret_cast<float2*>(static_cast<float*>(y) + at) = make_float2(v0, v1);
+        } else {
+          float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
+          const float2 old = *p;
+          *p = make_float2(old.x + v0, old.y + v1);
+        }
+      }
+    }
+  }
+#else
+  (void)ta;
+  (void)tb;
+  (void)y;
+  (void)M;
+  (void)N;
+  (void)K;
+  (void)b_step;
+  (void)b_second;
+  __trap();
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+  });
+  return encode;
+}
+
+// A row-major bf16 matrix [rows, cols] read in boxes of box_rows x 64 with the 128-byte swizzle.
+[[maybe_unused]] Status make_map(CUtensorMap* map, const bf16* base, int64_t rows, int64_t cols, uint32_t box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return internal_error("sm90_linear: the driver has no cuTensorMapEncodeTiled");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(bf16)};
+  const cuuint32_t box[2] = {kBK, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return internal_error("sm90_linear: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
+                          ") for a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
+  }
+  return Status::ok();
+}
+
+template <Sm90Epilogue E, int BM>
+Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, dim3 grid,
+              int b_step, int b_second, cudaStream_t stream) {
+  using T = Tile<BM>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(gemm_sm90_kernel<E, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  TERN_CUDA_RETURN_IF_ERROR(attr);
+  gemm_sm90_kernel<E, BM><<<grid, T::kThreads, T::kSmemBytes, stream>>>(
+      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second);
+  TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+template <int BM>
+[[maybe_unused]] Status launch_tiles(const bf16* x, int64_t M, int64_t K, const bf16* w, int64_t N, void* y,
+                                     Sm90Epilogue epilogue, cudaStream_t stream) {
+  const bool silu = epilogue == Sm90Epilogue::kSiluMul;
+  CUtensorMap ta, tb;
+  TERN_RETURN_IF_ERROR(make_map(&ta, x, M, K, BM));
+  TERN_RETURN_IF_ERROR(make_map(&tb, w, N, K, kBN / 2));
+  const int64_t out_cols = silu ? N / 2 : N;
+  const int64_t tile_cols = silu ? kBN / 2 : kBN;
+  const dim3 grid(static_cast<unsigned>((out_cols + tile_cols - 1) / tile_cols), static_cast<unsigned>((M + BM - 1) / BM));
+  if (grid.y > 65535) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
+  switch (epilogue) {
+    case Sm90Epilogue::kBf16:
+      return launch<Sm90Epilogue::kBf16, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+    case Sm90Epilogue::kF32:
+      return launch<Sm90Epilogue::kF32, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+    case Sm90Epilogue::kAddF32:
+      return launch<Sm90Epilogue::kAddF32, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+    case Sm90Epilogue::kSiluMul:
+      return launch<Sm90Epilogue::kSiluMul, BM>(ta, tb, y, M, N / 2, K, grid, kBN / 2, static_cast<int>(N / 2), stream);
+  }
+  return invalid_argument("sm90_linear: unknown epilogue");
+}
+
+}  // namespace
+
+bool sm90_gemm_available(int device) {
+#if defined(TERN_HAVE_SM90A)
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
+  return prop.major == 9 && prop.minor == 0 && tensor_map_encoder() != nullptr;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows) {
+  const int64_t M = num_tokens, K = in_features, N = out_features;
+  if (M <= 0 || N <= 0) return Status::ok();
+  if (K <= 0 || K % 8 != 0 || N % 8 != 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) {
+    return invalid_argument("sm90_linear: a " + std::to_string(M) + " x " + std::to_string(K) + " x " +
+                            std::to_string(N) + " product needs K and N multiples of 8");
+  }
+  const bool silu = epilogue == Sm90Epilogue::kSiluMul;
+  if (silu && N % 128 != 0) {
+    return invalid_argument("sm90_linear: SiLU x up needs gate and up of a multiple of 64 rows each, not " +
+                            std::to_string(N / 2));
+  }
+  if (((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) & 15) != 0) {
+    return invalid_argument("sm90_linear: x, W and y must be 16-byte aligned");
+  }
+#if defined(TERN_HAVE_SM90A)
+  if (tile_rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
+    int device = 0, sms = 0;
+    TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t col_tiles = (silu ? N / 2 + 63 : N + 127) / (silu ? 64 : 128);
+    tile_rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
+  }
+  if (tile_rows == 64) return launch_tiles<64>(x, M, K, w, N, y, epilogue, stream);
+  if (tile_rows == 128) return launch_tiles<128>(x, M, K, w, N, y, epilogue, stream);
+  return invalid_argument("sm90_linear: tile_rows " + std::to_string(tile_rows) + " (0, 64 or 128)");
+#else
+  (void)stream;
+  (void)tile_rows;
+  return unsupported("sm90_linear: this build has no sm_90a kernels (TERN_CUDA_ARCHS without 90)");
+#endif
+}
+
+}  // namespace tern::cuda

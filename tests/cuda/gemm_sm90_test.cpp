@@ -1,0 +1,135 @@
+// The sm_90 GEMM of our own (gemm_sm90.h) against cpu::linear over the same
+// bf16 values, each epilogue, at decode and prefill sizes and at sizes that
+// leave partial tiles (rows, columns and K). Skipped where the build or the
+// GPU has no sm_90a kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/reference_kernels.h"
+#include "backend/cuda/gemm_sm90.h"
+#include "base/bf16.h"
+#include "base/thread_pool.h"
+#include "gpu_test_util.h"
+
+namespace tern {
+namespace {
+
+using cuda::bf16;
+using cuda::Sm90Epilogue;
+using test::Bf16Data;
+using test::DeviceArray;
+
+constexpr bf16 kNanBf16 = 0x7fc0;
+
+float bf16_rounded(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+struct Case {
+  int64_t T, K, N;
+  Sm90Epilogue epilogue;
+};
+
+std::string describe(const Case& c) {
+  static const char* const kNames[] = {"bf16", "f32", "add-f32", "silu-mul"};
+  return "sm90 gemm " + std::to_string(c.T) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " +
+         kNames[static_cast<int>(c.epilogue)];
+}
+
+// The product of d_x and d_w (whose fp32 sums are `sums`) in tiles of tile_rows rows, against `sums`
+// through the case's epilogue.
+void check_tiles(const Case& c, const std::vector<float>& sums, int64_t tile_rows, const bf16* d_x, const bf16* d_w,
+                 std::mt19937& rng) {
+  const std::string what = describe(c) + " in " + std::to_string(tile_rows) + "-row tiles";
+  const size_t out_elems = c.epilogue == Sm90Epilogue::kSiluMul ? sums.size() / 2 : sums.size();
+  const bool f32 = c.epilogue == Sm90Epilogue::kF32 || c.epilogue == Sm90Epilogue::kAddF32;
+  std::vector<float> base;
+  if (c.epilogue == Sm90Epilogue::kAddF32) base = test::random_f32(rng, out_elems);
+  DeviceArray<float> d_y32(f32 ? (base.empty() ? std::vector<float>(out_elems, NAN) : base) : std::vector<float>(1));
+  DeviceArray<bf16> d_y16(f32 ? std::vector<bf16>(1) : std::vector<bf16>(out_elems, kNanBf16));
+  void* y = f32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get());
+  const Status s = cuda::sm90_linear(d_x, c.T, c.K, d_w, c.N, y, c.epilogue, nullptr, tile_rows);
+  ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+  TERN_ASSERT_CUDA(cudaDeviceSynchronize());
+  switch (c.epilogue) {
+    case Sm90Epilogue::kBf16:
+      test::expect_bf16_close(test::to_f32(d_y16.download()), sums, what);
+      break;
+    case Sm90Epilogue::kF32:
+      EXPECT_LT(test::relative_l2(d_y32.download(), sums), 1e-4) << what;
+      break;
+    case Sm90Epilogue::kAddF32: {
+      std::vector<float> ref = base;
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] += sums[i];
+      EXPECT_LT(test::relative_l2(d_y32.download(), ref), 1e-4) << what;
+      break;
+    }
+    case Sm90Epilogue::kSiluMul: {
+      // silu_mul's arithmetic on the bf16 gate and up values.
+      const int64_t I = c.N / 2;
+      std::vector<float> ref(out_elems);
+      for (int64_t t = 0; t < c.T; ++t) {
+        for (int64_t i = 0; i < I; ++i) {
+          const float g = bf16_rounded(sums[static_cast<size_t>(t * c.N + i)]);
+          const float u = bf16_rounded(sums[static_cast<size_t>(t * c.N + I + i)]);
+          ref[static_cast<size_t>(t * I + i)] = g / (1.0f + std::exp(-g)) * u;
+        }
+      }
+      test::expect_bf16_close(test::to_f32(d_y16.download()), ref, what);
+      break;
+    }
+  }
+}
+
+void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
+  const Bf16Data x = test::random_bf16(rng, static_cast<size_t>(c.T * c.K));
+  const float a = 1.7f / std::sqrt(static_cast<float>(c.K));
+  const Bf16Data w = test::random_bf16(rng, static_cast<size_t>(c.N * c.K), -a, a);
+  std::vector<float> sums(static_cast<size_t>(c.T * c.N));
+  cpu::linear(pool, x.values.data(), c.T, cpu::WeightMatrix{DType::kBF16, w.words.data(), c.N, c.K}, sums.data());
+  DeviceArray<bf16> d_x(x.words), d_w(w.words);
+  for (const int64_t tile_rows : {128, 64}) check_tiles(c, sums, tile_rows, d_x.get(), d_w.get(), rng);
+}
+
+TEST(CudaSm90Gemm, MatchesReference) {
+  int device = 0;
+  TERN_ASSERT_CUDA(cudaGetDevice(&device));
+  if (!cuda::sm90_gemm_available(device)) GTEST_SKIP() << "no sm_90a kernels in this build or not an sm_90 GPU";
+  std::mt19937 rng(90);
+  ThreadPool pool(8);
+  const Case cases[] = {
+      {2048, 1024, 2560, Sm90Epilogue::kBf16},     // q|k|v at a prefill step
+      {256, 1024, 6144, Sm90Epilogue::kSiluMul},   // gate|up with SiLU x up, decode at 256
+      {2048, 1024, 6144, Sm90Epilogue::kSiluMul},  // ... a prefill step
+      {2048, 2048, 1024, Sm90Epilogue::kAddF32},   // o into the residual
+      {300, 3072, 1024, Sm90Epilogue::kAddF32},    // down, rows past the last full tile
+      {129, 3072, 1024, Sm90Epilogue::kF32},
+      {37, 64, 1280, Sm90Epilogue::kBf16},         // one K slice, one partial row tile
+      {5, 200, 136, Sm90Epilogue::kBf16},          // K and N past a tile's edge
+      {77, 520, 256, Sm90Epilogue::kSiluMul},
+      {1, 1024, 2560, Sm90Epilogue::kF32},
+  };
+  for (const Case& c : cases) check_case(c, rng, pool);
+}
+
+TEST(CudaSm90Gemm, RefusesShapesItCannotTake) {
+  DeviceArray<bf16> d_x(std::vector<bf16>(8 * 128)), d_w(std::vector<bf16>(256 * 128));
+  DeviceArray<float> d_y(std::vector<float>(8 * 256));
+  const Status odd_k = cuda::sm90_linear(d_x.get(), 8, 100, d_w.get(), 64, d_y.get(), Sm90Epilogue::kF32, nullptr);
+  EXPECT_EQ(odd_k.code(), ErrorCode::kInvalidArgument) << odd_k.to_string();
+  const Status silu = cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 192, d_y.get(), Sm90Epilogue::kSiluMul, nullptr);
+  EXPECT_EQ(silu.code(), ErrorCode::kInvalidArgument) << silu.to_string();
+  EXPECT_NE(silu.message().find("multiple of 64"), std::string::npos) << silu.to_string();
+  int device = 0;
+  TERN_ASSERT_CUDA(cudaGetDevice(&device));
+  if (cuda::sm90_gemm_available(device)) {
+    const Status tiles =
+        cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 256, d_y.get(), Sm90Epilogue::kF32, nullptr, 32);
+    EXPECT_EQ(tiles.code(), ErrorCode::kInvalidArgument) << tiles.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace tern
