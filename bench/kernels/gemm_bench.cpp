@@ -13,8 +13,9 @@
 // writing its fp32 partial (a consumer then adds the S partials, as a
 // residual add would), timed the same way; its difference is of the
 // partials' sum. With --sm90 1: the GEMM of our own (gemm_sm90.h) with the
-// shape's epilogue, and for gate_up also with SiLU x up fused, against
-// linear() followed by silu_mul.
+// shape's epilogue in both tile heights, its e4m3 form on random codes, and
+// for gate_up also with SiLU x up fused, against linear() followed by
+// silu_mul.
 // Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down,o-bf16,down-bf16] [--candidates 64] [--reps 20]
 //                        [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072]
 //                        [--k-splits 2,3,4] [--sm90 1]  (--candidates 0: linear() and the K splits only)
@@ -212,6 +213,34 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
     const std::string label = "sm90 gemm (own, " + std::to_string(tile_rows) + "-row tiles)";
     std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
                 us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
+  }
+  // The same shape on e4m3 codes with row scales in the epilogue (W8A8), against linear()'s bf16 time.
+  if (K % 16 == 0) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> byte(0, 0x7e);  // finite codes, both signs by the top bit below
+    const auto codes = [&](size_t n) {
+      std::vector<uint8_t> v(n);
+      for (auto& b : v) b = static_cast<uint8_t>(byte(rng) | ((byte(rng) & 1) << 7));
+      return static_cast<uint8_t*>(upload(v.data(), v.size()));
+    };
+    uint8_t* xc = codes(static_cast<size_t>(T * K));
+    std::vector<uint8_t*> wc;
+    for (int c = 0; c < copies; ++c) wc.push_back(codes(static_cast<size_t>(N * K)));
+    const std::vector<float> ones(static_cast<size_t>(std::max(T, N)), 1.0f / 448);
+    auto* scales = static_cast<float*>(upload(ones.data(), ones.size() * sizeof(float)));
+    for (const int64_t tile_rows : {128, 64}) {
+      const double us = time_graph(stream, reps, [&](int i) {
+        return cuda::sm90_linear_e4m3(xc, scales, T, K, wc[static_cast<size_t>(i % copies)], scales, N, p.y, e, stream,
+                                      tile_rows)
+            .is_ok();
+      });
+      const std::string label = "sm90 gemm e4m3 (" + std::to_string(tile_rows) + "-row tiles)";
+      std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx\n", label.c_str(), us, us > 0 ? flops / us * 1e-6 : 0.0,
+                  us > 0 ? base_us / us : 0.0);
+    }
+    cudaFree(xc);
+    for (uint8_t* w8 : wc) cudaFree(w8);
+    cudaFree(scales);
   }
   if (p.shape.name != "gate_up" || N % 128 != 0) return;
   const int64_t I = N / 2;

@@ -12,6 +12,7 @@
 #include "backend/cpu/reference_kernels.h"
 #include "backend/cuda/gemm_sm90.h"
 #include "base/bf16.h"
+#include "base/fp8_e4m3.h"
 #include "base/thread_pool.h"
 #include "gpu_test_util.h"
 
@@ -114,6 +115,86 @@ TEST(CudaSm90Gemm, MatchesReference) {
   for (const Case& c : cases) check_case(c, rng, pool);
 }
 
+// sm90_linear_e4m3: random codes (no NaN) with row scales, each epilogue in both tile heights, against the
+// fp32 sums of the decoded codes scaled as scale_e4m3_sums scales them.
+TEST(CudaSm90Gemm, E4m3MatchesReference) {
+  int device = 0;
+  TERN_ASSERT_CUDA(cudaGetDevice(&device));
+  if (!cuda::sm90_gemm_available(device)) GTEST_SKIP() << "no sm_90a kernels in this build or not an sm_90 GPU";
+  std::mt19937 rng(91);
+  const auto codes = [&](size_t n) {
+    std::uniform_int_distribution<int> d(0, 255);
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) {
+      do {
+        b = static_cast<uint8_t>(d(rng));
+      } while ((b & 0x7f) == 0x7f);
+    }
+    return v;
+  };
+  const Case cases[] = {
+      {256, 1024, 6144, Sm90Epilogue::kSiluMul}, {512, 1024, 2560, Sm90Epilogue::kBf16},
+      {300, 3072, 1024, Sm90Epilogue::kAddF32},  {256, 1024, 1280, Sm90Epilogue::kF32},
+      {37, 144, 136, Sm90Epilogue::kBf16},       {77, 528, 256, Sm90Epilogue::kSiluMul},
+  };
+  for (const Case& c : cases) {
+    const std::vector<uint8_t> x = codes(static_cast<size_t>(c.T * c.K)), w = codes(static_cast<size_t>(c.N * c.K));
+    std::uniform_real_distribution<float> sd(0.5f / 448, 2.0f / 448);
+    std::vector<float> xs(static_cast<size_t>(c.T)), ws(static_cast<size_t>(c.N));
+    for (float& v : xs) v = sd(rng);
+    for (float& v : ws) v = sd(rng) / std::sqrt(static_cast<float>(c.K));
+    std::vector<float> xf(x.size()), wf(w.size()), sums(static_cast<size_t>(c.T * c.N));
+    for (size_t i = 0; i < x.size(); ++i) xf[i] = fp8_e4m3_to_f32(x[i]);
+    for (size_t i = 0; i < w.size(); ++i) wf[i] = fp8_e4m3_to_f32(w[i]);
+    for (int64_t t = 0; t < c.T; ++t) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          acc += static_cast<double>(xf[static_cast<size_t>(t * c.K + k)]) * wf[static_cast<size_t>(n * c.K + k)];
+        }
+        sums[static_cast<size_t>(t * c.N + n)] = static_cast<float>(acc) * xs[static_cast<size_t>(t)] *
+                                                 ws[static_cast<size_t>(n)];
+      }
+    }
+    DeviceArray<uint8_t> d_x(x), d_w(w);
+    DeviceArray<float> d_xs(xs), d_ws(ws);
+    for (const int64_t tile_rows : {128, 64}) {
+      const std::string what = describe(c) + " e4m3 in " + std::to_string(tile_rows) + "-row tiles";
+      const size_t out_elems = c.epilogue == Sm90Epilogue::kSiluMul ? sums.size() / 2 : sums.size();
+      const bool f32 = c.epilogue == Sm90Epilogue::kF32 || c.epilogue == Sm90Epilogue::kAddF32;
+      std::vector<float> base;
+      if (c.epilogue == Sm90Epilogue::kAddF32) base = test::random_f32(rng, out_elems);
+      DeviceArray<float> d_y32(f32 ? (base.empty() ? std::vector<float>(out_elems, NAN) : base) : std::vector<float>(1));
+      DeviceArray<bf16> d_y16(f32 ? std::vector<bf16>(1) : std::vector<bf16>(out_elems, kNanBf16));
+      void* y = f32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get());
+      const Status s = cuda::sm90_linear_e4m3(d_x.get(), d_xs.get(), c.T, c.K, d_w.get(), d_ws.get(), c.N, y,
+                                              c.epilogue, nullptr, tile_rows);
+      ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+      TERN_ASSERT_CUDA(cudaDeviceSynchronize());
+      if (c.epilogue == Sm90Epilogue::kSiluMul) {
+        const int64_t I = c.N / 2;
+        std::vector<float> ref(out_elems);
+        for (int64_t t = 0; t < c.T; ++t) {
+          for (int64_t i = 0; i < I; ++i) {
+            const float g = bf16_rounded(sums[static_cast<size_t>(t * c.N + i)]);
+            const float u = bf16_rounded(sums[static_cast<size_t>(t * c.N + I + i)]);
+            ref[static_cast<size_t>(t * I + i)] = g / (1.0f + std::exp(-g)) * u;
+          }
+        }
+        test::expect_bf16_close(test::to_f32(d_y16.download()), ref, what);
+      } else if (c.epilogue == Sm90Epilogue::kBf16) {
+        test::expect_bf16_close(test::to_f32(d_y16.download()), sums, what);
+      } else {
+        std::vector<float> ref = base.empty() ? sums : base;
+        if (!base.empty()) {
+          for (size_t i = 0; i < ref.size(); ++i) ref[i] += sums[i];
+        }
+        EXPECT_LT(test::relative_l2(d_y32.download(), ref), 1e-4) << what;
+      }
+    }
+  }
+}
+
 TEST(CudaSm90Gemm, RefusesShapesItCannotTake) {
   DeviceArray<bf16> d_x(std::vector<bf16>(8 * 128)), d_w(std::vector<bf16>(256 * 128));
   DeviceArray<float> d_y(std::vector<float>(8 * 256));
@@ -122,6 +203,15 @@ TEST(CudaSm90Gemm, RefusesShapesItCannotTake) {
   const Status silu = cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 192, d_y.get(), Sm90Epilogue::kSiluMul, nullptr);
   EXPECT_EQ(silu.code(), ErrorCode::kInvalidArgument) << silu.to_string();
   EXPECT_NE(silu.message().find("multiple of 64"), std::string::npos) << silu.to_string();
+  DeviceArray<uint8_t> d_c(std::vector<uint8_t>(256 * 128));
+  DeviceArray<float> d_s(std::vector<float>(256, 1.0f));
+  const Status k8 = cuda::sm90_linear_e4m3(d_c.get(), d_s.get(), 8, 120, d_c.get(), d_s.get(), 64, d_y.get(),
+                                           Sm90Epilogue::kF32, nullptr);
+  EXPECT_EQ(k8.code(), ErrorCode::kInvalidArgument) << k8.to_string();
+  EXPECT_NE(k8.message().find("multiple of 16"), std::string::npos) << k8.to_string();
+  const Status no_scales = cuda::sm90_linear_e4m3(d_c.get(), nullptr, 8, 128, d_c.get(), d_s.get(), 64, d_y.get(),
+                                                  Sm90Epilogue::kF32, nullptr);
+  EXPECT_EQ(no_scales.code(), ErrorCode::kInvalidArgument) << no_scales.to_string();
   int device = 0;
   TERN_ASSERT_CUDA(cudaGetDevice(&device));
   if (cuda::sm90_gemm_available(device)) {

@@ -39,4 +39,14 @@ bool sm90_gemm_available(int device);
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
                    void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows = 0);
 
+// The same on e4m3 codes (W8A8, the FP8 tensor cores): x [T, K] with a scale
+// per row (x_scales [T], quantize_rows_e4m3's), W [N, K] with a scale per row
+// (w_scales [N], the FP8 weights' per-output-channel scales); each sum leaves
+// the accumulators as sum * x_scale * w_scale (scale_e4m3_sums's arithmetic:
+// the fp32 added as fma(sum * x_scale, w_scale, y)), so no pass over fp32
+// sums follows. K a multiple of 16.
+Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,
+                        const uint8_t* w, const float* w_scales, int64_t out_features, void* y, Sm90Epilogue epilogue,
+                        cudaStream_t stream, int64_t tile_rows = 0);
+
 }  // namespace tern::cuda

@@ -21,7 +21,8 @@
 namespace tern::cuda {
 namespace {
 
-constexpr int kBN = 128, kBK = 64, kBTileBytes = kBN * kBK * 2;
+// A stage holds 128 bytes of K a row: 64 bf16 or 128 e4m3 codes.
+constexpr int kBN = 128, kRowBytes = 128, kBTileBytes = kBN * kRowBytes;
 
 // A tile of BM rows (128: two consumer warpgroups, five stages, one CTA an SM; 64: one consumer
 // warpgroup, four stages, two CTAs an SM, for row counts whose 128-row tiles leave SMs idle).
@@ -29,7 +30,7 @@ template <int BM>
 struct Tile {
   static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers);
   static constexpr int kStages = BM == 128 ? 5 : 4;
-  static constexpr int kATileBytes = BM * kBK * 2, kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kATileBytes = BM * kRowBytes, kStageBytes = kATileBytes + kBTileBytes;
   // The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
 };
@@ -97,6 +98,15 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uin
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
+// The same for e4m3 codes, 32 of K an instruction (K-major operands only: no transpose immediates).
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a, uint64_t b, uint32_t scale_d) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
 // Keeps the compiler from moving reads of the accumulators above the wait.
 __device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
 #pragma unroll
@@ -107,14 +117,17 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
 
 // b_step: W rows a tile's columns advance by; b_second: the row offset of the
 // tile's second 64 W rows from its first (64, or I for kSiluMul's up rows).
-// ldy: y's row stride in elements (N, or I for kSiluMul).
-template <Sm90Epilogue E, int BM>
+// N: y's columns and row stride (I for kSiluMul). F8: x and W as e4m3 codes,
+// each sum scaled by its row's xs and its W row's ws as it leaves the
+// accumulators (scale_e4m3_sums's arithmetic), else bf16 (xs, ws unused).
+template <Sm90Epilogue E, int BM, bool F8>
 __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
-                     int N, int K, int b_step, int b_second) {
+                     int N, int K, int b_step, int b_second, const float* xs, const float* ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kStages = Tile<BM>::kStages, kATileBytes = Tile<BM>::kATileBytes;
   constexpr int kStageBytes = Tile<BM>::kStageBytes;
+  constexpr int kBK = F8 ? kRowBytes : kRowBytes / 2;  // K elements a stage
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
@@ -155,12 +168,17 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
     const int s = kt % kStages;
     mbar_wait(full + s, (kt / kStages) & 1);
     const uint8_t* stage = smem + s * kStageBytes;
-    const uint64_t da = smem_desc(stage + c * (64 * kBK * 2)), db = smem_desc(stage + kATileBytes);
+    const uint64_t da = smem_desc(stage + c * (64 * kRowBytes)), db = smem_desc(stage + kATileBytes);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      // 16 bf16 of K are 32 bytes: the descriptors' start address moves by 2 units of 16 bytes.
-      wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+    for (int kk = 0; kk < 4; ++kk) {
+      // Each instruction takes 32 bytes of K (16 bf16 or 32 codes): the descriptors' start address moves by
+      // 2 units of 16 bytes.
+      if constexpr (F8) {
+        wgmma_m64n128k32_e4m3(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+      } else {
+        wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+      }
     }
     wgmma_commit();
     wgmma_wait<1>();  // the stage before this one is read
@@ -173,19 +191,42 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   const int w = t / 32, lane = t % 32;
   const int row0 = blockIdx.y * BM + c * 64 + w * 16 + lane / 4;
   const int col0 = 2 * (lane % 4);
+  // F8: the scales of accumulator row i's x row and of accumulator column 8 j + col0's W row (and the next).
+  float x_scale[2] = {1.0f, 1.0f};
+  if constexpr (F8) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) x_scale[i] = row0 + 8 * i < M ? __ldg(xs + row0 + 8 * i) : 0.0f;
+  }
+  const auto w_scale = [&](int j) {
+    if constexpr (F8) {
+      // The tile's first 64 W rows start at blockIdx.x * b_step, the next 64 b_second rows further.
+      const int wrow = blockIdx.x * b_step + (j < 8 ? 8 * j : b_second + 8 * (j - 8)) + col0;
+      return __ldg(reinterpret_cast<const float2*>(ws + wrow));
+    } else {
+      (void)j;
+      return make_float2(1.0f, 1.0f);
+    }
+  };
   if constexpr (E == Sm90Epilogue::kSiluMul) {
     bf16* out = static_cast<bf16*>(y);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 8 * i;
-      if (row >= M) continue;
+    for (int j = 0; j < 8; ++j) {
+      const int col = blockIdx.x * 64 + 8 * j + col0;
+      const float2 gs = w_scale(j), us = w_scale(j + 8);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int col = blockIdx.x * 64 + 8 * j + col0;
+      for (int i = 0; i < 2; ++i) {
+        const int row = row0 + 8 * i;
+        if (row >= M) continue;
         float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float g = round_bf16(d[4 * j + 2 * i + e]), u = round_bf16(d[4 * (j + 8) + 2 * i + e]);
+          float g = d[4 * j + 2 * i + e], u = d[4 * (j + 8) + 2 * i + e];
+          if constexpr (F8) {
+            g = g * x_scale[i] * (e == 0 ? gs.x : gs.y);
+            u = u * x_scale[i] * (e == 0 ? us.x : us.y);
+          }
+          g = round_bf16(g);
+          u = round_bf16(u);
           v[e] = g / (1.0f + expf(-g)) * u;
         }
         *reinterpret_cast<__nv_bfloat162*>(out + static_cast<int64_t>(row) * N + col) = __floats2bfloat162_rn(v[0], v[1]);
@@ -193,23 +234,34 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 8 * i;
-      if (row >= M) continue;
+    for (int j = 0; j < 16; ++j) {
+      const int col = blockIdx.x * kBN + 8 * j + col0;
+      if (col >= N) continue;
+      const float2 sw = w_scale(j);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int col = blockIdx.x * kBN + 8 * j + col0;
-        if (col >= N) continue;
-        const float v0 = d[4 * j + 2 * i], v1 = d[4 * j + 2 * i + 1];
+      for (int i = 0; i < 2; ++i) {
+        const int row = row0 + 8 * i;
+        if (row >= M) continue;
+        float v0 = d[4 * j + 2 * i], v1 = d[4 * j + 2 * i + 1];
         const int64_t at = static_cast<int64_t>(row) * N + col;
-        if constexpr (E == Sm90Epilogue::kBf16) {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(y) + at) = __floats2bfloat162_rn(v0, v1);
-        } else if constexpr (E == Sm90Epilogue::kF32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(y) + at) = make_float2(v0, v1);
-        } else {
+        if constexpr (E == Sm90Epilogue::kAddF32) {
           float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
           const float2 old = *p;
-          *p = make_float2(old.x + v0, old.y + v1);
+          if constexpr (F8) {  // one rounding for the product and the add, as scale_e4m3_sums adds
+            *p = make_float2(__fmaf_rn(v0 * x_scale[i], sw.x, old.x), __fmaf_rn(v1 * x_scale[i], sw.y, old.y));
+          } else {
+            *p = make_float2(old.x + v0, old.y + v1);
+          }
+          continue;
+        }
+        if constexpr (F8) {
+          v0 = v0 * x_scale[i] * sw.x;
+          v1 = v1 * x_scale[i] * sw.y;
+        }
+        if constexpr (E == Sm90Epilogue::kBf16) {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(y) + at) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          *reinterpret_cast<float2*>(static_cast<float*>(y) + at) = make_float2(v0, v1);
         }
       }
     }
@@ -223,6 +275,8 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   (void)K;
   (void)b_step;
   (void)b_second;
+  (void)xs;
+  (void)ws;
   __trap();
 #endif
 }
@@ -242,17 +296,21 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A row-major bf16 matrix [rows, cols] read in boxes of box_rows x 64 with the 128-byte swizzle.
-[[maybe_unused]] Status make_map(CUtensorMap* map, const bf16* base, int64_t rows, int64_t cols, uint32_t box_rows) {
+// A row-major matrix [rows, cols] of bf16 or e4m3 codes read in boxes of box_rows x 128 bytes with the
+// 128-byte swizzle.
+[[maybe_unused]] Status make_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, bool codes,
+                                 uint32_t box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return internal_error("sm90_linear: the driver has no cuTensorMapEncodeTiled");
+  const cuuint64_t elem = codes ? 1 : 2;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(bf16)};
-  const cuuint32_t box[2] = {kBK, box_rows};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * elem};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kRowBytes / elem), box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(map, codes ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
+             dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return internal_error("sm90_linear: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
                           ") for a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
@@ -260,41 +318,99 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return Status::ok();
 }
 
-template <Sm90Epilogue E, int BM>
+// What both public entry points pass down: the operands as bytes, and the e4m3 forms' scales.
+struct Operands {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const float* x_scales = nullptr;
+  const float* w_scales = nullptr;
+  bool codes = false;
+};
+
+template <Sm90Epilogue E, int BM, bool F8>
 Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, dim3 grid,
-              int b_step, int b_second, cudaStream_t stream) {
+              int b_step, int b_second, const Operands& op, cudaStream_t stream) {
   using T = Tile<BM>;
   static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_sm90_kernel<E, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      cudaFuncSetAttribute(gemm_sm90_kernel<E, BM, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   TERN_CUDA_RETURN_IF_ERROR(attr);
-  gemm_sm90_kernel<E, BM><<<grid, T::kThreads, T::kSmemBytes, stream>>>(
-      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second);
+  gemm_sm90_kernel<E, BM, F8><<<grid, T::kThreads, T::kSmemBytes, stream>>>(
+      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second, op.x_scales,
+      op.w_scales);
   TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return Status::ok();
 }
 
-template <int BM>
-[[maybe_unused]] Status launch_tiles(const bf16* x, int64_t M, int64_t K, const bf16* w, int64_t N, void* y,
+template <int BM, bool F8>
+[[maybe_unused]] Status launch_tiles(const Operands& op, int64_t M, int64_t K, int64_t N, void* y,
                                      Sm90Epilogue epilogue, cudaStream_t stream) {
   const bool silu = epilogue == Sm90Epilogue::kSiluMul;
   CUtensorMap ta, tb;
-  TERN_RETURN_IF_ERROR(make_map(&ta, x, M, K, BM));
-  TERN_RETURN_IF_ERROR(make_map(&tb, w, N, K, kBN / 2));
+  TERN_RETURN_IF_ERROR(make_map(&ta, op.x, M, K, F8, BM));
+  TERN_RETURN_IF_ERROR(make_map(&tb, op.w, N, K, F8, kBN / 2));
   const int64_t out_cols = silu ? N / 2 : N;
   const int64_t tile_cols = silu ? kBN / 2 : kBN;
   const dim3 grid(static_cast<unsigned>((out_cols + tile_cols - 1) / tile_cols), static_cast<unsigned>((M + BM - 1) / BM));
   if (grid.y > 65535) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
   switch (epilogue) {
     case Sm90Epilogue::kBf16:
-      return launch<Sm90Epilogue::kBf16, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+      return launch<Sm90Epilogue::kBf16, BM, F8>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, op, stream);
     case Sm90Epilogue::kF32:
-      return launch<Sm90Epilogue::kF32, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+      return launch<Sm90Epilogue::kF32, BM, F8>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, op, stream);
     case Sm90Epilogue::kAddF32:
-      return launch<Sm90Epilogue::kAddF32, BM>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, stream);
+      return launch<Sm90Epilogue::kAddF32, BM, F8>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, op, stream);
     case Sm90Epilogue::kSiluMul:
-      return launch<Sm90Epilogue::kSiluMul, BM>(ta, tb, y, M, N / 2, K, grid, kBN / 2, static_cast<int>(N / 2), stream);
+      return launch<Sm90Epilogue::kSiluMul, BM, F8>(ta, tb, y, M, N / 2, K, grid, kBN / 2, static_cast<int>(N / 2),
+                                                    op, stream);
   }
   return invalid_argument("sm90_linear: unknown epilogue");
+}
+
+// Checks the shapes, picks the tile height and launches.
+Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epilogue epilogue, cudaStream_t stream,
+           int64_t tile_rows) {
+  if (M <= 0 || N <= 0) return Status::ok();
+  const int64_t k_align = op.codes ? 16 : 8;  // 16-byte rows for TMA
+  if (K <= 0 || K % k_align != 0 || N % 8 != 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) {
+    return invalid_argument("sm90_linear: a " + std::to_string(M) + " x " + std::to_string(K) + " x " +
+                            std::to_string(N) + " product needs K a multiple of " + std::to_string(k_align) +
+                            " and N of 8");
+  }
+  const bool silu = epilogue == Sm90Epilogue::kSiluMul;
+  if (silu && N % 128 != 0) {
+    return invalid_argument("sm90_linear: SiLU x up needs gate and up of a multiple of 64 rows each, not " +
+                            std::to_string(N / 2));
+  }
+  if (((reinterpret_cast<uintptr_t>(op.x) | reinterpret_cast<uintptr_t>(op.w) | reinterpret_cast<uintptr_t>(y)) &
+       15) != 0) {
+    return invalid_argument("sm90_linear: x, W and y must be 16-byte aligned");
+  }
+  if (op.codes && (op.x_scales == nullptr || op.w_scales == nullptr ||
+                   (reinterpret_cast<uintptr_t>(op.w_scales) & 7) != 0)) {
+    return invalid_argument("sm90_linear_e4m3: needs both scale vectors, W's 8-byte aligned");
+  }
+#if defined(TERN_HAVE_SM90A)
+  if (tile_rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
+    int device = 0, sms = 0;
+    TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t col_tiles = (silu ? N / 2 + 63 : N + 127) / (silu ? 64 : 128);
+    tile_rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
+  }
+  if (tile_rows != 64 && tile_rows != 128) {
+    return invalid_argument("sm90_linear: tile_rows " + std::to_string(tile_rows) + " (0, 64 or 128)");
+  }
+  if (op.codes) {
+    return tile_rows == 64 ? launch_tiles<64, true>(op, M, K, N, y, epilogue, stream)
+                           : launch_tiles<128, true>(op, M, K, N, y, epilogue, stream);
+  }
+  return tile_rows == 64 ? launch_tiles<64, false>(op, M, K, N, y, epilogue, stream)
+                         : launch_tiles<128, false>(op, M, K, N, y, epilogue, stream);
+#else
+  (void)stream;
+  (void)tile_rows;
+  return unsupported("sm90_linear: this build has no sm_90a kernels (TERN_CUDA_ARCHS without 90)");
+#endif
 }
 
 }  // namespace
@@ -312,36 +428,22 @@ bool sm90_gemm_available(int device) {
 
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
                    void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows) {
-  const int64_t M = num_tokens, K = in_features, N = out_features;
-  if (M <= 0 || N <= 0) return Status::ok();
-  if (K <= 0 || K % 8 != 0 || N % 8 != 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) {
-    return invalid_argument("sm90_linear: a " + std::to_string(M) + " x " + std::to_string(K) + " x " +
-                            std::to_string(N) + " product needs K and N multiples of 8");
-  }
-  const bool silu = epilogue == Sm90Epilogue::kSiluMul;
-  if (silu && N % 128 != 0) {
-    return invalid_argument("sm90_linear: SiLU x up needs gate and up of a multiple of 64 rows each, not " +
-                            std::to_string(N / 2));
-  }
-  if (((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) & 15) != 0) {
-    return invalid_argument("sm90_linear: x, W and y must be 16-byte aligned");
-  }
-#if defined(TERN_HAVE_SM90A)
-  if (tile_rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
-    int device = 0, sms = 0;
-    TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-    TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t col_tiles = (silu ? N / 2 + 63 : N + 127) / (silu ? 64 : 128);
-    tile_rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
-  }
-  if (tile_rows == 64) return launch_tiles<64>(x, M, K, w, N, y, epilogue, stream);
-  if (tile_rows == 128) return launch_tiles<128>(x, M, K, w, N, y, epilogue, stream);
-  return invalid_argument("sm90_linear: tile_rows " + std::to_string(tile_rows) + " (0, 64 or 128)");
-#else
-  (void)stream;
-  (void)tile_rows;
-  return unsupported("sm90_linear: this build has no sm_90a kernels (TERN_CUDA_ARCHS without 90)");
-#endif
+  Operands op;
+  op.x = x;
+  op.w = w;
+  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows);
+}
+
+Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,
+                        const uint8_t* w, const float* w_scales, int64_t out_features, void* y, Sm90Epilogue epilogue,
+                        cudaStream_t stream, int64_t tile_rows) {
+  Operands op;
+  op.x = x;
+  op.w = w;
+  op.x_scales = x_scales;
+  op.w_scales = w_scales;
+  op.codes = true;
+  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows);
 }
 
 }  // namespace tern::cuda
