@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,11 +40,10 @@ std::string describe(const Case& c) {
          kNames[static_cast<int>(c.epilogue)];
 }
 
-// The product of d_x and d_w (whose fp32 sums are `sums`) in tiles of tile_rows rows, against `sums`
+// launch(y) writes the case's output into y; it is checked against `sums` (the product's fp32 sums, scaled)
 // through the case's epilogue.
-void check_tiles(const Case& c, const std::vector<float>& sums, int64_t tile_rows, const bf16* d_x, const bf16* d_w,
-                 std::mt19937& rng) {
-  const std::string what = describe(c) + " in " + std::to_string(tile_rows) + "-row tiles";
+void check_output(const Case& c, const std::vector<float>& sums, const std::string& what,
+                  const std::function<Status(void*)>& launch, std::mt19937& rng) {
   const size_t out_elems = c.epilogue == Sm90Epilogue::kSiluMul ? sums.size() / 2 : sums.size();
   const bool f32 = c.epilogue == Sm90Epilogue::kF32 || c.epilogue == Sm90Epilogue::kAddF32;
   std::vector<float> base;
@@ -51,7 +51,7 @@ void check_tiles(const Case& c, const std::vector<float>& sums, int64_t tile_row
   DeviceArray<float> d_y32(f32 ? (base.empty() ? std::vector<float>(out_elems, NAN) : base) : std::vector<float>(1));
   DeviceArray<bf16> d_y16(f32 ? std::vector<bf16>(1) : std::vector<bf16>(out_elems, kNanBf16));
   void* y = f32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get());
-  const Status s = cuda::sm90_linear(d_x, c.T, c.K, d_w, c.N, y, c.epilogue, nullptr, tile_rows);
+  const Status s = launch(y);
   ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
   TERN_ASSERT_CUDA(cudaDeviceSynchronize());
   switch (c.epilogue) {
@@ -91,7 +91,11 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
   std::vector<float> sums(static_cast<size_t>(c.T * c.N));
   cpu::linear(pool, x.values.data(), c.T, cpu::WeightMatrix{DType::kBF16, w.words.data(), c.N, c.K}, sums.data());
   DeviceArray<bf16> d_x(x.words), d_w(w.words);
-  for (const int64_t tile_rows : {128, 64}) check_tiles(c, sums, tile_rows, d_x.get(), d_w.get(), rng);
+  for (const int64_t tile_rows : {128, 64}) {
+    check_output(c, sums, describe(c) + " in " + std::to_string(tile_rows) + "-row tiles", [&](void* y) {
+      return cuda::sm90_linear(d_x.get(), c.T, c.K, d_w.get(), c.N, y, c.epilogue, nullptr, tile_rows);
+    }, rng);
+  }
 }
 
 TEST(CudaSm90Gemm, MatchesReference) {
@@ -159,38 +163,10 @@ TEST(CudaSm90Gemm, E4m3MatchesReference) {
     DeviceArray<uint8_t> d_x(x), d_w(w);
     DeviceArray<float> d_xs(xs), d_ws(ws);
     for (const int64_t tile_rows : {128, 64}) {
-      const std::string what = describe(c) + " e4m3 in " + std::to_string(tile_rows) + "-row tiles";
-      const size_t out_elems = c.epilogue == Sm90Epilogue::kSiluMul ? sums.size() / 2 : sums.size();
-      const bool f32 = c.epilogue == Sm90Epilogue::kF32 || c.epilogue == Sm90Epilogue::kAddF32;
-      std::vector<float> base;
-      if (c.epilogue == Sm90Epilogue::kAddF32) base = test::random_f32(rng, out_elems);
-      DeviceArray<float> d_y32(f32 ? (base.empty() ? std::vector<float>(out_elems, NAN) : base) : std::vector<float>(1));
-      DeviceArray<bf16> d_y16(f32 ? std::vector<bf16>(1) : std::vector<bf16>(out_elems, kNanBf16));
-      void* y = f32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get());
-      const Status s = cuda::sm90_linear_e4m3(d_x.get(), d_xs.get(), c.T, c.K, d_w.get(), d_ws.get(), c.N, y,
-                                              c.epilogue, nullptr, tile_rows);
-      ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
-      TERN_ASSERT_CUDA(cudaDeviceSynchronize());
-      if (c.epilogue == Sm90Epilogue::kSiluMul) {
-        const int64_t I = c.N / 2;
-        std::vector<float> ref(out_elems);
-        for (int64_t t = 0; t < c.T; ++t) {
-          for (int64_t i = 0; i < I; ++i) {
-            const float g = bf16_rounded(sums[static_cast<size_t>(t * c.N + i)]);
-            const float u = bf16_rounded(sums[static_cast<size_t>(t * c.N + I + i)]);
-            ref[static_cast<size_t>(t * I + i)] = g / (1.0f + std::exp(-g)) * u;
-          }
-        }
-        test::expect_bf16_close(test::to_f32(d_y16.download()), ref, what);
-      } else if (c.epilogue == Sm90Epilogue::kBf16) {
-        test::expect_bf16_close(test::to_f32(d_y16.download()), sums, what);
-      } else {
-        std::vector<float> ref = base.empty() ? sums : base;
-        if (!base.empty()) {
-          for (size_t i = 0; i < ref.size(); ++i) ref[i] += sums[i];
-        }
-        EXPECT_LT(test::relative_l2(d_y32.download(), ref), 1e-4) << what;
-      }
+      check_output(c, sums, describe(c) + " e4m3 in " + std::to_string(tile_rows) + "-row tiles", [&](void* y) {
+        return cuda::sm90_linear_e4m3(d_x.get(), d_xs.get(), c.T, c.K, d_w.get(), d_ws.get(), c.N, y, c.epilogue,
+                                      nullptr, tile_rows);
+      }, rng);
     }
   }
 }
