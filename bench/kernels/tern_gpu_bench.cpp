@@ -39,7 +39,9 @@
 // with prefill steps of up to N tokens, max_num_batched_tokens; 2,048 or
 // the largest batch otherwise), sm90 and sm90-N (graphs with the layers'
 // GEMMs of steps past 512 tokens, or of N tokens and more, on the sm_90 GEMM
-// of our own with SiLU x up fused, sm90_gemm_min_tokens). With
+// of our own with SiLU x up fused, sm90_gemm_min_tokens), fp8-sm90 (FP8
+// folded at every GEMM size, as fp8-tc2048, each GEMM on the sm_90 GEMM's
+// e4m3 form with the scales in its epilogue). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -195,7 +197,7 @@ int main(int argc, char** argv) {
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
-                                         "sm90"};
+                                         "sm90", "fp8-sm90"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -274,6 +276,10 @@ int main(int argc, char** argv) {
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (base == "nosplit") o.k_split_max_tokens = 0;
     if (base == "sm90") o.sm90_gemm_min_tokens = 513;  // past the K-split's sizes: prefill steps
+    if (base == "fp8-sm90") {  // FP8 folded at every step size past the GEMV's, every one on the e4m3 form
+      o.sm90_gemm_min_tokens = 1;
+      o.fp8_tensor_core_max_tokens = o.max_num_batched_tokens;
+    }
     if (base.rfind("sm90-", 0) == 0) o.sm90_gemm_min_tokens = std::stoll(base.substr(5));
     if (base.rfind("ksplit", 0) == 0) {  // ksplit, ksplitN (up to N tokens), ksplit-oAdB (A and B slices)
       const bool digits = base.size() > 6 && std::isdigit(static_cast<unsigned char>(base[6])) != 0;
@@ -290,7 +296,8 @@ int main(int argc, char** argv) {
     o.fp8_fast_accum = base == "fp8-fast";
     o.fp8_lm_head = base.rfind("fp8-head", 0) == 0 || base == "head8";
     if (base.size() > 8 && o.fp8_lm_head) o.fp8_lm_head_max_rows = std::stoll(base.substr(8));
-    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum || o.fp8_lm_head;
+    o.fp8_tensor_cores = base.rfind("fp8-tc", 0) == 0 || nofold || o.fp8_fast_accum || o.fp8_lm_head ||
+                         base == "fp8-sm90";
     o.fp8_fold_scales = !nofold;
     if (base.size() > 6 && base.rfind("fp8-tc", 0) == 0) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(6));
     if (base.size() > 10 && nofold) o.fp8_tensor_core_max_tokens = std::stoll(base.substr(10));

@@ -438,8 +438,9 @@ TEST(GpuModel, KSplitGemmsMatchCpu) {
 
 // sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on
 // the sm_90 GEMM of our own, SiLU x up in gate|up's epilogue, alone and
-// beside the o and down GEMMs split over K up to 48 tokens (cuBLAS's),
-// against the CPU model. Skipped where the sm_90 GEMM is not available.
+// beside the o and down GEMMs split over K up to 48 tokens (cuBLAS's), and
+// its e4m3 form for FP8 layers, against the CPU model. Skipped where the
+// sm_90 GEMM is not available.
 TEST(GpuModel, Sm90GemmsMatchCpu) {
   int device = 0;
   TERN_ASSERT_CUDA(cudaGetDevice(&device));
@@ -450,6 +451,10 @@ TEST(GpuModel, Sm90GemmsMatchCpu) {
   test::TinyModelDir dir(spec, 10);
   compare_with_cpu(dir.path(), 16, 22, nullptr, KvCacheDType::kAuto, 0, 17);
   compare_with_cpu(dir.path(), 16, 23, nullptr, KvCacheDType::kAuto, 48, 17);
+  // FP8 layers (W8A8, folded scales): the e4m3 form with the scales in its epilogue, within the W8A8 bound.
+  const Fp8Run w8a8{true, 0.5};
+  compare_with_cpu(dir.path(), 7, 24, &w8a8, KvCacheDType::kAuto, 0, 17);
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 25, &w8a8, KvCacheDType::kAuto, 0, 17);
 }
 
 // --quantization fp8: the GEMV, dequantized-GEMM and (where cuBLASLt has

@@ -100,9 +100,12 @@ Status DeviceModel::Impl::plan_workspace() {
     TERN_RETURN_IF_ERROR(k_partials.allocate(floats * sizeof(float), "K-split GEMM partials"));
     use.workspace_bytes += static_cast<int64_t>(k_partials.bytes());
   }
-  // sm90_linear's shapes: K and N multiples of 8, gate and up multiples of 64 rows each.
-  const bool own_shapes = H % 8 == 0 && c.q_dim() % 8 == 0 && qkv_dim() % 8 == 0 && c.intermediate_size % 64 == 0;
-  if (options.sm90_gemm_min_tokens > 0 && !fp8 && int4_matrices == 0 && own_shapes) {
+  // sm90_linear's shapes: K and N multiples of 8 (K of 16 for e4m3 codes), gate and up multiples of 64 rows each.
+  const int64_t k_align = fp8 ? 16 : 8;
+  const bool own_shapes = H % k_align == 0 && c.q_dim() % k_align == 0 && c.intermediate_size % k_align == 0 &&
+                          qkv_dim() % 8 == 0 && c.intermediate_size % 64 == 0;
+  // bf16 layers, or FP8 ones whose steps fold the scales (the e4m3 form then applies them in its epilogue).
+  if (options.sm90_gemm_min_tokens > 0 && (!fp8 || fp8_fold) && int4_matrices == 0 && own_shapes) {
     int device = 0;
     TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
     if (sm90_gemm_available(device)) own_gemm_rows = gemm_rows(options.sm90_gemm_min_tokens);

@@ -147,7 +147,10 @@ struct DeviceModelOptions : RunnerOptions {
   // GEMMs on the sm_90 GEMM of our own (gemm_sm90.h: wgmma on TMA tiles)
   // instead of cuBLAS, with SiLU x up in the gate|up GEMM's epilogue (no
   // silu_mul kernel, no [T, 2I] intermediate); the o and down GEMMs split
-  // over K (k_split_max_tokens) stay on cuBLAS. 0 (the default): never.
+  // over K (k_split_max_tokens) stay on cuBLAS. FP8 layers whose steps fold
+  // the scales (fp8_fold_scales) run its e4m3 form with the scales in the
+  // epilogue instead of cuBLASLt's GEMM and a pass over the sums. 0 (the
+  // default): never.
   // Only where the build has sm_90a kernels and the GPU is sm_90.
   int64_t sm90_gemm_min_tokens = 0;
   // With fp8_lm_head (RunnerOptions, --quantize-lm-head): LM-head GEMMs of up

@@ -153,6 +153,12 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // and the SiLU products'), and the down GEMM's sums wait for the next layer's norm (after the last layer,
   // for a scaling pass into x).
   const bool fold = fold_fp8(T);
+  // Folded FP8 steps on the sm_90 GEMM (own_gemm): the row scales applied as the sums leave the accumulators.
+  const bool own_fp8 = fold && own_gemm(gemm_rows(T));
+  const auto own_e4m3 = [&](const uint8_t* in, const float* in_scales, int64_t rows_in, int64_t K, const Matrix& m,
+                            int64_t N, void* y, Sm90Epilogue e) {
+    return sm90_linear_e4m3(in, in_scales, rows_in, K, m.w.as<uint8_t>(), m.scale.as<float>(), N, y, e, stream);
+  };
   uint8_t* const codes = fp8_x_codes.as<uint8_t>();
   float* const norm_scales = fp8_x_scales.as<float>();
   float* const act_scales = fp8_x_scales2.as<float>();
@@ -211,9 +217,13 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     } else if (fold) {
       TERN_CUDA_RETURN_IF_ERROR(
           add_rmsnorm_e4m3(x.as<float>(), pending, w.input_norm.as<float>(), T, H, eps, codes, norm_scales, stream));
-      TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.qkv, QKV, GemmOut::kBf16));
-      TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(fp8_sums_bf16(), T, QKV, norm_scales, w.qkv.scale.as<float>(),
-                                                qkv.as<void>(), GemmOut::kBf16, stream));
+      if (own_fp8) {  // the scales applied in the GEMM's epilogue
+        TERN_RETURN_IF_ERROR(own_e4m3(codes, norm_scales, T, H, w.qkv, QKV, qkv.as<void>(), Sm90Epilogue::kBf16));
+      } else {
+        TERN_RETURN_IF_ERROR(fp8_sums_of(T, H, w.qkv, QKV, GemmOut::kBf16));
+        TERN_CUDA_RETURN_IF_ERROR(scale_e4m3_sums(fp8_sums_bf16(), T, QKV, norm_scales, w.qkv.scale.as<float>(),
+                                                  qkv.as<void>(), GemmOut::kBf16, stream));
+      }
       pending = Fp8Sums{};
     } else {
       TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm(x.as<float>(), pending_slices > 0 ? k_partials.as<float>() : nullptr,
@@ -276,6 +286,15 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
       g = gemv_of(GemvInput::kSiluMul, GemvOutput::kAddF32, I, H, w.down, x.as<void>());
       g.x_bf16 = gate_up.as<bf16>();
       TERN_CUDA_RETURN_IF_ERROR(gemv(g, sm_count, stream, chain));
+    } else if (fold && own_fp8) {  // every scale in the GEMMs' epilogues; no sums pass, nothing pending
+      TERN_CUDA_RETURN_IF_ERROR(quantize_rows_e4m3(attn.as<bf16>(), T, c.q_dim(), codes, act_scales, stream));
+      TERN_RETURN_IF_ERROR(own_e4m3(codes, act_scales, T, c.q_dim(), w.o, H, x.as<void>(), Sm90Epilogue::kAddF32));
+      TERN_CUDA_RETURN_IF_ERROR(add_rmsnorm_e4m3(x.as<float>(), Fp8Sums{}, w.post_norm.as<float>(), T, H, eps, codes,
+                                                 norm_scales, stream));
+      TERN_RETURN_IF_ERROR(
+          own_e4m3(codes, norm_scales, T, H, w.gate_up, 2 * I, act.as<void>(), Sm90Epilogue::kSiluMul));
+      TERN_CUDA_RETURN_IF_ERROR(quantize_rows_e4m3(act.as<bf16>(), T, I, codes, act_scales, stream));
+      TERN_RETURN_IF_ERROR(own_e4m3(codes, act_scales, T, I, w.down, H, x.as<void>(), Sm90Epilogue::kAddF32));
     } else if (fold) {
       TERN_CUDA_RETURN_IF_ERROR(
           quantize_rows_e4m3(attn.as<bf16>(), T, c.q_dim(), codes, act_scales, stream));
