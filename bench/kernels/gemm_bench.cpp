@@ -195,9 +195,7 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
   const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
   const int copies = static_cast<int>(p.w.size());
-  const cuda::Sm90Epilogue e =
-      p.shape.kind == cuda::GemmOut::kBf16 ? cuda::Sm90Epilogue::kBf16
-      : p.shape.kind == cuda::GemmOut::kF32 ? cuda::Sm90Epilogue::kF32 : cuda::Sm90Epilogue::kAddF32;
+  const cuda::Sm90Epilogue e = cuda::sm90_epilogue(p.shape.kind);
   for (const int64_t tile_rows : {128, 64}) {
     check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
     const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tile_rows);

@@ -15,6 +15,7 @@
 #include "base/bf16.h"
 #include "base/fp8_e4m3.h"
 #include "base/thread_pool.h"
+#include "gemv_check.h"
 #include "gpu_test_util.h"
 
 namespace tern {
@@ -24,8 +25,7 @@ using cuda::bf16;
 using cuda::Sm90Epilogue;
 using test::Bf16Data;
 using test::DeviceArray;
-
-constexpr bf16 kNanBf16 = 0x7fc0;
+using test::kNanBf16;
 
 float bf16_rounded(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 

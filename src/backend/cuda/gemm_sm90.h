@@ -21,12 +21,20 @@
 
 #include <cstdint>
 
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "base/status.h"
 
 namespace tern::cuda {
 
 enum class Sm90Epilogue { kBf16, kF32, kAddF32, kSiluMul };
+
+// The epilogue that writes what linear() writes for `out`.
+constexpr Sm90Epilogue sm90_epilogue(GemmOut out) {
+  return out == GemmOut::kBf16  ? Sm90Epilogue::kBf16
+         : out == GemmOut::kF32 ? Sm90Epilogue::kF32
+                                : Sm90Epilogue::kAddF32;
+}
 
 // Whether this build has the sm_90a kernels and `device` is an sm_90 GPU.
 bool sm90_gemm_available(int device);

@@ -417,9 +417,12 @@ Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epi
 
 bool sm90_gemm_available(int device) {
 #if defined(TERN_HAVE_SM90A)
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
-  return prop.major == 9 && prop.minor == 0 && tensor_map_encoder() != nullptr;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0 && tensor_map_encoder() != nullptr;
 #else
   (void)device;
   return false;

@@ -31,12 +31,7 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
   const int64_t T = gemm_rows(num_tokens);
   switch (w.form) {
     case Form::kBf16:
-      if (own_gemm(T)) {
-        const Sm90Epilogue e = out == GemmOut::kBf16  ? Sm90Epilogue::kBf16
-                               : out == GemmOut::kF32 ? Sm90Epilogue::kF32
-                                                      : Sm90Epilogue::kAddF32;
-        return sm90_linear(in, T, K, w.w.as<bf16>(), N, y, e, stream);
-      }
+      if (own_gemm(T)) return sm90_linear(in, T, K, w.w.as<bf16>(), N, y, sm90_epilogue(out), stream);
       return linear(cublas, in, T, K, w.w.as<bf16>(), N, y, out);
     case Form::kInt4:
       // W4A16 past the GEMV's sizes: the layer's weights written out as bf16, then the bf16 GEMM.
@@ -153,8 +148,9 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   // and the SiLU products'), and the down GEMM's sums wait for the next layer's norm (after the last layer,
   // for a scaling pass into x).
   const bool fold = fold_fp8(T);
+  const int64_t rows = gemm_rows(T);  // the GEMMs' row count
   // Folded FP8 steps on the sm_90 GEMM (own_gemm): the row scales applied as the sums leave the accumulators.
-  const bool own_fp8 = fold && own_gemm(gemm_rows(T));
+  const bool own_fp8 = fold && own_gemm(rows);
   const auto own_e4m3 = [&](const uint8_t* in, const float* in_scales, int64_t rows_in, int64_t K, const Matrix& m,
                             int64_t N, void* y, Sm90Epilogue e) {
     return sm90_linear_e4m3(in, in_scales, rows_in, K, m.w.as<uint8_t>(), m.scale.as<float>(), N, y, e, stream);
@@ -165,7 +161,6 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   Fp8Sums pending;  // the last down GEMM's, not yet added into x
   // bf16 o and down split over K (k_split_rows): each writes its slices' partials into k_partials, which the
   // add_rmsnorm after it sums into x (down's: the next layer's input norm; the last layer's down is one GEMM).
-  const int64_t rows = gemm_rows(T);
   const bool k_split = !small && !fold && rows <= k_split_rows;
   const int64_t partial_stride = rows * H;
   int pending_slices = 0;  // down's partials waiting in k_partials for the next input norm
