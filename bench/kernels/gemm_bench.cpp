@@ -188,6 +188,9 @@ void run_k_splits(const Problem& p, cublasHandle_t blas, cudaStream_t stream, in
               us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, max_rel_diff(sum, ref));
 }
 
+// max_ctas that gives every output tile a CTA of its own (no persistent loop).
+constexpr int64_t kOneTileACta = int64_t{1} << 30;
+
 // The GEMM of our own (gemm_sm90.h) on the same problem with the shape's epilogue; for gate|up also with
 // SiLU x up in its epilogue against linear() then silu_mul (into `act`, [T][N / 2] bf16).
 void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int reps, const std::vector<float>& ref,
@@ -197,20 +200,25 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
   const int copies = static_cast<int>(p.w.size());
   const cuda::Sm90Epilogue e = cuda::sm90_epilogue(p.shape.kind);
   for (const int64_t tile_rows : {128, 64}) {
-    check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
-    const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tile_rows);
-    if (!first.is_ok()) {
-      std::printf("  sm90 gemm: %s\n", first.to_string().c_str());
-      return;
+    for (const int64_t ctas : {int64_t{0}, kOneTileACta}) {
+      check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
+      const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tile_rows, ctas);
+      if (!first.is_ok()) {
+        std::printf("  sm90 gemm: %s\n", first.to_string().c_str());
+        return;
+      }
+      check(cudaStreamSynchronize(stream), "sm90 gemm");
+      const double diff = max_rel_diff(download_y(p), ref);
+      const double us = time_graph(stream, reps, [&](int i) {
+        return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream, tile_rows,
+                                 ctas)
+            .is_ok();
+      });
+      const std::string label =
+          "sm90 gemm (own, " + std::to_string(tile_rows) + " rows" + (ctas == 0 ? ", persistent)" : ")");
+      std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
+                  us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
     }
-    check(cudaStreamSynchronize(stream), "sm90 gemm");
-    const double diff = max_rel_diff(download_y(p), ref);
-    const double us = time_graph(stream, reps, [&](int i) {
-      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream, tile_rows).is_ok();
-    });
-    const std::string label = "sm90 gemm (own, " + std::to_string(tile_rows) + "-row tiles)";
-    std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
-                us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
   }
   // The same shape on e4m3 codes with row scales in the epilogue (W8A8), against linear()'s bf16 time.
   if (K % 16 == 0) {
@@ -227,14 +235,17 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
     const std::vector<float> ones(static_cast<size_t>(std::max(T, N)), 1.0f / 448);
     auto* scales = static_cast<float*>(upload(ones.data(), ones.size() * sizeof(float)));
     for (const int64_t tile_rows : {128, 64}) {
-      const double us = time_graph(stream, reps, [&](int i) {
-        return cuda::sm90_linear_e4m3(xc, scales, T, K, wc[static_cast<size_t>(i % copies)], scales, N, p.y, e, stream,
-                                      tile_rows)
-            .is_ok();
-      });
-      const std::string label = "sm90 gemm e4m3 (" + std::to_string(tile_rows) + "-row tiles)";
-      std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx\n", label.c_str(), us, us > 0 ? flops / us * 1e-6 : 0.0,
-                  us > 0 ? base_us / us : 0.0);
+      for (const int64_t ctas : {int64_t{0}, kOneTileACta}) {
+        const double us = time_graph(stream, reps, [&](int i) {
+          return cuda::sm90_linear_e4m3(xc, scales, T, K, wc[static_cast<size_t>(i % copies)], scales, N, p.y, e,
+                                        stream, tile_rows, ctas)
+              .is_ok();
+        });
+        const std::string label =
+            "sm90 gemm e4m3 (" + std::to_string(tile_rows) + " rows" + (ctas == 0 ? ", persistent)" : ")");
+        std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx\n", label.c_str(), us, us > 0 ? flops / us * 1e-6 : 0.0,
+                    us > 0 ? base_us / us : 0.0);
+      }
     }
     cudaFree(xc);
     for (uint8_t* w8 : wc) cudaFree(w8);
@@ -264,14 +275,17 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
     fo[i] = tern::bf16_to_f32(a_own[i]);
   }
   for (const int64_t tile_rows : {128, 64}) {
-    const double fused_us = time_graph(stream, reps, [&](int i) {
-      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act, cuda::Sm90Epilogue::kSiluMul,
-                               stream, tile_rows)
-          .is_ok();
-    });
-    const std::string label = "sm90 gemm, SiLU x up, " + std::to_string(tile_rows) + "-row tiles";
-    std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n", label.c_str(), fused_us,
-                unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0, max_rel_diff(fo, fr));
+    for (const int64_t ctas : {int64_t{0}, kOneTileACta}) {
+      const double fused_us = time_graph(stream, reps, [&](int i) {
+        return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act,
+                                 cuda::Sm90Epilogue::kSiluMul, stream, tile_rows, ctas)
+            .is_ok();
+      });
+      const std::string label =
+          "sm90 SiLU x up, " + std::to_string(tile_rows) + " rows" + (ctas == 0 ? ", persistent" : "");
+      std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n", label.c_str(),
+                  fused_us, unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0, max_rel_diff(fo, fr));
+    }
   }
 }
 

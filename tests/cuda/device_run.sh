@@ -28,7 +28,8 @@
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests), SM80=1 the
 # compute_80 PTX build of gpu_tests where packed (the sm_80 code paths, JIT-compiled
 # by the driver; gpu_tests_sm80.log), GEMM="ARGS" tern_gemm_bench with those arguments where packed
-# (gemm.log), SERVE_AB="FLAGS;FLAGS..." the bf16 server through HTTP once per set of flags (an empty set:
+# (gemm.log), GEMM_NCU="RE;RE..." ncu's sections for the first kernel each names in that run (gemm_ncu.txt),
+# SERVE_AB="FLAGS;FLAGS..." the bf16 server through HTTP once per set of flags (an empty set:
 # the defaults), each at SERVE_AB_SCENARIOS (conc-64,conc-256), SERVE_AB_ROUNDS (1) times in turn
 # (run_gpu_targets.sh with VARIANTS=none, TERN_BUDGET 25 s; serve_ab.log). At the end,
 # everything under $OUT but the main logs goes into $OUT/results.txz (the
@@ -110,6 +111,20 @@ if [ -n "${GEMM:-}" ] && [ -x "$D/tern_gemm_bench" ]; then
   # shellcheck disable=SC2086  # GEMM holds the arguments, split on spaces
   timeout 150 "$D/tern_gemm_bench" $GEMM >"$OUT/gemm.log" 2>&1
   grep -E "^[a-z_-]+ +[0-9]+ x|linear\(\)|k-splits|best:" "$OUT/gemm.log" | head -80
+fi
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -n "${GEMM_NCU:-}" ] && [ -n "${GEMM:-}" ] && [ -n "$NCU" ] && [ -x "$D/tern_gemm_bench" ]; then
+  # For each regex in GEMM_NCU (separated by ';'): ncu's throughput, memory and warp-stall sections for the first
+  # kernel whose demangled name matches it, run by tern_gemm_bench $GEMM (gemm_ncu.txt).
+  IFS=';' read -r -a ncu_regexes <<<"$GEMM_NCU"
+  for re in "${ncu_regexes[@]}"; do
+    # shellcheck disable=SC2086
+    timeout 120 "$NCU" --kernel-name-base demangled -k "regex:$re" -c 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      --section LaunchStats "$D/tern_gemm_bench" $GEMM >>"$OUT/gemm_ncu.txt" 2>&1
+    echo "gemm ncu '$re' rc=$?"
+  done
+  grep -E "gemm_sm90_kernel|Duration|Throughput|Stall|Warp Cycles|Achieved Occ|Registers" "$OUT/gemm_ncu.txt" | head -90
 fi
 if [ -n "${SERVE_AB:-}" ] && [ -x "$D/tern" ]; then
   IFS=';' read -r -a flag_sets <<<"$SERVE_AB"

@@ -41,9 +41,9 @@ std::string describe(const Case& c) {
 }
 
 // launch(y) writes the case's output into y; it is checked against `sums` (the product's fp32 sums, scaled)
-// through the case's epilogue.
+// through the case's epilogue, the fp32 outputs within f32_bound (relative L2).
 void check_output(const Case& c, const std::vector<float>& sums, const std::string& what,
-                  const std::function<Status(void*)>& launch, std::mt19937& rng) {
+                  const std::function<Status(void*)>& launch, std::mt19937& rng, double f32_bound = 1e-4) {
   const size_t out_elems = c.epilogue == Sm90Epilogue::kSiluMul ? sums.size() / 2 : sums.size();
   const bool f32 = c.epilogue == Sm90Epilogue::kF32 || c.epilogue == Sm90Epilogue::kAddF32;
   std::vector<float> base;
@@ -59,12 +59,12 @@ void check_output(const Case& c, const std::vector<float>& sums, const std::stri
       test::expect_bf16_close(test::to_f32(d_y16.download()), sums, what);
       break;
     case Sm90Epilogue::kF32:
-      EXPECT_LT(test::relative_l2(d_y32.download(), sums), 1e-4) << what;
+      EXPECT_LT(test::relative_l2(d_y32.download(), sums), f32_bound) << what;
       break;
     case Sm90Epilogue::kAddF32: {
       std::vector<float> ref = base;
       for (size_t i = 0; i < ref.size(); ++i) ref[i] += sums[i];
-      EXPECT_LT(test::relative_l2(d_y32.download(), ref), 1e-4) << what;
+      EXPECT_LT(test::relative_l2(d_y32.download(), ref), f32_bound) << what;
       break;
     }
     case Sm90Epilogue::kSiluMul: {
@@ -92,9 +92,13 @@ void check_case(const Case& c, std::mt19937& rng, ThreadPool& pool) {
   cpu::linear(pool, x.values.data(), c.T, cpu::WeightMatrix{DType::kBF16, w.words.data(), c.N, c.K}, sums.data());
   DeviceArray<bf16> d_x(x.words), d_w(w.words);
   for (const int64_t tile_rows : {128, 64}) {
-    check_output(c, sums, describe(c) + " in " + std::to_string(tile_rows) + "-row tiles", [&](void* y) {
-      return cuda::sm90_linear(d_x.get(), c.T, c.K, d_w.get(), c.N, y, c.epilogue, nullptr, tile_rows);
-    }, rng);
+    for (const int64_t ctas : {0, 3}) {
+      const std::string what =
+          describe(c) + " in " + std::to_string(tile_rows) + "-row tiles, " + std::to_string(ctas) + " CTAs";
+      check_output(c, sums, what, [&](void* y) {
+        return cuda::sm90_linear(d_x.get(), c.T, c.K, d_w.get(), c.N, y, c.epilogue, nullptr, tile_rows, ctas);
+      }, rng);
+    }
   }
 }
 
@@ -121,6 +125,10 @@ TEST(CudaSm90Gemm, MatchesReference) {
 
 // sm90_linear_e4m3: random codes (no NaN) with row scales, each epilogue in both tile heights, against the
 // fp32 sums of the decoded codes scaled as scale_e4m3_sums scales them.
+// The FP8 tensor cores' own sums keep about 14 bits: each 128 codes' sum leaves them with a relative error
+// near 2^-13 of its largest products, which the kernel adds into fp32 (measured on an H100: 2.2e-4 at
+// K 1,024; 6.0e-4 with the sums left in the tensor cores over all of K, which this bound refuses).
+constexpr double kE4m3Bound = 5e-4;
 TEST(CudaSm90Gemm, E4m3MatchesReference) {
   int device = 0;
   TERN_ASSERT_CUDA(cudaGetDevice(&device));
@@ -163,10 +171,14 @@ TEST(CudaSm90Gemm, E4m3MatchesReference) {
     DeviceArray<uint8_t> d_x(x), d_w(w);
     DeviceArray<float> d_xs(xs), d_ws(ws);
     for (const int64_t tile_rows : {128, 64}) {
-      check_output(c, sums, describe(c) + " e4m3 in " + std::to_string(tile_rows) + "-row tiles", [&](void* y) {
-        return cuda::sm90_linear_e4m3(d_x.get(), d_xs.get(), c.T, c.K, d_w.get(), d_ws.get(), c.N, y, c.epilogue,
-                                      nullptr, tile_rows);
-      }, rng);
+      for (const int64_t ctas : {0, 3}) {
+        const std::string what =
+            describe(c) + " e4m3 in " + std::to_string(tile_rows) + "-row tiles, " + std::to_string(ctas) + " CTAs";
+        check_output(c, sums, what, [&](void* y) {
+          return cuda::sm90_linear_e4m3(d_x.get(), d_xs.get(), c.T, c.K, d_w.get(), d_ws.get(), c.N, y, c.epilogue,
+                                        nullptr, tile_rows, ctas);
+        }, rng, kE4m3Bound);
+      }
     }
   }
 }
@@ -194,6 +206,9 @@ TEST(CudaSm90Gemm, RefusesShapesItCannotTake) {
     const Status tiles =
         cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 256, d_y.get(), Sm90Epilogue::kF32, nullptr, 32);
     EXPECT_EQ(tiles.code(), ErrorCode::kInvalidArgument) << tiles.to_string();
+    const Status ctas =
+        cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 256, d_y.get(), Sm90Epilogue::kF32, nullptr, 128, -1);
+    EXPECT_EQ(ctas.code(), ErrorCode::kInvalidArgument) << ctas.to_string();
   }
 }
 

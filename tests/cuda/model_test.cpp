@@ -222,12 +222,9 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   if (int4) {
     ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
     for (const auto& l : cpu->layer_weights()) ASSERT_EQ(l.down.dtype, DType::kQ4_0);
-    if (fp8->lm_head) {  // the GPU quantizes the head at upload; the reference holds the same values
-      bf16_weights = load_cpu(dir);
-      ASSERT_NE(bf16_weights, nullptr);
-      ASSERT_TRUE(bf16_weights->quantize(QuantMix::kQ4_0).is_ok());
-      ASSERT_TRUE(cpu->quantize_lm_head_fp8().is_ok());
-    }
+    // The Q4_0 mix gives the head a type of its own, which --quantize-lm-head refuses (apply_quantization):
+    // the FP8 head beside int4 layers is an int4 checkpoint's (a float head).
+    ASSERT_FALSE(fp8->lm_head) << "q4_0 with the FP8 head";
   } else if (fp8 != nullptr) {
     bf16_weights = load_cpu(dir);
     ASSERT_NE(bf16_weights, nullptr);
@@ -284,12 +281,6 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     EXPECT_FALSE(gpu->fp8_weights());
     EXPECT_EQ(gpu->int4_matrices(), 4 * c.num_layers) << "every layer matrix as int4";
     EXPECT_EQ(gpu->int4_declined(), "");
-    if (fp8->lm_head) {
-      EXPECT_TRUE(gpu->fp8_lm_head());
-      std::printf("[batched %s] int4 layers, the FP8 head's GEMMs of up to %ld rows%s%s\n", dir.c_str(),
-                  static_cast<long>(gpu->fp8_lm_head_gemm_rows()), gpu->fp8_lm_head_note().empty() ? "" : ": ",
-                  gpu->fp8_lm_head_note().c_str());
-    }
   } else if (fp8 != nullptr) {
     EXPECT_TRUE(gpu->fp8_weights());
     if (!fp8->tensor_cores) {
@@ -309,7 +300,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
 
   if (sm90_gemm_tokens > 0) {
     EXPECT_GT(gpu->sm90_gemm_rows(), 0) << "the sm_90 GEMM is on";
-    EXPECT_LE(gpu->sm90_gemm_rows(), sm90_gemm_tokens + 8);
+    EXPECT_LT(gpu->sm90_gemm_rows(), sm90_gemm_tokens + 16) << "the token count in GEMM rows (multiples of 16)";
   }
   if (k_split_tokens > 0) {
     EXPECT_GE(gpu->k_split_rows(), std::min<int64_t>(k_split_tokens, budget)) << "the K-split GEMMs are on";
@@ -606,11 +597,6 @@ TEST(GpuModel, Int4WeightsMatchCpuReferenceWithTheSameValues) {
   compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 13, &w4a16);
   compare_with_cpu(dir.path(), 16, 14, &w4a16);
   compare_with_cpu(dir.path(), 7, 15, &w4a16);
-  // With --quantize-lm-head: the FP8 head in the GEMV and (FP8 tensor cores) its GEMMs, W8A8 there.
-  Fp8Run w4a16_head = w4a16;
-  w4a16_head.lm_head = true;
-  w4a16_head.tolerance = kFp8LogitTolerance;
-  compare_with_cpu(dir.path(), 16, 16, &w4a16_head);
 }
 
 TEST(GpuModel, BadBatchesFailBeforeAnyWork) {

@@ -43,18 +43,23 @@ bool sm90_gemm_available(int device);
 // strides), N a multiple of 8, and for kSiluMul N / 2 a multiple of 64;
 // pointers 16-byte aligned. tile_rows: the rows of x a CTA takes, 128 or 64
 // (two CTAs an SM); 0 picks 64 where 128-row tiles would leave more than a
-// third of the SMs idle, else 128.
+// third of the SMs idle, else 128. The kernel is persistent: at most
+// max_ctas CTAs (0: as many as are resident at once, one an SM with 128-row
+// tiles, two with 64) take the output tiles in turn, each loading its next
+// tile while it stores the last.
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
-                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows = 0);
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows = 0, int64_t max_ctas = 0);
 
 // The same on e4m3 codes (W8A8, the FP8 tensor cores): x [T, K] with a scale
 // per row (x_scales [T], quantize_rows_e4m3's), W [N, K] with a scale per row
 // (w_scales [N], the FP8 weights' per-output-channel scales); each sum leaves
 // the accumulators as sum * x_scale * w_scale (scale_e4m3_sums's arithmetic:
 // the fp32 added as fma(sum * x_scale, w_scale, y)), so no pass over fp32
-// sums follows. K a multiple of 16.
+// sums follows. K a multiple of 16. Each 128 codes of K are summed on the
+// tensor cores and added into fp32 sums (the FP8 tensor cores' own sums keep
+// fewer bits), as cuBLASLt does without fast accumulation.
 Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,
                         const uint8_t* w, const float* w_scales, int64_t out_features, void* y, Sm90Epilogue epilogue,
-                        cudaStream_t stream, int64_t tile_rows = 0);
+                        cudaStream_t stream, int64_t tile_rows = 0, int64_t max_ctas = 0);
 
 }  // namespace tern::cuda

@@ -11,6 +11,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 
@@ -113,83 +114,14 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// b_step: W rows a tile's columns advance by; b_second: the row offset of the
-// tile's second 64 W rows from its first (64, or I for kSiluMul's up rows).
-// N: y's columns and row stride (I for kSiluMul). F8: x and W as e4m3 codes,
-// each sum scaled by its row's xs and its W row's ws as it leaves the
-// accumulators (scale_e4m3_sums's arithmetic), else bf16 (xs, ws unused).
+// The accumulators of consumer warpgroup c (thread t) for output tile (tile_m, tile_n) through epilogue E.
 template <Sm90Epilogue E, int BM, bool F8>
-__global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
-    gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
-                     int N, int K, int b_step, int b_second, const float* xs, const float* ws) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = Tile<BM>::kStages, kATileBytes = Tile<BM>::kATileBytes;
-  constexpr int kStageBytes = Tile<BM>::kStageBytes;
-  constexpr int kBK = F8 ? kRowBytes : kRowBytes / 2;  // K elements a stage
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
-  uint64_t* empty = full + kStages;
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  const int k_tiles = (K + kBK - 1) / kBK;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, Tile<BM>::kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-
-  if (wg == 0) {  // the producer
-    if (t == 0) {
-      const int m0 = blockIdx.y * BM, n0 = blockIdx.x * b_step;
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % kStages;
-        if (kt >= kStages) mbar_wait(empty + s, ((kt / kStages) - 1) & 1);
-        uint8_t* a = smem + s * kStageBytes;
-        uint8_t* b = a + kATileBytes;
-        mbar_expect_tx(full + s, kStageBytes);
-        tma_load(a, &ta, full + s, kt * kBK, m0);
-        tma_load(b, &tb, full + s, kt * kBK, n0);
-        tma_load(b + kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
-      }
-    }
-    return;
-  }
-
-  const int c = wg - 1;  // this warpgroup's 64 rows of the tile
-  float d[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % kStages;
-    mbar_wait(full + s, (kt / kStages) & 1);
-    const uint8_t* stage = smem + s * kStageBytes;
-    const uint64_t da = smem_desc(stage + c * (64 * kRowBytes)), db = smem_desc(stage + kATileBytes);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      // Each instruction takes 32 bytes of K (16 bf16 or 32 codes): the descriptors' start address moves by
-      // 2 units of 16 bytes.
-      if constexpr (F8) {
-        wgmma_m64n128k32_e4m3(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
-      } else {
-        wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // the stage before this one is read
-    if (kt > 0 && t == 0) mbar_arrive(empty + (kt - 1) % kStages);
-  }
-  wgmma_wait<0>();
-  fence_accumulators(d);
-
+__device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M, int N, int tile_m, int tile_n, int c,
+                                           int t, int b_step, int b_second, const float* xs, const float* ws) {
   // d[4j + 2i + e] is row 16 w + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 x 128.
   const int w = t / 32, lane = t % 32;
-  const int row0 = blockIdx.y * BM + c * 64 + w * 16 + lane / 4;
+  const int row0 = tile_m * BM + c * 64 + w * 16 + lane / 4;
   const int col0 = 2 * (lane % 4);
   // F8: the scales of accumulator row i's x row and of accumulator column 8 j + col0's W row (and the next).
   float x_scale[2] = {1.0f, 1.0f};
@@ -199,8 +131,8 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   }
   const auto w_scale = [&](int j) {
     if constexpr (F8) {
-      // The tile's first 64 W rows start at blockIdx.x * b_step, the next 64 b_second rows further.
-      const int wrow = blockIdx.x * b_step + (j < 8 ? 8 * j : b_second + 8 * (j - 8)) + col0;
+      // The tile's first 64 W rows start at tile_n * b_step, the next 64 b_second rows further.
+      const int wrow = tile_n * b_step + (j < 8 ? 8 * j : b_second + 8 * (j - 8)) + col0;
       return __ldg(reinterpret_cast<const float2*>(ws + wrow));
     } else {
       (void)j;
@@ -211,7 +143,7 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
     bf16* out = static_cast<bf16*>(y);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int col = blockIdx.x * 64 + 8 * j + col0;
+      const int col = tile_n * 64 + 8 * j + col0;
       const float2 gs = w_scale(j), us = w_scale(j + 8);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -235,7 +167,7 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   } else {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int col = blockIdx.x * kBN + 8 * j + col0;
+      const int col = tile_n * kBN + 8 * j + col0;
       if (col >= N) continue;
       const float2 sw = w_scale(j);
 #pragma unroll
@@ -266,6 +198,115 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
       }
     }
   }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// b_step: W rows a tile's columns advance by; b_second: the row offset of the
+// tile's second 64 W rows from its first (64, or I for kSiluMul's up rows).
+// N: y's columns and row stride (I for kSiluMul). F8: x and W as e4m3 codes,
+// each sum scaled by its row's xs and its W row's ws as it leaves the
+// accumulators (scale_e4m3_sums's arithmetic), else bf16 (xs, ws unused).
+// Persistent: CTA b takes tiles b, b + gridDim.x, ... of the n_tiles-wide grid of output tiles (columns
+// fastest); the producer runs on into the next tile's stages while the consumers finish a tile and store
+// it, so only a CTA's first tile waits for its loads.
+template <Sm90Epilogue E, int BM, bool F8>
+__global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
+                     int N, int K, int b_step, int b_second, int n_tiles, int tiles, const float* xs,
+                     const float* ws) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = Tile<BM>::kStages, kATileBytes = Tile<BM>::kATileBytes;
+  constexpr int kStageBytes = Tile<BM>::kStageBytes;
+  constexpr int kBK = F8 ? kRowBytes : kRowBytes / 2;  // K elements a stage
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int k_tiles = (K + kBK - 1) / kBK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, Tile<BM>::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  // g counts the stages this CTA has filled (producer) or read (consumers) over all its tiles: ring slot
+  // g % kStages, in its (g / kStages)-th round.
+  if (wg == 0) {  // the producer
+    if (t == 0) {
+      int g = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m0 = (tile / n_tiles) * BM, n0 = (tile % n_tiles) * b_step;
+        for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+          const int s = g % kStages;
+          if (g >= kStages) mbar_wait(empty + s, ((g / kStages) - 1) & 1);
+          uint8_t* a = smem + s * kStageBytes;
+          uint8_t* b = a + kATileBytes;
+          mbar_expect_tx(full + s, kStageBytes);
+          tma_load(a, &ta, full + s, kt * kBK, m0);
+          tma_load(b, &tb, full + s, kt * kBK, n0);
+          tma_load(b + kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
+        }
+      }
+    }
+    return;
+  }
+
+  const int c = wg - 1;  // this warpgroup's 64 rows of each tile
+  const auto release = [&](int s) {
+    if (t == 0) mbar_arrive(empty + s);
+  };
+  int g = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    float d[64];
+    if constexpr (F8) {
+      // The FP8 tensor cores keep fewer bits than fp32 in their sums: each stage's 128 codes of K are summed
+      // on their own and added into d in fp32, so the error does not grow with K.
+#pragma unroll
+      for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+      float p[64];
+      for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+        const int s = g % kStages;
+        mbar_wait(full + s, (g / kStages) & 1);
+        const uint8_t* stage = smem + s * kStageBytes;
+        const uint64_t da = smem_desc(stage + c * (64 * kRowBytes)), db = smem_desc(stage + kATileBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(p, da + 2 * kk, db + 2 * kk, kk > 0 ? 1u : 0u);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(p);
+        release(s);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) d[i] += p[i];
+      }
+    } else {
+      for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+        const int s = g % kStages;
+        mbar_wait(full + s, (g / kStages) & 1);
+        const uint8_t* stage = smem + s * kStageBytes;
+        const uint64_t da = smem_desc(stage + c * (64 * kRowBytes)), db = smem_desc(stage + kATileBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          // Each instruction takes 32 bytes of K (16 bf16): the descriptors' start address moves by 2 units
+          // of 16 bytes. The first starts the sums (scale_d 0).
+          wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the stage before this one is read
+        if (kt > 0) release((g - 1) % kStages);
+      }
+      wgmma_wait<0>();
+      fence_accumulators(d);
+      release((g - 1) % kStages);
+    }
+    store_tile<E, BM, F8>(d, y, M, N, tile / n_tiles, tile % n_tiles, c, t, b_step, b_second, xs, ws);
+  }
 #else
   (void)ta;
   (void)tb;
@@ -275,6 +316,8 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   (void)K;
   (void)b_step;
   (void)b_second;
+  (void)n_tiles;
+  (void)tiles;
   (void)xs;
   (void)ws;
   __trap();
@@ -328,47 +371,51 @@ struct Operands {
 };
 
 template <Sm90Epilogue E, int BM, bool F8>
-Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, dim3 grid,
-              int b_step, int b_second, const Operands& op, cudaStream_t stream) {
+Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, int ctas,
+              int b_step, int b_second, int n_tiles, int tiles, const Operands& op, cudaStream_t stream) {
   using T = Tile<BM>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_sm90_kernel<E, BM, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  static const cudaError_t attr = cudaFuncSetAttribute(gemm_sm90_kernel<E, BM, F8>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   TERN_CUDA_RETURN_IF_ERROR(attr);
-  gemm_sm90_kernel<E, BM, F8><<<grid, T::kThreads, T::kSmemBytes, stream>>>(
-      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second, op.x_scales,
-      op.w_scales);
+  gemm_sm90_kernel<E, BM, F8><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(
+      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second, n_tiles, tiles,
+      op.x_scales, op.w_scales);
   TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return Status::ok();
 }
 
 template <int BM, bool F8>
 [[maybe_unused]] Status launch_tiles(const Operands& op, int64_t M, int64_t K, int64_t N, void* y,
-                                     Sm90Epilogue epilogue, cudaStream_t stream) {
+                                     Sm90Epilogue epilogue, cudaStream_t stream, int64_t max_ctas, int sms) {
   const bool silu = epilogue == Sm90Epilogue::kSiluMul;
   CUtensorMap ta, tb;
   TERN_RETURN_IF_ERROR(make_map(&ta, op.x, M, K, F8, BM));
   TERN_RETURN_IF_ERROR(make_map(&tb, op.w, N, K, F8, kBN / 2));
   const int64_t out_cols = silu ? N / 2 : N;
   const int64_t tile_cols = silu ? kBN / 2 : kBN;
-  const dim3 grid(static_cast<unsigned>((out_cols + tile_cols - 1) / tile_cols), static_cast<unsigned>((M + BM - 1) / BM));
-  if (grid.y > 65535) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
+  const int64_t n_tiles = (out_cols + tile_cols - 1) / tile_cols, tiles = n_tiles * ((M + BM - 1) / BM);
+  if (tiles > (int64_t{1} << 30)) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
+  // One CTA an SM with 128-row tiles, two with 64-row ones: every CTA resident at once.
+  const int64_t resident = static_cast<int64_t>(sms) * (BM == 64 ? 2 : 1);
+  const int ctas = static_cast<int>(std::min(tiles, max_ctas > 0 ? max_ctas : resident));
+  const int nt = static_cast<int>(n_tiles), all = static_cast<int>(tiles);
   switch (epilogue) {
     case Sm90Epilogue::kBf16:
-      return launch<Sm90Epilogue::kBf16, BM, F8>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, op, stream);
+      return launch<Sm90Epilogue::kBf16, BM, F8>(ta, tb, y, M, N, K, ctas, kBN, kBN / 2, nt, all, op, stream);
     case Sm90Epilogue::kF32:
-      return launch<Sm90Epilogue::kF32, BM, F8>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, op, stream);
+      return launch<Sm90Epilogue::kF32, BM, F8>(ta, tb, y, M, N, K, ctas, kBN, kBN / 2, nt, all, op, stream);
     case Sm90Epilogue::kAddF32:
-      return launch<Sm90Epilogue::kAddF32, BM, F8>(ta, tb, y, M, N, K, grid, kBN, kBN / 2, op, stream);
+      return launch<Sm90Epilogue::kAddF32, BM, F8>(ta, tb, y, M, N, K, ctas, kBN, kBN / 2, nt, all, op, stream);
     case Sm90Epilogue::kSiluMul:
-      return launch<Sm90Epilogue::kSiluMul, BM, F8>(ta, tb, y, M, N / 2, K, grid, kBN / 2, static_cast<int>(N / 2),
-                                                    op, stream);
+      return launch<Sm90Epilogue::kSiluMul, BM, F8>(ta, tb, y, M, N / 2, K, ctas, kBN / 2, static_cast<int>(N / 2),
+                                                    nt, all, op, stream);
   }
   return invalid_argument("sm90_linear: unknown epilogue");
 }
 
 // Checks the shapes, picks the tile height and launches.
 Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epilogue epilogue, cudaStream_t stream,
-           int64_t tile_rows) {
+           int64_t tile_rows, int64_t max_ctas) {
   if (M <= 0 || N <= 0) return Status::ok();
   const int64_t k_align = op.codes ? 16 : 8;  // 16-byte rows for TMA
   if (K <= 0 || K % k_align != 0 || N % 8 != 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) {
@@ -390,25 +437,27 @@ Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epi
     return invalid_argument("sm90_linear_e4m3: needs both scale vectors, W's 8-byte aligned");
   }
 #if defined(TERN_HAVE_SM90A)
+  int device = 0, sms = 0;
+  TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (tile_rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
-    int device = 0, sms = 0;
-    TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-    TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int64_t col_tiles = (silu ? N / 2 + 63 : N + 127) / (silu ? 64 : 128);
     tile_rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
   }
   if (tile_rows != 64 && tile_rows != 128) {
     return invalid_argument("sm90_linear: tile_rows " + std::to_string(tile_rows) + " (0, 64 or 128)");
   }
+  if (max_ctas < 0) return invalid_argument("sm90_linear: max_ctas " + std::to_string(max_ctas) + " (0 or more)");
   if (op.codes) {
-    return tile_rows == 64 ? launch_tiles<64, true>(op, M, K, N, y, epilogue, stream)
-                           : launch_tiles<128, true>(op, M, K, N, y, epilogue, stream);
+    return tile_rows == 64 ? launch_tiles<64, true>(op, M, K, N, y, epilogue, stream, max_ctas, sms)
+                           : launch_tiles<128, true>(op, M, K, N, y, epilogue, stream, max_ctas, sms);
   }
-  return tile_rows == 64 ? launch_tiles<64, false>(op, M, K, N, y, epilogue, stream)
-                         : launch_tiles<128, false>(op, M, K, N, y, epilogue, stream);
+  return tile_rows == 64 ? launch_tiles<64, false>(op, M, K, N, y, epilogue, stream, max_ctas, sms)
+                         : launch_tiles<128, false>(op, M, K, N, y, epilogue, stream, max_ctas, sms);
 #else
   (void)stream;
   (void)tile_rows;
+  (void)max_ctas;
   return unsupported("sm90_linear: this build has no sm_90a kernels (TERN_CUDA_ARCHS without 90)");
 #endif
 }
@@ -430,23 +479,23 @@ bool sm90_gemm_available(int device) {
 }
 
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
-                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows) {
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows, int64_t max_ctas) {
   Operands op;
   op.x = x;
   op.w = w;
-  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows);
+  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows, max_ctas);
 }
 
 Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,
                         const uint8_t* w, const float* w_scales, int64_t out_features, void* y, Sm90Epilogue epilogue,
-                        cudaStream_t stream, int64_t tile_rows) {
+                        cudaStream_t stream, int64_t tile_rows, int64_t max_ctas) {
   Operands op;
   op.x = x;
   op.w = w;
   op.x_scales = x_scales;
   op.w_scales = w_scales;
   op.codes = true;
-  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows);
+  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows, max_ctas);
 }
 
 }  // namespace tern::cuda
