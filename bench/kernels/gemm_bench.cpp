@@ -188,37 +188,34 @@ void run_k_splits(const Problem& p, cublasHandle_t blas, cudaStream_t stream, in
               us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, max_rel_diff(sum, ref));
 }
 
-// max_ctas that gives every output tile a CTA of its own (no persistent loop).
-constexpr int64_t kOneTileACta = int64_t{1} << 30;
+// The tile shapes timed: rows x columns.
+const cuda::Sm90Tiles kSm90Tiles[] = {{128, 128, 0}, {64, 128, 0}, {128, 256, 0}, {64, 256, 0}};
 
-// The GEMM of our own (gemm_sm90.h) on the same problem with the shape's epilogue; for gate|up also with
-// SiLU x up in its epilogue against linear() then silu_mul (into `act`, [T][N / 2] bf16).
+std::string tiles_label(const cuda::Sm90Tiles& t) { return std::to_string(t.rows) + "x" + std::to_string(t.cols); }
+
+// The GEMM of our own (gemm_sm90.h) on the same problem with the shape's epilogue, in each tile shape; for
+// gate|up also with SiLU x up in its epilogue against linear() then silu_mul (into `act`, [T][N / 2] bf16).
 void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int reps, const std::vector<float>& ref,
               double base_us, bf16* act) {
   const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
   const int copies = static_cast<int>(p.w.size());
   const cuda::Sm90Epilogue e = cuda::sm90_epilogue(p.shape.kind);
-  for (const int64_t tile_rows : {128, 64}) {
-    for (const int64_t ctas : {int64_t{0}, kOneTileACta}) {
-      check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
-      const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tile_rows, ctas);
-      if (!first.is_ok()) {
-        std::printf("  sm90 gemm: %s\n", first.to_string().c_str());
-        return;
-      }
-      check(cudaStreamSynchronize(stream), "sm90 gemm");
-      const double diff = max_rel_diff(download_y(p), ref);
-      const double us = time_graph(stream, reps, [&](int i) {
-        return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream, tile_rows,
-                                 ctas)
-            .is_ok();
-      });
-      const std::string label =
-          "sm90 gemm (own, " + std::to_string(tile_rows) + " rows" + (ctas == 0 ? ", persistent)" : ")");
-      std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
-                  us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
+  for (const cuda::Sm90Tiles& tiles : kSm90Tiles) {
+    check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
+    const tern::Status first = cuda::sm90_linear(p.x, T, K, p.w[0], N, p.y, e, stream, tiles);
+    if (!first.is_ok()) {
+      std::printf("  sm90 gemm %s: %s\n", tiles_label(tiles).c_str(), first.to_string().c_str());
+      continue;
     }
+    check(cudaStreamSynchronize(stream), "sm90 gemm");
+    const double diff = max_rel_diff(download_y(p), ref);
+    const double us = time_graph(stream, reps, [&](int i) {
+      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, p.y, e, stream, tiles).is_ok();
+    });
+    const std::string label = "sm90 gemm (own, " + tiles_label(tiles) + " tiles)";
+    std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx  diff %.1e\n", label.c_str(), us,
+                us > 0 ? flops / us * 1e-6 : 0.0, us > 0 ? base_us / us : 0.0, diff);
   }
   // The same shape on e4m3 codes with row scales in the epilogue (W8A8), against linear()'s bf16 time.
   if (K % 16 == 0) {
@@ -234,18 +231,16 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
     for (int c = 0; c < copies; ++c) wc.push_back(codes(static_cast<size_t>(N * K)));
     const std::vector<float> ones(static_cast<size_t>(std::max(T, N)), 1.0f / 448);
     auto* scales = static_cast<float*>(upload(ones.data(), ones.size() * sizeof(float)));
-    for (const int64_t tile_rows : {128, 64}) {
-      for (const int64_t ctas : {int64_t{0}, kOneTileACta}) {
-        const double us = time_graph(stream, reps, [&](int i) {
-          return cuda::sm90_linear_e4m3(xc, scales, T, K, wc[static_cast<size_t>(i % copies)], scales, N, p.y, e,
-                                        stream, tile_rows, ctas)
-              .is_ok();
-        });
-        const std::string label =
-            "sm90 gemm e4m3 (" + std::to_string(tile_rows) + " rows" + (ctas == 0 ? ", persistent)" : ")");
-        std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx\n", label.c_str(), us, us > 0 ? flops / us * 1e-6 : 0.0,
-                    us > 0 ? base_us / us : 0.0);
-      }
+    for (const cuda::Sm90Tiles& tiles : kSm90Tiles) {
+      if (tiles.cols != 128) continue;  // 256-column tiles take bf16 only
+      const double us = time_graph(stream, reps, [&](int i) {
+        return cuda::sm90_linear_e4m3(xc, scales, T, K, wc[static_cast<size_t>(i % copies)], scales, N, p.y, e,
+                                      stream, tiles)
+            .is_ok();
+      });
+      const std::string label = "sm90 gemm e4m3 (" + tiles_label(tiles) + " tiles)";
+      std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx\n", label.c_str(), us, us > 0 ? flops / us * 1e-6 : 0.0,
+                  us > 0 ? base_us / us : 0.0);
     }
     cudaFree(xc);
     for (uint8_t* w8 : wc) cudaFree(w8);
@@ -264,28 +259,27 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
   std::vector<bf16> a_ref(static_cast<size_t>(T * I)), a_own(a_ref.size());
   check(cudaMemcpyAsync(a_ref.data(), act, a_ref.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream), "act");
   check(cudaStreamSynchronize(stream), "act");
-  if (!cuda::sm90_linear(p.x, T, K, p.w[0], N, act, cuda::Sm90Epilogue::kSiluMul, stream).is_ok()) {
-    die("sm90 gemm with SiLU x up failed");
-  }
-  check(cudaMemcpyAsync(a_own.data(), act, a_own.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream), "act");
-  check(cudaStreamSynchronize(stream), "act");
   std::vector<float> fr(a_ref.size()), fo(a_own.size());
-  for (size_t i = 0; i < fr.size(); ++i) {
-    fr[i] = tern::bf16_to_f32(a_ref[i]);
-    fo[i] = tern::bf16_to_f32(a_own[i]);
-  }
-  for (const int64_t tile_rows : {128, 64}) {
-    for (const int64_t ctas : {int64_t{0}, kOneTileACta}) {
-      const double fused_us = time_graph(stream, reps, [&](int i) {
-        return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act,
-                                 cuda::Sm90Epilogue::kSiluMul, stream, tile_rows, ctas)
-            .is_ok();
-      });
-      const std::string label =
-          "sm90 SiLU x up, " + std::to_string(tile_rows) + " rows" + (ctas == 0 ? ", persistent" : "");
-      std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n", label.c_str(),
-                  fused_us, unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0, max_rel_diff(fo, fr));
+  for (size_t i = 0; i < fr.size(); ++i) fr[i] = tern::bf16_to_f32(a_ref[i]);
+  for (const cuda::Sm90Tiles& tiles : kSm90Tiles) {
+    check(cudaMemsetAsync(act, 0, a_own.size() * sizeof(bf16), stream), "clear act");
+    const tern::Status first =
+        cuda::sm90_linear(p.x, T, K, p.w[0], N, act, cuda::Sm90Epilogue::kSiluMul, stream, tiles);
+    if (!first.is_ok()) {
+      std::printf("  sm90 SiLU x up %s: %s\n", tiles_label(tiles).c_str(), first.to_string().c_str());
+      continue;
     }
+    check(cudaMemcpyAsync(a_own.data(), act, a_own.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream), "act");
+    check(cudaStreamSynchronize(stream), "act");
+    for (size_t i = 0; i < fo.size(); ++i) fo[i] = tern::bf16_to_f32(a_own[i]);
+    const double fused_us = time_graph(stream, reps, [&](int i) {
+      return cuda::sm90_linear(p.x, T, K, p.w[static_cast<size_t>(i % copies)], N, act, cuda::Sm90Epilogue::kSiluMul,
+                               stream, tiles)
+          .is_ok();
+    });
+    const std::string label = "sm90 SiLU x up, " + tiles_label(tiles) + " tiles";
+    std::printf("  %-34s %9.2f us against linear() + silu_mul %.2f us (%.2fx)  diff %.1e\n", label.c_str(), fused_us,
+                unfused_us, fused_us > 0 ? unfused_us / fused_us : 0.0, max_rel_diff(fo, fr));
   }
 }
 

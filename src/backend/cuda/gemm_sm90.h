@@ -39,16 +39,24 @@ constexpr Sm90Epilogue sm90_epilogue(GemmOut out) {
 // Whether this build has the sm_90a kernels and `device` is an sm_90 GPU.
 bool sm90_gemm_available(int device);
 
+// The output tiles a CTA computes, and how many CTAs take them.
+struct Sm90Tiles {
+  // Rows of x a tile takes: 128 (two consumer warpgroups), 64 (one), or 0: 64 where 128-row tiles would
+  // leave more than a third of the SMs idle, else 128.
+  int64_t rows = 0;
+  // W rows (output columns) a tile takes: 128, 256 (bf16 only; with kSiluMul, gate and up multiples of
+  // 128 rows each), or 0: 128.
+  int64_t cols = 0;
+  // The kernel is persistent: at most max_ctas CTAs (0: as many as are resident at once) take the tiles
+  // in turn, each loading its next tile while it stores the last.
+  int64_t max_ctas = 0;
+};
+
 // Enqueues y = epilogue(x W^T) on `stream`. K a multiple of 8 (TMA's 16-byte
 // strides), N a multiple of 8, and for kSiluMul N / 2 a multiple of 64;
-// pointers 16-byte aligned. tile_rows: the rows of x a CTA takes, 128 or 64
-// (two CTAs an SM); 0 picks 64 where 128-row tiles would leave more than a
-// third of the SMs idle, else 128. The kernel is persistent: at most
-// max_ctas CTAs (0: as many as are resident at once, one an SM with 128-row
-// tiles, two with 64) take the output tiles in turn, each loading its next
-// tile while it stores the last.
+// pointers 16-byte aligned.
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
-                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows = 0, int64_t max_ctas = 0);
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, Sm90Tiles tiles = {});
 
 // The same on e4m3 codes (W8A8, the FP8 tensor cores): x [T, K] with a scale
 // per row (x_scales [T], quantize_rows_e4m3's), W [N, K] with a scale per row
@@ -60,6 +68,6 @@ Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const
 // fewer bits), as cuBLASLt does without fast accumulation.
 Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,
                         const uint8_t* w, const float* w_scales, int64_t out_features, void* y, Sm90Epilogue epilogue,
-                        cudaStream_t stream, int64_t tile_rows = 0, int64_t max_ctas = 0);
+                        cudaStream_t stream, Sm90Tiles tiles = {});
 
 }  // namespace tern::cuda

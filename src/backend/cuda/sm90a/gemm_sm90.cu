@@ -23,17 +23,21 @@ namespace tern::cuda {
 namespace {
 
 // A stage holds 128 bytes of K a row: 64 bf16 or 128 e4m3 codes.
-constexpr int kBN = 128, kRowBytes = 128, kBTileBytes = kBN * kRowBytes;
+constexpr int kRowBytes = 128;
 
-// A tile of BM rows (128: two consumer warpgroups, five stages, one CTA an SM; 64: one consumer
-// warpgroup, four stages, two CTAs an SM, for row counts whose 128-row tiles leave SMs idle).
-template <int BM>
+// A tile of BM x BN products. BM 128: two consumer warpgroups of 64 rows each; 64: one, for row counts
+// whose 128-row tiles leave SMs idle. BN 128 or 256 (bf16 only: 128 accumulators a thread, and the
+// e4m3 form's per-stage sums would need as many again); W's BN rows of a stage come as two boxes of BN / 2.
+template <int BM, int BN>
 struct Tile {
-  static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers);
-  static constexpr int kStages = BM == 128 ? 5 : 4;
-  static constexpr int kATileBytes = BM * kRowBytes, kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers), kAcc = BN / 2;
+  static constexpr int kATileBytes = BM * kRowBytes, kBTileBytes = BN * kRowBytes;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  // 128 x 128: five 32 KB stages; 64 x 128: four of 24 KB (two CTAs an SM); 256 columns: four.
+  static constexpr int kStages = BN == 128 && BM == 128 ? 5 : 4;
   // The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr int kPerSm = (227 * 1024) / kSmemBytes;  // CTAs resident on an SM
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -99,6 +103,15 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uin
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
+// d (+)= A[64 x 16] B[16 x 256]: the 256-column tiles' instruction.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b, uint32_t scale_d) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
 // The same for e4m3 codes, 32 of K an instruction (K-major operands only: no transpose immediates).
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a, uint64_t b, uint32_t scale_d) {
   asm volatile(
@@ -109,17 +122,19 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a
 }
 
 // Keeps the compiler from moving reads of the accumulators above the wait.
-__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
+template <int A>
+__device__ __forceinline__ void fence_accumulators(float (&d)[A]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < A; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 
 // The accumulators of consumer warpgroup c (thread t) for output tile (tile_m, tile_n) through epilogue E.
-template <Sm90Epilogue E, int BM, bool F8>
-__device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M, int N, int tile_m, int tile_n, int c,
-                                           int t, int b_step, int b_second, const float* xs, const float* ws) {
-  // d[4j + 2i + e] is row 16 w + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 x 128.
+template <Sm90Epilogue E, int BM, int BN, bool F8>
+__device__ __forceinline__ void store_tile(const float (&d)[BN / 2], void* y, int M, int N, int tile_m, int tile_n,
+                                           int c, int t, int b_step, int b_second, const float* xs, const float* ws) {
+  constexpr int kHalf = BN / 16;  // column groups of 8 in each of the tile's two W boxes
+  // d[4j + 2i + e] is row 16 w + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 x BN.
   const int w = t / 32, lane = t % 32;
   const int row0 = tile_m * BM + c * 64 + w * 16 + lane / 4;
   const int col0 = 2 * (lane % 4);
@@ -131,8 +146,8 @@ __device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M,
   }
   const auto w_scale = [&](int j) {
     if constexpr (F8) {
-      // The tile's first 64 W rows start at tile_n * b_step, the next 64 b_second rows further.
-      const int wrow = tile_n * b_step + (j < 8 ? 8 * j : b_second + 8 * (j - 8)) + col0;
+      // The tile's first BN / 2 W rows start at tile_n * b_step, the next b_second rows further.
+      const int wrow = tile_n * b_step + (j < kHalf ? 8 * j : b_second + 8 * (j - kHalf)) + col0;
       return __ldg(reinterpret_cast<const float2*>(ws + wrow));
     } else {
       (void)j;
@@ -142,9 +157,9 @@ __device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M,
   if constexpr (E == Sm90Epilogue::kSiluMul) {
     bf16* out = static_cast<bf16*>(y);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int col = tile_n * 64 + 8 * j + col0;
-      const float2 gs = w_scale(j), us = w_scale(j + 8);
+    for (int j = 0; j < kHalf; ++j) {
+      const int col = tile_n * (BN / 2) + 8 * j + col0;
+      const float2 gs = w_scale(j), us = w_scale(j + kHalf);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = row0 + 8 * i;
@@ -152,7 +167,7 @@ __device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M,
         float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float g = d[4 * j + 2 * i + e], u = d[4 * (j + 8) + 2 * i + e];
+          float g = d[4 * j + 2 * i + e], u = d[4 * (j + kHalf) + 2 * i + e];
           if constexpr (F8) {
             g = g * x_scale[i] * (e == 0 ? gs.x : gs.y);
             u = u * x_scale[i] * (e == 0 ? us.x : us.y);
@@ -166,8 +181,8 @@ __device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M,
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int col = tile_n * kBN + 8 * j + col0;
+    for (int j = 0; j < 2 * kHalf; ++j) {
+      const int col = tile_n * BN + 8 * j + col0;
       if (col >= N) continue;
       const float2 sw = w_scale(j);
 #pragma unroll
@@ -203,21 +218,23 @@ __device__ __forceinline__ void store_tile(const float (&d)[64], void* y, int M,
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // b_step: W rows a tile's columns advance by; b_second: the row offset of the
-// tile's second 64 W rows from its first (64, or I for kSiluMul's up rows).
+// tile's second BN / 2 W rows from its first (BN / 2, or I for kSiluMul's up rows).
 // N: y's columns and row stride (I for kSiluMul). F8: x and W as e4m3 codes,
 // each sum scaled by its row's xs and its W row's ws as it leaves the
 // accumulators (scale_e4m3_sums's arithmetic), else bf16 (xs, ws unused).
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... of the n_tiles-wide grid of output tiles (columns
 // fastest); the producer runs on into the next tile's stages while the consumers finish a tile and store
 // it, so only a CTA's first tile waits for its loads.
-template <Sm90Epilogue E, int BM, bool F8>
-__global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
+template <Sm90Epilogue E, int BM, int BN, bool F8>
+__global__ void __launch_bounds__(Tile<BM, BN>::kThreads, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
                      int N, int K, int b_step, int b_second, int n_tiles, int tiles, const float* xs,
                      const float* ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = Tile<BM>::kStages, kATileBytes = Tile<BM>::kATileBytes;
-  constexpr int kStageBytes = Tile<BM>::kStageBytes;
+  using T = Tile<BM, BN>;
+  static_assert(BN == 128 || (BN == 256 && !F8));
+  constexpr int kStages = T::kStages, kATileBytes = T::kATileBytes, kStageBytes = T::kStageBytes;
+  constexpr int kAcc = T::kAcc;
   constexpr int kBK = F8 ? kRowBytes : kRowBytes / 2;  // K elements a stage
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -228,7 +245,7 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, Tile<BM>::kConsumers);
+      mbar_init(empty + s, T::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -237,6 +254,8 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
   // g counts the stages this CTA has filled (producer) or read (consumers) over all its tiles: ring slot
   // g % kStages, in its (g / kStages)-th round.
   if (wg == 0) {  // the producer
+    // 256-column tiles: the producer gives registers to the consumers (their 128 accumulators a thread).
+    if constexpr (BN == 256) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (t == 0) {
       int g = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -249,20 +268,21 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
           mbar_expect_tx(full + s, kStageBytes);
           tma_load(a, &ta, full + s, kt * kBK, m0);
           tma_load(b, &tb, full + s, kt * kBK, n0);
-          tma_load(b + kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
+          tma_load(b + T::kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
         }
       }
     }
     return;
   }
 
+  if constexpr (BN == 256) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   const int c = wg - 1;  // this warpgroup's 64 rows of each tile
   const auto release = [&](int s) {
     if (t == 0) mbar_arrive(empty + s);
   };
   int g = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    float d[64];
+    float d[kAcc];
     if constexpr (F8) {
       // The FP8 tensor cores keep fewer bits than fp32 in their sums: each stage's 128 codes of K are summed
       // on their own and added into d in fp32, so the error does not grow with K.
@@ -295,7 +315,11 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
         for (int kk = 0; kk < 4; ++kk) {
           // Each instruction takes 32 bytes of K (16 bf16): the descriptors' start address moves by 2 units
           // of 16 bytes. The first starts the sums (scale_d 0).
-          wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+          if constexpr (BN == 256) {
+            wgmma_m64n256k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+          } else {
+            wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk, (kt > 0 || kk > 0) ? 1u : 0u);
+          }
         }
         wgmma_commit();
         wgmma_wait<1>();  // the stage before this one is read
@@ -305,7 +329,7 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, 1)
       fence_accumulators(d);
       release((g - 1) % kStages);
     }
-    store_tile<E, BM, F8>(d, y, M, N, tile / n_tiles, tile % n_tiles, c, t, b_step, b_second, xs, ws);
+    store_tile<E, BM, BN, F8>(d, y, M, N, tile / n_tiles, tile % n_tiles, c, t, b_step, b_second, xs, ws);
   }
 #else
   (void)ta;
@@ -370,52 +394,51 @@ struct Operands {
   bool codes = false;
 };
 
-template <Sm90Epilogue E, int BM, bool F8>
+template <Sm90Epilogue E, int BM, int BN, bool F8>
 Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, int ctas,
               int b_step, int b_second, int n_tiles, int tiles, const Operands& op, cudaStream_t stream) {
-  using T = Tile<BM>;
-  static const cudaError_t attr = cudaFuncSetAttribute(gemm_sm90_kernel<E, BM, F8>,
+  using T = Tile<BM, BN>;
+  static const cudaError_t attr = cudaFuncSetAttribute(gemm_sm90_kernel<E, BM, BN, F8>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   TERN_CUDA_RETURN_IF_ERROR(attr);
-  gemm_sm90_kernel<E, BM, F8><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(
+  gemm_sm90_kernel<E, BM, BN, F8><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(
       ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second, n_tiles, tiles,
       op.x_scales, op.w_scales);
   TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return Status::ok();
 }
 
-template <int BM, bool F8>
+template <int BM, int BN, bool F8>
 [[maybe_unused]] Status launch_tiles(const Operands& op, int64_t M, int64_t K, int64_t N, void* y,
                                      Sm90Epilogue epilogue, cudaStream_t stream, int64_t max_ctas, int sms) {
   const bool silu = epilogue == Sm90Epilogue::kSiluMul;
   CUtensorMap ta, tb;
   TERN_RETURN_IF_ERROR(make_map(&ta, op.x, M, K, F8, BM));
-  TERN_RETURN_IF_ERROR(make_map(&tb, op.w, N, K, F8, kBN / 2));
+  TERN_RETURN_IF_ERROR(make_map(&tb, op.w, N, K, F8, BN / 2));
   const int64_t out_cols = silu ? N / 2 : N;
-  const int64_t tile_cols = silu ? kBN / 2 : kBN;
+  const int64_t tile_cols = silu ? BN / 2 : BN;
   const int64_t n_tiles = (out_cols + tile_cols - 1) / tile_cols, tiles = n_tiles * ((M + BM - 1) / BM);
   if (tiles > (int64_t{1} << 30)) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
-  // One CTA an SM with 128-row tiles, two with 64-row ones: every CTA resident at once.
-  const int64_t resident = static_cast<int64_t>(sms) * (BM == 64 ? 2 : 1);
+  const int64_t resident = static_cast<int64_t>(sms) * Tile<BM, BN>::kPerSm;  // every CTA at once
   const int ctas = static_cast<int>(std::min(tiles, max_ctas > 0 ? max_ctas : resident));
   const int nt = static_cast<int>(n_tiles), all = static_cast<int>(tiles);
   switch (epilogue) {
     case Sm90Epilogue::kBf16:
-      return launch<Sm90Epilogue::kBf16, BM, F8>(ta, tb, y, M, N, K, ctas, kBN, kBN / 2, nt, all, op, stream);
+      return launch<Sm90Epilogue::kBf16, BM, BN, F8>(ta, tb, y, M, N, K, ctas, BN, BN / 2, nt, all, op, stream);
     case Sm90Epilogue::kF32:
-      return launch<Sm90Epilogue::kF32, BM, F8>(ta, tb, y, M, N, K, ctas, kBN, kBN / 2, nt, all, op, stream);
+      return launch<Sm90Epilogue::kF32, BM, BN, F8>(ta, tb, y, M, N, K, ctas, BN, BN / 2, nt, all, op, stream);
     case Sm90Epilogue::kAddF32:
-      return launch<Sm90Epilogue::kAddF32, BM, F8>(ta, tb, y, M, N, K, ctas, kBN, kBN / 2, nt, all, op, stream);
+      return launch<Sm90Epilogue::kAddF32, BM, BN, F8>(ta, tb, y, M, N, K, ctas, BN, BN / 2, nt, all, op, stream);
     case Sm90Epilogue::kSiluMul:
-      return launch<Sm90Epilogue::kSiluMul, BM, F8>(ta, tb, y, M, N / 2, K, ctas, kBN / 2, static_cast<int>(N / 2),
-                                                    nt, all, op, stream);
+      return launch<Sm90Epilogue::kSiluMul, BM, BN, F8>(ta, tb, y, M, N / 2, K, ctas, BN / 2,
+                                                        static_cast<int>(N / 2), nt, all, op, stream);
   }
   return invalid_argument("sm90_linear: unknown epilogue");
 }
 
-// Checks the shapes, picks the tile height and launches.
+// Checks the shapes, picks the tiles and launches.
 Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epilogue epilogue, cudaStream_t stream,
-           int64_t tile_rows, int64_t max_ctas) {
+           Sm90Tiles tiles) {
   if (M <= 0 || N <= 0) return Status::ok();
   const int64_t k_align = op.codes ? 16 : 8;  // 16-byte rows for TMA
   if (K <= 0 || K % k_align != 0 || N % 8 != 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30)) {
@@ -436,28 +459,40 @@ Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epi
                    (reinterpret_cast<uintptr_t>(op.w_scales) & 7) != 0)) {
     return invalid_argument("sm90_linear_e4m3: needs both scale vectors, W's 8-byte aligned");
   }
+  if ((tiles.rows != 0 && tiles.rows != 64 && tiles.rows != 128) || (tiles.cols != 0 && tiles.cols != 128 &&
+                                                                       tiles.cols != 256) || tiles.max_ctas < 0) {
+    return invalid_argument("sm90_linear: tiles of " + std::to_string(tiles.rows) + " rows (0, 64 or 128), " +
+                            std::to_string(tiles.cols) + " columns (0, 128 or 256), at most " +
+                            std::to_string(tiles.max_ctas) + " CTAs (0 or more)");
+  }
+  if (tiles.cols == 256 && (op.codes || (silu && N % 256 != 0))) {
+    return invalid_argument(std::string("sm90_linear: 256-column tiles take bf16 operands") +
+                            (silu ? " and gate and up of a multiple of 128 rows each" : ""));
+  }
 #if defined(TERN_HAVE_SM90A)
   int device = 0, sms = 0;
   TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (tile_rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
-    const int64_t col_tiles = (silu ? N / 2 + 63 : N + 127) / (silu ? 64 : 128);
-    tile_rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
+  if (tiles.cols == 0) tiles.cols = 128;
+  const int64_t out_cols = silu ? N / 2 : N, tile_cols = silu ? tiles.cols / 2 : tiles.cols;
+  const int64_t col_tiles = (out_cols + tile_cols - 1) / tile_cols;
+  if (tiles.rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
+    tiles.rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
   }
-  if (tile_rows != 64 && tile_rows != 128) {
-    return invalid_argument("sm90_linear: tile_rows " + std::to_string(tile_rows) + " (0, 64 or 128)");
-  }
-  if (max_ctas < 0) return invalid_argument("sm90_linear: max_ctas " + std::to_string(max_ctas) + " (0 or more)");
+  const int64_t most = tiles.max_ctas;
   if (op.codes) {
-    return tile_rows == 64 ? launch_tiles<64, true>(op, M, K, N, y, epilogue, stream, max_ctas, sms)
-                           : launch_tiles<128, true>(op, M, K, N, y, epilogue, stream, max_ctas, sms);
+    return tiles.rows == 64 ? launch_tiles<64, 128, true>(op, M, K, N, y, epilogue, stream, most, sms)
+                            : launch_tiles<128, 128, true>(op, M, K, N, y, epilogue, stream, most, sms);
   }
-  return tile_rows == 64 ? launch_tiles<64, false>(op, M, K, N, y, epilogue, stream, max_ctas, sms)
-                         : launch_tiles<128, false>(op, M, K, N, y, epilogue, stream, max_ctas, sms);
+  if (tiles.cols == 256) {
+    return tiles.rows == 64 ? launch_tiles<64, 256, false>(op, M, K, N, y, epilogue, stream, most, sms)
+                            : launch_tiles<128, 256, false>(op, M, K, N, y, epilogue, stream, most, sms);
+  }
+  return tiles.rows == 64 ? launch_tiles<64, 128, false>(op, M, K, N, y, epilogue, stream, most, sms)
+                          : launch_tiles<128, 128, false>(op, M, K, N, y, epilogue, stream, most, sms);
 #else
   (void)stream;
-  (void)tile_rows;
-  (void)max_ctas;
+  (void)tiles;
   return unsupported("sm90_linear: this build has no sm_90a kernels (TERN_CUDA_ARCHS without 90)");
 #endif
 }
@@ -479,23 +514,23 @@ bool sm90_gemm_available(int device) {
 }
 
 Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w, int64_t out_features,
-                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, int64_t tile_rows, int64_t max_ctas) {
+                   void* y, Sm90Epilogue epilogue, cudaStream_t stream, Sm90Tiles tiles) {
   Operands op;
   op.x = x;
   op.w = w;
-  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows, max_ctas);
+  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tiles);
 }
 
 Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,
                         const uint8_t* w, const float* w_scales, int64_t out_features, void* y, Sm90Epilogue epilogue,
-                        cudaStream_t stream, int64_t tile_rows, int64_t max_ctas) {
+                        cudaStream_t stream, Sm90Tiles tiles) {
   Operands op;
   op.x = x;
   op.w = w;
   op.x_scales = x_scales;
   op.w_scales = w_scales;
   op.codes = true;
-  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tile_rows, max_ctas);
+  return run(op, num_tokens, in_features, out_features, y, epilogue, stream, tiles);
 }
 
 }  // namespace tern::cuda
