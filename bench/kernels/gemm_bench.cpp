@@ -189,9 +189,12 @@ void run_k_splits(const Problem& p, cublasHandle_t blas, cudaStream_t stream, in
 }
 
 // The tile shapes timed: rows x columns.
-const cuda::Sm90Tiles kSm90Tiles[] = {{128, 128, 0}, {64, 128, 0}, {128, 256, 0}, {64, 256, 0}};
+const cuda::Sm90Tiles kSm90Tiles[] = {{128, 128, 0, 1}, {64, 128, 0, 1},  {128, 256, 0, 1},
+                                      {64, 256, 0, 1},  {128, 128, 0, 2}, {128, 256, 0, 2}};
 
-std::string tiles_label(const cuda::Sm90Tiles& t) { return std::to_string(t.rows) + "x" + std::to_string(t.cols); }
+std::string tiles_label(const cuda::Sm90Tiles& t) {
+  return std::to_string(t.rows) + "x" + std::to_string(t.cols) + (t.cluster == 2 ? " pairs" : "");
+}
 
 // The GEMM of our own (gemm_sm90.h) on the same problem with the shape's epilogue, in each tile shape; for
 // gate|up also with SiLU x up in its epilogue against linear() then silu_mul (into `act`, [T][N / 2] bf16).

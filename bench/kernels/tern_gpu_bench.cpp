@@ -40,8 +40,8 @@
 // the largest batch otherwise), sm90 and sm90-N (graphs with the layers'
 // GEMMs of steps past 512 tokens, or of N tokens and more, on the sm_90 GEMM
 // of our own with SiLU x up fused, sm90_gemm_min_tokens), fp8-sm90 (FP8
-// folded at every GEMM size, as fp8-tc2048, each GEMM on the sm_90 GEMM's
-// e4m3 form with the scales in its epilogue). With
+// folded at every GEMM size, as fp8-tc2048, each GEMM of steps past 512
+// tokens on the sm_90 GEMM's e4m3 form with the scales in its epilogue). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -276,8 +276,8 @@ int main(int argc, char** argv) {
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (base == "nosplit") o.k_split_max_tokens = 0;
     if (base == "sm90") o.sm90_gemm_min_tokens = 513;  // past the K-split's sizes: prefill steps
-    if (base == "fp8-sm90") {  // FP8 folded at every step size past the GEMV's, every one on the e4m3 form
-      o.sm90_gemm_min_tokens = 1;
+    if (base == "fp8-sm90") {  // FP8 folded at every step size past the GEMV's, prefill steps on the e4m3 form
+      o.sm90_gemm_min_tokens = 513;
       o.fp8_tensor_core_max_tokens = o.max_num_batched_tokens;
     }
     if (base.rfind("sm90-", 0) == 0) o.sm90_gemm_min_tokens = std::stoll(base.substr(5));

@@ -28,7 +28,8 @@
 # compute-sanitizer memcheck (SANITIZE_FILTER picks its tests), SM80=1 the
 # compute_80 PTX build of gpu_tests where packed (the sm_80 code paths, JIT-compiled
 # by the driver; gpu_tests_sm80.log), GEMM="ARGS" tern_gemm_bench with those arguments where packed
-# (gemm.log), GEMM_NCU="RE;RE..." ncu's sections for the first kernel each names in that run (gemm_ncu.txt),
+# (gemm.log), GEMM_NCU="RE;RE..." ncu's sections for the first kernel each names in that run (gemm_ncu.txt) and
+# its SASS with executions and stall samples per instruction (gemm_sass_N.csv),
 # SERVE_AB="FLAGS;FLAGS..." the bf16 server through HTTP once per set of flags (an empty set:
 # the defaults), each at SERVE_AB_SCENARIOS (conc-64,conc-256), SERVE_AB_ROUNDS (1) times in turn
 # (run_gpu_targets.sh with VARIANTS=none, TERN_BUDGET 25 s; serve_ab.log). At the end,
@@ -117,12 +118,20 @@ if [ -n "${GEMM_NCU:-}" ] && [ -n "${GEMM:-}" ] && [ -n "$NCU" ] && [ -x "$D/ter
   # For each regex in GEMM_NCU (separated by ';'): ncu's throughput, memory and warp-stall sections for the first
   # kernel whose demangled name matches it, run by tern_gemm_bench $GEMM (gemm_ncu.txt).
   IFS=';' read -r -a ncu_regexes <<<"$GEMM_NCU"
+  n=0
   for re in "${ncu_regexes[@]}"; do
+    n=$((n + 1))
+    rm -f "/tmp/gemm_ncu_$n.ncu-rep"
     # shellcheck disable=SC2086
-    timeout 120 "$NCU" --kernel-name-base demangled -k "regex:$re" -c 1 \
+    timeout 120 "$NCU" --kernel-name-base demangled -k "regex:$re" -c 1 -o "/tmp/gemm_ncu_$n" \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-      --section LaunchStats "$D/tern_gemm_bench" $GEMM >>"$OUT/gemm_ncu.txt" 2>&1
+      --section LaunchStats --section SourceCounters --metrics "regex:^(smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|\
+sm__pipe_tensor_op_gmma.*pct_of_peak_sustained_active|sm__inst_executed_pipe_tensor_op_gmma.*sum)$" \
+      "$D/tern_gemm_bench" $GEMM >>"$OUT/gemm_ncu.log" 2>&1
     echo "gemm ncu '$re' rc=$?"
+    "$NCU" --import "/tmp/gemm_ncu_$n.ncu-rep" >>"$OUT/gemm_ncu.txt" 2>&1
+    # Per SASS instruction: executions and stall samples (gemm_sass_N.csv).
+    "$NCU" --import "/tmp/gemm_ncu_$n.ncu-rep" --page source --csv --print-source sass >"$OUT/gemm_sass_$n.csv" 2>&1
   done
   grep -E "gemm_sm90_kernel|Duration|Throughput|Stall|Warp Cycles|Achieved Occ|Registers" "$OUT/gemm_ncu.txt" | head -90
 fi

@@ -34,13 +34,16 @@ struct Case {
   Sm90Epilogue epilogue;
 };
 
-// Each tile shape, with as many CTAs as fit and with 3 (each CTA takes many tiles in turn).
-const cuda::Sm90Tiles kTileForms[] = {{128, 128, 0}, {64, 128, 0},  {128, 256, 0}, {64, 256, 0},
-                                      {128, 128, 3}, {64, 128, 3},  {128, 256, 3}, {64, 256, 3}};
+// Each tile shape, alone and in clusters of two, with as many CTAs as fit and with 3 or 4 (each CTA takes
+// many tiles in turn).
+const cuda::Sm90Tiles kTileForms[] = {
+    {128, 128, 0, 1}, {64, 128, 0, 1}, {128, 256, 0, 1}, {64, 256, 0, 1}, {128, 128, 0, 2}, {128, 256, 0, 2},
+    {128, 128, 3, 1}, {64, 128, 3, 1}, {128, 256, 3, 1}, {64, 256, 3, 1}, {128, 128, 4, 2}, {128, 256, 4, 2}};
 
 std::string describe(const cuda::Sm90Tiles& t) {
   return std::to_string(t.rows) + "x" + std::to_string(t.cols) + " tiles, " +
-         (t.max_ctas == 0 ? std::string("every CTA resident") : std::to_string(t.max_ctas) + " CTAs");
+         (t.max_ctas == 0 ? std::string("every CTA resident") : std::to_string(t.max_ctas) + " CTAs") +
+         (t.cluster == 2 ? ", in pairs" : "");
 }
 
 std::string describe(const Case& c) {
@@ -206,7 +209,7 @@ TEST(CudaSm90Gemm, RefusesShapesItCannotTake) {
   int device = 0;
   TERN_ASSERT_CUDA(cudaGetDevice(&device));
   if (cuda::sm90_gemm_available(device)) {
-    const cuda::Sm90Tiles bad_forms[] = {{32, 0, 0}, {0, 64, 0}, {0, 0, -1}};
+    const cuda::Sm90Tiles bad_forms[] = {{32, 0, 0, 0}, {0, 64, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, 3}, {64, 0, 0, 2}};
     for (const cuda::Sm90Tiles bad : bad_forms) {
       const Status tiles =
           cuda::sm90_linear(d_x.get(), 8, 128, d_w.get(), 256, d_y.get(), Sm90Epilogue::kF32, nullptr, bad);

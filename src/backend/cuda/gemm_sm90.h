@@ -50,6 +50,9 @@ struct Sm90Tiles {
   // The kernel is persistent: at most max_ctas CTAs (0: as many as are resident at once) take the tiles
   // in turn, each loading its next tile while it stores the last.
   int64_t max_ctas = 0;
+  // CTAs a cluster takes along the rows: 1, 2 (128-row tiles only: a pair takes two row tiles of one column
+  // and shares its W tile, each CTA loading half of it from L2 and multicasting it to both), or 0: 1.
+  int64_t cluster = 0;
 };
 
 // Enqueues y = epilogue(x W^T) on `stream`. K a multiple of 8 (TMA's 16-byte

@@ -25,19 +25,32 @@ namespace {
 // A stage holds 128 bytes of K a row: 64 bf16 or 128 e4m3 codes.
 constexpr int kRowBytes = 128;
 
-// A tile of BM x BN products. BM 128: two consumer warpgroups of 64 rows each; 64: one, for row counts
-// whose 128-row tiles leave SMs idle. BN 128 or 256 (bf16 only: 128 accumulators a thread, and the
-// e4m3 form's per-stage sums would need as many again); W's BN rows of a stage come as two boxes of BN / 2.
-template <int BM, int BN>
+// Bytes of an output element of epilogue E.
+[[maybe_unused]] __host__ __device__ constexpr int out_elem_bytes(Sm90Epilogue e) {
+  return e == Sm90Epilogue::kBf16 || e == Sm90Epilogue::kSiluMul ? 2 : 4;
+}
+
+// A tile of BM x BN products through epilogue E. BM 128: two consumer warpgroups of 64 rows each; 64: one,
+// for row counts whose 128-row tiles leave SMs idle. BN 128 or 256 (bf16 only: 128 accumulators a thread,
+// and the e4m3 form's per-stage sums would need as many again); W's BN rows of a stage come as two boxes of
+// BN / 2. The outputs leave through a buffer of their own in shared memory (boxes of 64 rows x 128 bytes,
+// the 128-byte swizzle) that TMA stores from while the consumers go on to their next tile.
+template <Sm90Epilogue E, int BM, int BN>
 struct Tile {
   static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers), kAcc = BN / 2;
   static constexpr int kATileBytes = BM * kRowBytes, kBTileBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  // 128 x 128: five 32 KB stages; 64 x 128: four of 24 KB (two CTAs an SM); 256 columns: four.
-  static constexpr int kStages = BN == 128 && BM == 128 ? 5 : 4;
-  // The stages (1,024-byte aligned, as the 128-byte swizzle's pattern is) and 2 x kStages mbarriers.
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
-  static constexpr int kPerSm = (227 * 1024) / kSmemBytes;  // CTAs resident on an SM
+  static constexpr int kOutCols = E == Sm90Epilogue::kSiluMul ? BN / 2 : BN;  // output columns a tile
+  static constexpr int kOutBoxes = kOutCols * out_elem_bytes(E) / 128;         // 128-byte boxes a 64-row part
+  static constexpr int kOutBytes = BM * kOutCols * out_elem_bytes(E);
+  // Two CTAs an SM for 64 x 128 tiles, else one; as many stages as fit beside the output buffer, at most 5.
+  static constexpr int kPerSm = BM == 64 && BN == 128 ? 2 : 1;
+  static constexpr int kBudget = 232448 / kPerSm - 1024 - 128;
+  static constexpr int kStages = (kBudget - kOutBytes) / kStageBytes < 5 ? (kBudget - kOutBytes) / kStageBytes : 5;
+  static_assert(kStages >= 2 && kOutBoxes >= 1);
+  // The stages and the output buffer (1,024-byte aligned, as the 128-byte swizzle's pattern is), then
+  // 2 x kStages mbarriers.
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kOutBytes + 2 * kStages * 8;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -70,6 +83,24 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (done == 0);
 }
 
+// One arrival on the barrier at bar's offset in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t rank) {
+  uint32_t remote = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r = 0;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // The box at (inner coordinate c0, row c1) of `map` into dst, counted on bar.
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   asm volatile(
@@ -78,6 +109,48 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
+
+// The same box into dst and bar's offsets in the shared memory of each CTA of the cluster in cta_mask.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                   uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+// The box at (c0, c1) of `map` from src (shared memory): stored, or added into global memory (fp32).
+template <bool Add>
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1) {
+  if constexpr (Add) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(c0), "r"(c1), "r"(smem_u32(src))
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(smem_u32(src))
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// This thread's bulk stores have read their shared memory (Read) or are done.
+template <bool Read>
+__device__ __forceinline__ void bulk_wait_all() {
+  if constexpr (Read) {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  } else {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+}
+
+// The 128 threads of consumer warpgroup c (named barrier 1 + c).
+__device__ __forceinline__ void warpgroup_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
 // A K-major operand tile in shared memory with TMA's 128-byte swizzle: rows of
 // 128 bytes, 8-row groups 1,024 bytes apart (the stride offset), the leading
@@ -129,20 +202,23 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[A]) {
 }
 
 
-// The accumulators of consumer warpgroup c (thread t) for output tile (tile_m, tile_n) through epilogue E.
+// Writes the epilogue's outputs of consumer warpgroup thread t into `out`, the warpgroup's 64-row part of
+// the output buffer (Tile::kOutBoxes boxes of 64 rows x 128 bytes, each with the 128-byte swizzle: row r's
+// 16-byte unit u at r * 128 + (u ^ r % 8) * 16, so a warp's stores fall in distinct banks). row_base: the
+// part's first row of x; tile_n: the tile's column.
 template <Sm90Epilogue E, int BM, int BN, bool F8>
-__device__ __forceinline__ void store_tile(const float (&d)[BN / 2], void* y, int M, int N, int tile_m, int tile_n,
-                                           int c, int t, int b_step, int b_second, const float* xs, const float* ws) {
+__device__ __forceinline__ void stage_tile(const float (&d)[BN / 2], uint8_t* out, int M, int row_base, int tile_n,
+                                           int t, int b_step, int b_second, const float* xs, const float* ws) {
   constexpr int kHalf = BN / 16;  // column groups of 8 in each of the tile's two W boxes
+  constexpr int kElem = out_elem_bytes(E);
   // d[4j + 2i + e] is row 16 w + lane / 4 + 8 i, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 x BN.
   const int w = t / 32, lane = t % 32;
-  const int row0 = tile_m * BM + c * 64 + w * 16 + lane / 4;
-  const int col0 = 2 * (lane % 4);
+  const int r0 = w * 16 + lane / 4, col0 = 2 * (lane % 4);
   // F8: the scales of accumulator row i's x row and of accumulator column 8 j + col0's W row (and the next).
   float x_scale[2] = {1.0f, 1.0f};
   if constexpr (F8) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) x_scale[i] = row0 + 8 * i < M ? __ldg(xs + row0 + 8 * i) : 0.0f;
+    for (int i = 0; i < 2; ++i) x_scale[i] = row_base + r0 + 8 * i < M ? __ldg(xs + row_base + r0 + 8 * i) : 0.0f;
   }
   const auto w_scale = [&](int j) {
     if constexpr (F8) {
@@ -151,19 +227,26 @@ __device__ __forceinline__ void store_tile(const float (&d)[BN / 2], void* y, in
       return __ldg(reinterpret_cast<const float2*>(ws + wrow));
     } else {
       (void)j;
+      (void)tile_n;
       return make_float2(1.0f, 1.0f);
     }
   };
+  // Output columns x, x + 1 of row r.
+  const auto put = [&](int r, int x, float v0, float v1) {
+    const int byte = x * kElem;
+    uint8_t* p = out + (byte / 128) * (64 * 128) + r * 128 + ((((byte % 128) / 16) ^ (r % 8)) * 16) + byte % 16;
+    if constexpr (kElem == 2) {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+    } else {
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    }
+  };
   if constexpr (E == Sm90Epilogue::kSiluMul) {
-    bf16* out = static_cast<bf16*>(y);
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) {
-      const int col = tile_n * (BN / 2) + 8 * j + col0;
       const float2 gs = w_scale(j), us = w_scale(j + kHalf);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int row = row0 + 8 * i;
-        if (row >= M) continue;
         float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -176,40 +259,21 @@ __device__ __forceinline__ void store_tile(const float (&d)[BN / 2], void* y, in
           u = round_bf16(u);
           v[e] = g / (1.0f + expf(-g)) * u;
         }
-        *reinterpret_cast<__nv_bfloat162*>(out + static_cast<int64_t>(row) * N + col) = __floats2bfloat162_rn(v[0], v[1]);
+        put(r0 + 8 * i, 8 * j + col0, v[0], v[1]);
       }
     }
   } else {
 #pragma unroll
     for (int j = 0; j < 2 * kHalf; ++j) {
-      const int col = tile_n * BN + 8 * j + col0;
-      if (col >= N) continue;
       const float2 sw = w_scale(j);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int row = row0 + 8 * i;
-        if (row >= M) continue;
         float v0 = d[4 * j + 2 * i], v1 = d[4 * j + 2 * i + 1];
-        const int64_t at = static_cast<int64_t>(row) * N + col;
-        if constexpr (E == Sm90Epilogue::kAddF32) {
-          float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
-          const float2 old = *p;
-          if constexpr (F8) {  // one rounding for the product and the add, as scale_e4m3_sums adds
-            *p = make_float2(__fmaf_rn(v0 * x_scale[i], sw.x, old.x), __fmaf_rn(v1 * x_scale[i], sw.y, old.y));
-          } else {
-            *p = make_float2(old.x + v0, old.y + v1);
-          }
-          continue;
-        }
         if constexpr (F8) {
           v0 = v0 * x_scale[i] * sw.x;
           v1 = v1 * x_scale[i] * sw.y;
         }
-        if constexpr (E == Sm90Epilogue::kBf16) {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(y) + at) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          *reinterpret_cast<float2*>(static_cast<float*>(y) + at) = make_float2(v0, v1);
-        }
+        put(r0 + 8 * i, 8 * j + col0, v0, v1);
       }
     }
   }
@@ -222,34 +286,44 @@ __device__ __forceinline__ void store_tile(const float (&d)[BN / 2], void* y, in
 // N: y's columns and row stride (I for kSiluMul). F8: x and W as e4m3 codes,
 // each sum scaled by its row's xs and its W row's ws as it leaves the
 // accumulators (scale_e4m3_sums's arithmetic), else bf16 (xs, ws unused).
-// Persistent: CTA b takes tiles b, b + gridDim.x, ... of the n_tiles-wide grid of output tiles (columns
-// fastest); the producer runs on into the next tile's stages while the consumers finish a tile and store
-// it, so only a CTA's first tile waits for its loads.
-template <Sm90Epilogue E, int BM, int BN, bool F8>
-__global__ void __launch_bounds__(Tile<BM, BN>::kThreads, 1)
-    gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb, void* y, int M,
-                     int N, int K, int b_step, int b_second, int n_tiles, int tiles, const float* xs,
-                     const float* ws) {
+// Persistent: the CTAs take units u = b, b + (CTAs), ... of the n_tiles-wide grid of output tiles (columns
+// fastest); the producer runs on into the next unit's stages while the consumers finish a tile and store
+// it, so only a CTA's first tile waits for its loads. CM: the CTAs of a cluster, along the rows (1 or 2). A
+// unit is CM row tiles of one column; in clusters of two, the pair shares the unit's W tile: each CTA loads
+// one of its two W boxes and multicasts it to both, so a stage reads half of W's bytes from L2, and a stage
+// is free again once the consumers of both CTAs have released it.
+template <Sm90Epilogue E, int BM, int BN, bool F8, int CM>
+__global__ void __launch_bounds__(Tile<E, BM, BN>::kThreads, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb,
+                     const __grid_constant__ CUtensorMap ty, int M, int K, int b_step, int b_second, int n_tiles,
+                     int units, const float* xs, const float* ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = Tile<BM, BN>;
-  static_assert(BN == 128 || (BN == 256 && !F8));
+  using T = Tile<E, BM, BN>;
+  static_assert((BN == 128 || (BN == 256 && !F8)) && (CM == 1 || CM == 2));
   constexpr int kStages = T::kStages, kATileBytes = T::kATileBytes, kStageBytes = T::kStageBytes;
   constexpr int kAcc = T::kAcc;
   constexpr int kBK = F8 ? kRowBytes : kRowBytes / 2;  // K elements a stage
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint8_t* out = smem + kStages * kStageBytes;  // the output buffer
+  uint64_t* full = reinterpret_cast<uint64_t*>(out + T::kOutBytes);
   uint64_t* empty = full + kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int k_tiles = (K + kBK - 1) / kBK;
+  const uint32_t rank = CM == 2 ? cluster_rank() : 0;
+  const int first = blockIdx.x / CM, step = gridDim.x / CM;  // this CTA's (cluster's) first unit, the stride
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, T::kConsumers);
+      mbar_init(empty + s, T::kConsumers * CM);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (CM == 2) {
+    cluster_sync();  // the peer's barriers are initialized before anything reaches them
+  } else {
+    __syncthreads();
+  }
 
   // g counts the stages this CTA has filled (producer) or read (consumers) over all its tiles: ring slot
   // g % kStages, in its (g / kStages)-th round.
@@ -258,30 +332,39 @@ __global__ void __launch_bounds__(Tile<BM, BN>::kThreads, 1)
     if constexpr (BN == 256) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (t == 0) {
       int g = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int m0 = (tile / n_tiles) * BM, n0 = (tile % n_tiles) * b_step;
+      for (int u = first; u < units; u += step) {
+        const int m0 = ((u / n_tiles) * CM + static_cast<int>(rank)) * BM, n0 = (u % n_tiles) * b_step;
         for (int kt = 0; kt < k_tiles; ++kt, ++g) {
           const int s = g % kStages;
           if (g >= kStages) mbar_wait(empty + s, ((g / kStages) - 1) & 1);
           uint8_t* a = smem + s * kStageBytes;
           uint8_t* b = a + kATileBytes;
-          mbar_expect_tx(full + s, kStageBytes);
+          mbar_expect_tx(full + s, kStageBytes);  // with CM 2, half of W's bytes come from the peer's load
           tma_load(a, &ta, full + s, kt * kBK, m0);
-          tma_load(b, &tb, full + s, kt * kBK, n0);
-          tma_load(b + T::kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
+          if constexpr (CM == 2) {
+            tma_load_multicast(b + rank * (T::kBTileBytes / 2), &tb, full + s, kt * kBK, n0 + (rank ? b_second : 0),
+                               0x3);
+          } else {
+            tma_load(b, &tb, full + s, kt * kBK, n0);
+            tma_load(b + T::kBTileBytes / 2, &tb, full + s, kt * kBK, n0 + b_second);
+          }
         }
       }
     }
+    if constexpr (CM == 2) cluster_sync();  // nothing leaves while the peer may still reach this CTA
     return;
   }
 
   if constexpr (BN == 256) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   const int c = wg - 1;  // this warpgroup's 64 rows of each tile
+  // Stage s is read: one arrival from this warpgroup on its empty barrier, in both CTAs of a pair.
   const auto release = [&](int s) {
-    if (t == 0) mbar_arrive(empty + s);
+    if (t != 0) return;
+    mbar_arrive(empty + s);
+    if constexpr (CM == 2) mbar_arrive_remote(empty + s, rank ^ 1);
   };
   int g = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int u = first; u < units; u += step) {
     float d[kAcc];
     if constexpr (F8) {
       // The FP8 tensor cores keep fewer bits than fp32 in their sums: each stage's 128 codes of K are summed
@@ -329,19 +412,39 @@ __global__ void __launch_bounds__(Tile<BM, BN>::kThreads, 1)
       fence_accumulators(d);
       release((g - 1) % kStages);
     }
-    store_tile<E, BM, BN, F8>(d, y, M, N, tile / n_tiles, tile % n_tiles, c, t, b_step, b_second, xs, ws);
+    // The outputs go through this warpgroup's part of the output buffer, once the store of its last tile
+    // has read it; one thread then stores (or, for kAddF32, adds) them with TMA, which clips the tile at y's
+    // edges, while the warpgroup goes on.
+    constexpr int kPart = T::kOutBytes / T::kConsumers, kBoxCols = 128 / out_elem_bytes(E);
+    uint8_t* part = out + c * kPart;
+    const int tile_m = (u / n_tiles) * CM + static_cast<int>(rank), tile_n = u % n_tiles;
+    const int row_base = tile_m * BM + c * 64;
+    if (t == 0) bulk_wait_all<true>();
+    warpgroup_sync(c);
+    stage_tile<E, BM, BN, F8>(d, part, M, row_base, tile_n, t, b_step, b_second, xs, ws);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes, seen by the bulk copies
+    warpgroup_sync(c);
+    if (t == 0) {
+#pragma unroll
+      for (int b = 0; b < T::kOutBoxes; ++b) {
+        tma_store<E == Sm90Epilogue::kAddF32>(&ty, part + b * (64 * 128), tile_n * T::kOutCols + b * kBoxCols,
+                                              row_base);
+      }
+      bulk_commit();
+    }
   }
+  if (t == 0) bulk_wait_all<false>();  // the stores are done before the CTA's shared memory goes
+  if constexpr (CM == 2) cluster_sync();
 #else
   (void)ta;
   (void)tb;
-  (void)y;
+  (void)ty;
   (void)M;
-  (void)N;
   (void)K;
   (void)b_step;
   (void)b_second;
   (void)n_tiles;
-  (void)tiles;
+  (void)units;
   (void)xs;
   (void)ws;
   __trap();
@@ -363,26 +466,31 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A row-major matrix [rows, cols] of bf16 or e4m3 codes read in boxes of box_rows x 128 bytes with the
-// 128-byte swizzle.
-[[maybe_unused]] Status make_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, bool codes,
-                                 uint32_t box_rows) {
+// A row-major matrix [rows, cols] of `elem`-byte elements of `type`, in boxes of box_rows x 128 bytes with
+// the 128-byte swizzle: x and W tiles as TMA loads them, and y's as it stores them.
+[[maybe_unused]] Status make_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                                 CUtensorMapDataType type, int64_t elem, uint32_t box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return internal_error("sm90_linear: the driver has no cuTensorMapEncodeTiled");
-  const cuuint64_t elem = codes ? 1 : 2;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * elem};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols * elem)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kRowBytes / elem), box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r =
-      encode(map, codes ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
-             dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return internal_error("sm90_linear: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
                           ") for a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
   }
   return Status::ok();
+}
+
+// x or W: bf16, or e4m3 codes.
+[[maybe_unused]] Status make_operand_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, bool codes,
+                                         uint32_t box_rows) {
+  return make_map(map, base, rows, cols, codes ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                  codes ? 1 : 2, box_rows);
 }
 
 // What both public entry points pass down: the operands as bytes, and the e4m3 forms' scales.
@@ -394,44 +502,63 @@ struct Operands {
   bool codes = false;
 };
 
-template <Sm90Epilogue E, int BM, int BN, bool F8>
-Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K, int ctas,
-              int b_step, int b_second, int n_tiles, int tiles, const Operands& op, cudaStream_t stream) {
-  using T = Tile<BM, BN>;
-  static const cudaError_t attr = cudaFuncSetAttribute(gemm_sm90_kernel<E, BM, BN, F8>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+template <Sm90Epilogue E, int BM, int BN, bool F8, int CM>
+Status launch(const CUtensorMap& ta, const CUtensorMap& tb, void* y, int64_t M, int64_t N, int64_t K,
+              int64_t max_ctas, int sms, const Operands& op, cudaStream_t stream) {
+  using T = Tile<E, BM, BN>;
+  // y: [M, N] (kSiluMul: N is gate|up's rows, y [M, N / 2]), stored by 64-row parts of a tile.
+  const int64_t y_cols = E == Sm90Epilogue::kSiluMul ? N / 2 : N;
+  CUtensorMap ty;
+  const CUtensorMapDataType y_type =
+      out_elem_bytes(E) == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  TERN_RETURN_IF_ERROR(make_map(&ty, y, M, y_cols, y_type, out_elem_bytes(E), 64));
+  // A unit: CM row tiles of one column (a last one of a pair past the rows loads zeros and stores nothing).
+  const int64_t n_tiles = (y_cols + T::kOutCols - 1) / T::kOutCols;
+  const int64_t units = n_tiles * (((M + BM - 1) / BM + CM - 1) / CM);
+  if (units > (int64_t{1} << 30)) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
+  const int64_t resident = static_cast<int64_t>(sms) * T::kPerSm / CM;  // clusters at once
+  const int64_t clusters = max_ctas > 0 ? std::max<int64_t>(max_ctas / CM, 1) : resident;
+  const int ctas = CM * static_cast<int>(std::min(units, clusters));
+  // W rows a tile's columns advance by, and the offset of its second W box (kSiluMul: the up rows).
+  const int b_step = E == Sm90Epilogue::kSiluMul ? BN / 2 : BN;
+  const int b_second = E == Sm90Epilogue::kSiluMul ? static_cast<int>(N / 2) : BN / 2;
+  const auto kernel = gemm_sm90_kernel<E, BM, BN, F8, CM>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   TERN_CUDA_RETURN_IF_ERROR(attr);
-  gemm_sm90_kernel<E, BM, BN, F8><<<ctas, T::kThreads, T::kSmemBytes, stream>>>(
-      ta, tb, y, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), b_step, b_second, n_tiles, tiles,
-      op.x_scales, op.w_scales);
-  TERN_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(T::kThreads);
+  config.dynamicSmemBytes = T::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = CM;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = CM > 1 ? 1 : 0;
+  TERN_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, ta, tb, ty, static_cast<int>(M), static_cast<int>(K),
+                                               b_step, b_second, static_cast<int>(n_tiles), static_cast<int>(units),
+                                               op.x_scales, op.w_scales));
   return Status::ok();
 }
 
-template <int BM, int BN, bool F8>
+template <int BM, int BN, bool F8, int CM = 1>
 [[maybe_unused]] Status launch_tiles(const Operands& op, int64_t M, int64_t K, int64_t N, void* y,
                                      Sm90Epilogue epilogue, cudaStream_t stream, int64_t max_ctas, int sms) {
-  const bool silu = epilogue == Sm90Epilogue::kSiluMul;
   CUtensorMap ta, tb;
-  TERN_RETURN_IF_ERROR(make_map(&ta, op.x, M, K, F8, BM));
-  TERN_RETURN_IF_ERROR(make_map(&tb, op.w, N, K, F8, BN / 2));
-  const int64_t out_cols = silu ? N / 2 : N;
-  const int64_t tile_cols = silu ? BN / 2 : BN;
-  const int64_t n_tiles = (out_cols + tile_cols - 1) / tile_cols, tiles = n_tiles * ((M + BM - 1) / BM);
-  if (tiles > (int64_t{1} << 30)) return invalid_argument("sm90_linear: " + std::to_string(M) + " rows are too many");
-  const int64_t resident = static_cast<int64_t>(sms) * Tile<BM, BN>::kPerSm;  // every CTA at once
-  const int ctas = static_cast<int>(std::min(tiles, max_ctas > 0 ? max_ctas : resident));
-  const int nt = static_cast<int>(n_tiles), all = static_cast<int>(tiles);
+  TERN_RETURN_IF_ERROR(make_operand_map(&ta, op.x, M, K, F8, BM));
+  TERN_RETURN_IF_ERROR(make_operand_map(&tb, op.w, N, K, F8, BN / 2));
   switch (epilogue) {
     case Sm90Epilogue::kBf16:
-      return launch<Sm90Epilogue::kBf16, BM, BN, F8>(ta, tb, y, M, N, K, ctas, BN, BN / 2, nt, all, op, stream);
+      return launch<Sm90Epilogue::kBf16, BM, BN, F8, CM>(ta, tb, y, M, N, K, max_ctas, sms, op, stream);
     case Sm90Epilogue::kF32:
-      return launch<Sm90Epilogue::kF32, BM, BN, F8>(ta, tb, y, M, N, K, ctas, BN, BN / 2, nt, all, op, stream);
+      return launch<Sm90Epilogue::kF32, BM, BN, F8, CM>(ta, tb, y, M, N, K, max_ctas, sms, op, stream);
     case Sm90Epilogue::kAddF32:
-      return launch<Sm90Epilogue::kAddF32, BM, BN, F8>(ta, tb, y, M, N, K, ctas, BN, BN / 2, nt, all, op, stream);
+      return launch<Sm90Epilogue::kAddF32, BM, BN, F8, CM>(ta, tb, y, M, N, K, max_ctas, sms, op, stream);
     case Sm90Epilogue::kSiluMul:
-      return launch<Sm90Epilogue::kSiluMul, BM, BN, F8>(ta, tb, y, M, N / 2, K, ctas, BN / 2,
-                                                        static_cast<int>(N / 2), nt, all, op, stream);
+      return launch<Sm90Epilogue::kSiluMul, BM, BN, F8, CM>(ta, tb, y, M, N, K, max_ctas, sms, op, stream);
   }
   return invalid_argument("sm90_linear: unknown epilogue");
 }
@@ -459,11 +586,13 @@ Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epi
                    (reinterpret_cast<uintptr_t>(op.w_scales) & 7) != 0)) {
     return invalid_argument("sm90_linear_e4m3: needs both scale vectors, W's 8-byte aligned");
   }
-  if ((tiles.rows != 0 && tiles.rows != 64 && tiles.rows != 128) || (tiles.cols != 0 && tiles.cols != 128 &&
-                                                                       tiles.cols != 256) || tiles.max_ctas < 0) {
+  if ((tiles.rows != 0 && tiles.rows != 64 && tiles.rows != 128) ||
+      (tiles.cols != 0 && tiles.cols != 128 && tiles.cols != 256) || tiles.max_ctas < 0 ||
+      (tiles.cluster != 0 && tiles.cluster != 1 && tiles.cluster != 2) || (tiles.cluster == 2 && tiles.rows == 64)) {
     return invalid_argument("sm90_linear: tiles of " + std::to_string(tiles.rows) + " rows (0, 64 or 128), " +
                             std::to_string(tiles.cols) + " columns (0, 128 or 256), at most " +
-                            std::to_string(tiles.max_ctas) + " CTAs (0 or more)");
+                            std::to_string(tiles.max_ctas) + " CTAs (0 or more), clusters of " +
+                            std::to_string(tiles.cluster) + " (0, 1, or 2 with 128-row tiles)");
   }
   if (tiles.cols == 256 && (op.codes || (silu && N % 256 != 0))) {
     return invalid_argument(std::string("sm90_linear: 256-column tiles take bf16 operands") +
@@ -473,23 +602,40 @@ Status run(const Operands& op, int64_t M, int64_t K, int64_t N, void* y, Sm90Epi
   int device = 0, sms = 0;
   TERN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   TERN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // The forms tern_gemm_bench measured fastest on an H100 at 2,048 rows (bf16): SiLU x up in 128 x 256 tiles,
+  // outputs of up to 1,024 columns (o, down) in 64 x 256, the rest in 128 x 128; e4m3 in 128 x 128.
+  const bool wide = !op.codes && M >= 1024 && tiles.rows == 0 && tiles.cols == 0;
+  if (wide && silu && N % 256 == 0) {
+    tiles.rows = 128;
+    tiles.cols = 256;
+  } else if (wide && !silu && N <= 1024) {
+    tiles.rows = 64;
+    tiles.cols = 256;
+  }
   if (tiles.cols == 0) tiles.cols = 128;
   const int64_t out_cols = silu ? N / 2 : N, tile_cols = silu ? tiles.cols / 2 : tiles.cols;
   const int64_t col_tiles = (out_cols + tile_cols - 1) / tile_cols;
   if (tiles.rows == 0) {  // 128-row tiles unless they would leave more than a third of the SMs idle
     tiles.rows = 3 * col_tiles * ((M + 127) / 128) < 2 * static_cast<int64_t>(sms) ? 64 : 128;
   }
+  if (tiles.cluster == 0) tiles.cluster = 1;
   const int64_t most = tiles.max_ctas;
+  const bool pairs = tiles.rows == 128 && tiles.cluster == 2;
   if (op.codes) {
-    return tiles.rows == 64 ? launch_tiles<64, 128, true>(op, M, K, N, y, epilogue, stream, most, sms)
-                            : launch_tiles<128, 128, true>(op, M, K, N, y, epilogue, stream, most, sms);
+    if (tiles.rows == 64) return launch_tiles<64, 128, true>(op, M, K, N, y, epilogue, stream, most, sms);
+    return pairs ? launch_tiles<128, 128, true, 2>(op, M, K, N, y, epilogue, stream, most, sms)
+                 : launch_tiles<128, 128, true>(op, M, K, N, y, epilogue, stream, most, sms);
+  }
+  if (tiles.rows == 64) {
+    return tiles.cols == 256 ? launch_tiles<64, 256, false>(op, M, K, N, y, epilogue, stream, most, sms)
+                             : launch_tiles<64, 128, false>(op, M, K, N, y, epilogue, stream, most, sms);
   }
   if (tiles.cols == 256) {
-    return tiles.rows == 64 ? launch_tiles<64, 256, false>(op, M, K, N, y, epilogue, stream, most, sms)
-                            : launch_tiles<128, 256, false>(op, M, K, N, y, epilogue, stream, most, sms);
+    return pairs ? launch_tiles<128, 256, false, 2>(op, M, K, N, y, epilogue, stream, most, sms)
+                 : launch_tiles<128, 256, false>(op, M, K, N, y, epilogue, stream, most, sms);
   }
-  return tiles.rows == 64 ? launch_tiles<64, 128, false>(op, M, K, N, y, epilogue, stream, most, sms)
-                          : launch_tiles<128, 128, false>(op, M, K, N, y, epilogue, stream, most, sms);
+  return pairs ? launch_tiles<128, 128, false, 2>(op, M, K, N, y, epilogue, stream, most, sms)
+               : launch_tiles<128, 128, false>(op, M, K, N, y, epilogue, stream, most, sms);
 #else
   (void)stream;
   (void)tiles;
