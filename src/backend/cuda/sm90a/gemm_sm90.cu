@@ -363,6 +363,16 @@ __global__ void __launch_bounds__(Tile<E, BM, BN>::kThreads, 1)
     mbar_arrive(empty + s);
     if constexpr (CM == 2) mbar_arrive_remote(empty + s, rank ^ 1);
   };
+  // Waits for stage g's bytes; its ring slot, and this warpgroup's descriptors of the x and W tiles there.
+  const auto enter_stage = [&](int g, uint64_t& da, uint64_t& db) {
+    const int s = g % kStages;
+    mbar_wait(full + s, (g / kStages) & 1);
+    const uint8_t* stage = smem + s * kStageBytes;
+    da = smem_desc(stage + c * (64 * kRowBytes));
+    db = smem_desc(stage + kATileBytes);
+    wgmma_fence();
+    return s;
+  };
   int g = 0;
   for (int u = first; u < units; u += step) {
     float d[kAcc];
@@ -373,11 +383,8 @@ __global__ void __launch_bounds__(Tile<E, BM, BN>::kThreads, 1)
       for (int i = 0; i < 64; ++i) d[i] = 0.0f;
       float p[64];
       for (int kt = 0; kt < k_tiles; ++kt, ++g) {
-        const int s = g % kStages;
-        mbar_wait(full + s, (g / kStages) & 1);
-        const uint8_t* stage = smem + s * kStageBytes;
-        const uint64_t da = smem_desc(stage + c * (64 * kRowBytes)), db = smem_desc(stage + kATileBytes);
-        wgmma_fence();
+        uint64_t da = 0, db = 0;
+        const int s = enter_stage(g, da, db);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(p, da + 2 * kk, db + 2 * kk, kk > 0 ? 1u : 0u);
         wgmma_commit();
@@ -389,11 +396,8 @@ __global__ void __launch_bounds__(Tile<E, BM, BN>::kThreads, 1)
       }
     } else {
       for (int kt = 0; kt < k_tiles; ++kt, ++g) {
-        const int s = g % kStages;
-        mbar_wait(full + s, (g / kStages) & 1);
-        const uint8_t* stage = smem + s * kStageBytes;
-        const uint64_t da = smem_desc(stage + c * (64 * kRowBytes)), db = smem_desc(stage + kATileBytes);
-        wgmma_fence();
+        uint64_t da = 0, db = 0;
+        enter_stage(g, da, db);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           // Each instruction takes 32 bytes of K (16 bf16): the descriptors' start address moves by 2 units
