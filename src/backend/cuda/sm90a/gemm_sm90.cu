@@ -37,7 +37,7 @@ constexpr int kRowBytes = 128;
 // the 128-byte swizzle) that TMA stores from while the consumers go on to their next tile.
 template <Sm90Epilogue E, int BM, int BN>
 struct Tile {
-  static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers), kAcc = BN / 2;
+  static constexpr int kConsumers = BM / 64, kThreads = 128 * (1 + kConsumers);
   static constexpr int kATileBytes = BM * kRowBytes, kBTileBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kOutCols = E == Sm90Epilogue::kSiluMul ? BN / 2 : BN;  // output columns a tile
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(Tile<E, BM, BN>::kThreads, 1)
   using T = Tile<E, BM, BN>;
   static_assert((BN == 128 || (BN == 256 && !F8)) && (CM == 1 || CM == 2));
   constexpr int kStages = T::kStages, kATileBytes = T::kATileBytes, kStageBytes = T::kStageBytes;
-  constexpr int kAcc = T::kAcc;
+  constexpr int kAcc = BN / 2;  // accumulators a thread
   constexpr int kBK = F8 ? kRowBytes : kRowBytes / 2;  // K elements a stage
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
