@@ -18,7 +18,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -26,6 +28,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "backend/cuda/gemm_sm90.h"
 #include "engine/engine.h"
@@ -210,6 +214,7 @@ struct Fp8Run {
   bool q4_0 = false;  // int4 weights instead of FP8
   bool fast_accum = false;  // DeviceModelOptions::fp8_fast_accum
   bool lm_head = false;     // DeviceModelOptions::fp8_lm_head, the reference's head FP8 too
+  bool int4_checkpoint = false;  // with q4_0: `dir` is an int4 checkpoint whose layers load as Q4_0 already
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0,
@@ -220,11 +225,18 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   std::unique_ptr<Ernie45Model> bf16_weights;
   const bool int4 = fp8 != nullptr && fp8->q4_0;
   if (int4) {
-    ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
-    for (const auto& l : cpu->layer_weights()) ASSERT_EQ(l.down.dtype, DType::kQ4_0);
     // The Q4_0 mix gives the head a type of its own, which --quantize-lm-head refuses (apply_quantization):
     // the FP8 head beside int4 layers is an int4 checkpoint's (a float head).
-    ASSERT_FALSE(fp8->lm_head) << "q4_0 with the FP8 head";
+    ASSERT_TRUE(!fp8->lm_head || fp8->int4_checkpoint) << "q4_0 with the FP8 head";
+    if (!fp8->int4_checkpoint) {
+      ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
+    }
+    for (const auto& l : cpu->layer_weights()) ASSERT_EQ(l.down.dtype, DType::kQ4_0);
+    if (fp8->lm_head) {  // the GPU quantizes the float head at upload; the reference holds the same values
+      bf16_weights = load_cpu(dir);
+      ASSERT_NE(bf16_weights, nullptr);
+      ASSERT_TRUE(cpu->quantize_lm_head_fp8().is_ok());
+    }
   } else if (fp8 != nullptr) {
     bf16_weights = load_cpu(dir);
     ASSERT_NE(bf16_weights, nullptr);
@@ -281,6 +293,12 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     EXPECT_FALSE(gpu->fp8_weights());
     EXPECT_EQ(gpu->int4_matrices(), 4 * c.num_layers) << "every layer matrix as int4";
     EXPECT_EQ(gpu->int4_declined(), "");
+    if (fp8->lm_head) {
+      EXPECT_TRUE(gpu->fp8_lm_head());
+      std::printf("[batched %s] int4 layers, the FP8 head's GEMMs of up to %ld rows%s%s\n", dir.c_str(),
+                  static_cast<long>(gpu->fp8_lm_head_gemm_rows()), gpu->fp8_lm_head_note().empty() ? "" : ": ",
+                  gpu->fp8_lm_head_note().c_str());
+    }
   } else if (fp8 != nullptr) {
     EXPECT_TRUE(gpu->fp8_weights());
     if (!fp8->tensor_cores) {
@@ -597,6 +615,26 @@ TEST(GpuModel, Int4WeightsMatchCpuReferenceWithTheSameValues) {
   compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 13, &w4a16);
   compare_with_cpu(dir.path(), 16, 14, &w4a16);
   compare_with_cpu(dir.path(), 7, 15, &w4a16);
+}
+
+// An int4 checkpoint as people download them (tools/quantize_awq.py: GPTQ, symmetric, groups of 32, which
+// the host holds as Q4_0 blocks and the GPU as int4) with --quantize-lm-head: the int4 layers beside the FP8
+// head, in the GEMV and (FP8 tensor cores) the head's GEMMs, against the reference's same layers and FP8
+// head. Skipped where python3 with numpy cannot write the checkpoint.
+TEST(GpuModel, Int4CheckpointWithFp8HeadMatchesCpuReference) {
+  const std::string data = TERN_TEST_DATA_DIR;
+  const std::string out = "/tmp/tern_int4_ckpt_" + std::to_string(::getpid());
+  const std::string cmd = "python3 " + data + "/../../tools/quantize_awq.py --model " + data +
+                          "/ernie-tiny --out " + out + " --format gptq --sym --group-size 32 >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "could not write the checkpoint: " << cmd;
+  Fp8Run head;
+  head.q4_0 = true;
+  head.int4_checkpoint = true;
+  head.lm_head = true;
+  head.tolerance = kFp8LogitTolerance;
+  compare_with_cpu(out, 16, 16, &head);
+  compare_with_cpu(out, 5, 17, &head);
+  std::filesystem::remove_all(out);
 }
 
 TEST(GpuModel, BadBatchesFailBeforeAnyWork) {
