@@ -39,7 +39,8 @@
 // with prefill steps of up to N tokens, max_num_batched_tokens; 2,048 or
 // the largest batch otherwise), sm90 and sm90-N (graphs with the layers'
 // GEMMs of steps past 512 tokens, or of N tokens and more, on the sm_90 GEMM
-// of our own with SiLU x up fused, sm90_gemm_min_tokens), fp8-sm90 (FP8
+// of our own with SiLU x up fused, sm90_gemm_min_tokens), sm90-gu (the same
+// for gate|up alone, sm90_gemm_gate_up_only), fp8-sm90 (FP8
 // folded at every GEMM size, as fp8-tc2048, each GEMM of steps past 512
 // tokens on the sm_90 GEMM's e4m3 form with the scales in its epilogue). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
@@ -197,7 +198,7 @@ int main(int argc, char** argv) {
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
-                                         "sm90", "fp8-sm90"};
+                                         "sm90", "sm90-gu", "fp8-sm90"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -275,12 +276,13 @@ int main(int argc, char** argv) {
     }
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (base == "nosplit") o.k_split_max_tokens = 0;
-    if (base == "sm90") o.sm90_gemm_min_tokens = 513;  // past the K-split's sizes: prefill steps
+    if (base == "sm90" || base == "sm90-gu") o.sm90_gemm_min_tokens = 513;  // past the K-split's sizes: prefill
+    o.sm90_gemm_gate_up_only = base == "sm90-gu";
     if (base == "fp8-sm90") {  // FP8 folded at every step size past the GEMV's, prefill steps on the e4m3 form
       o.sm90_gemm_min_tokens = 513;
       o.fp8_tensor_core_max_tokens = o.max_num_batched_tokens;
     }
-    if (base.rfind("sm90-", 0) == 0) o.sm90_gemm_min_tokens = std::stoll(base.substr(5));
+    if (base.rfind("sm90-", 0) == 0 && base != "sm90-gu") o.sm90_gemm_min_tokens = std::stoll(base.substr(5));
     if (base.rfind("ksplit", 0) == 0) {  // ksplit, ksplitN (up to N tokens), ksplit-oAdB (A and B slices)
       const bool digits = base.size() > 6 && std::isdigit(static_cast<unsigned char>(base[6])) != 0;
       o.k_split_max_tokens = digits ? std::stoll(base.substr(6)) : 512;

@@ -218,7 +218,7 @@ struct Fp8Run {
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0,
-                      int64_t sm90_gemm_tokens = 0) {
+                      int64_t sm90_gemm_tokens = 0, bool sm90_gate_up_only = false) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
@@ -281,6 +281,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   options.kv_cache_dtype = dtype;
   options.k_split_max_tokens = k_split_tokens;
   options.sm90_gemm_min_tokens = sm90_gemm_tokens;
+  options.sm90_gemm_gate_up_only = sm90_gate_up_only;
   if (fp8 != nullptr && !int4) {
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
@@ -446,10 +447,10 @@ TEST(GpuModel, KSplitGemmsMatchCpu) {
 }
 
 // sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on
-// the sm_90 GEMM of our own, SiLU x up in gate|up's epilogue, alone and
-// beside the o and down GEMMs split over K up to 48 tokens (cuBLAS's), and
-// its e4m3 form for FP8 layers, against the CPU model. Skipped where the
-// sm_90 GEMM is not available.
+// the sm_90 GEMM of our own, SiLU x up in gate|up's epilogue, alone, beside
+// the o and down GEMMs split over K up to 48 tokens (cuBLAS's), for gate|up
+// alone (sm90_gemm_gate_up_only), and its e4m3 form for FP8 layers, against
+// the CPU model. Skipped where the sm_90 GEMM is not available.
 TEST(GpuModel, Sm90GemmsMatchCpu) {
   int device = 0;
   TERN_ASSERT_CUDA(cudaGetDevice(&device));
@@ -460,6 +461,7 @@ TEST(GpuModel, Sm90GemmsMatchCpu) {
   test::TinyModelDir dir(spec, 10);
   compare_with_cpu(dir.path(), 16, 22, nullptr, KvCacheDType::kAuto, 0, 17);
   compare_with_cpu(dir.path(), 16, 23, nullptr, KvCacheDType::kAuto, 48, 17);
+  compare_with_cpu(dir.path(), 16, 26, nullptr, KvCacheDType::kAuto, 0, 17, /*sm90_gate_up_only=*/true);
   // FP8 layers (W8A8, folded scales): the e4m3 form with the scales in its epilogue, within the W8A8 bound.
   const Fp8Run w8a8{true, 0.5};
   compare_with_cpu(dir.path(), 7, 24, &w8a8, KvCacheDType::kAuto, 0, 17);

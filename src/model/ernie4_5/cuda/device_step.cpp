@@ -31,7 +31,9 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
   const int64_t T = gemm_rows(num_tokens);
   switch (w.form) {
     case Form::kBf16:
-      if (own_gemm(T)) return sm90_linear(in, T, K, w.w.as<bf16>(), N, y, sm90_epilogue(out), stream);
+      if (own_gemm(T) && !options.sm90_gemm_gate_up_only) {
+        return sm90_linear(in, T, K, w.w.as<bf16>(), N, y, sm90_epilogue(out), stream);
+      }
       return linear(cublas, in, T, K, w.w.as<bf16>(), N, y, out);
     case Form::kInt4:
       // W4A16 past the GEMV's sizes: the layer's weights written out as bf16, then the bf16 GEMM.
