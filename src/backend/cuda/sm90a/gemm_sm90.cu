@@ -1,13 +1,15 @@
-// gemm_sm90.h's GEMM: one CTA per output tile of BM x 128 (BM x 64 of y for
-// kSiluMul: 64 gate and 64 up columns), BM 128 or 64. Warpgroup 0's first
-// thread loads 64-wide K slices of the x and W tiles with TMA (128-byte
-// swizzle) into a ring of stages, each filled under an mbarrier that counts
-// its bytes; each further warpgroup (two for BM 128, one for 64) takes 64
-// rows of the tile and runs four wgmma m64n128k16 per stage on the
-// shared-memory tiles, keeping one stage's MMAs in flight and freeing the
-// stage before (a second mbarrier per stage, one arrival per consumer
-// warpgroup). The epilogue writes each thread's accumulators straight from
-// registers.
+// gemm_sm90.h's GEMM. Persistent CTAs take output tiles of BM x BN (BM 128
+// or 64, BN 128 or 256; kSiluMul's tiles hold BN / 2 gate and BN / 2 up
+// columns) in turn. Warpgroup 0's first thread loads 64-wide K slices of the
+// x and W tiles with TMA (128-byte swizzle) into a ring of stages, each
+// filled under an mbarrier that counts its bytes, running on into a CTA's
+// next tile; each further warpgroup (two for BM 128, one for 64) takes 64
+// rows of a tile and runs four wgmma m64nBNk16 per stage on the shared-memory
+// tiles, keeping one stage's MMAs in flight and freeing the stage before (a
+// second mbarrier per stage, one arrival per consumer warpgroup, in both CTAs
+// of a cluster of two). The epilogue writes the accumulators into a
+// shared-memory buffer that one thread stores (or adds) with TMA while its
+// warpgroup goes on to the next tile.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
