@@ -64,9 +64,9 @@ Status sm90_linear(const bf16* x, int64_t num_tokens, int64_t in_features, const
 // The same on e4m3 codes (W8A8, the FP8 tensor cores): x [T, K] with a scale
 // per row (x_scales [T], quantize_rows_e4m3's), W [N, K] with a scale per row
 // (w_scales [N], the FP8 weights' per-output-channel scales); each sum leaves
-// the accumulators as sum * x_scale * w_scale (scale_e4m3_sums's arithmetic:
-// the fp32 added as fma(sum * x_scale, w_scale, y)), so no pass over fp32
-// sums follows. K a multiple of 16. Each 128 codes of K are summed on the
+// the accumulators as sum * x_scale * w_scale (kAddF32: that product, rounded,
+// then added into y by the TMA store), so no pass over fp32 sums follows. K a
+// multiple of 16. Each 128 codes of K are summed on the
 // tensor cores and added into fp32 sums (the FP8 tensor cores' own sums keep
 // fewer bits), as cuBLASLt does without fast accumulation.
 Status sm90_linear_e4m3(const uint8_t* x, const float* x_scales, int64_t num_tokens, int64_t in_features,

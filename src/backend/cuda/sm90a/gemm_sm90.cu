@@ -285,9 +285,9 @@ __device__ __forceinline__ void stage_tile(const float (&d)[BN / 2], uint8_t* ou
 
 // b_step: W rows a tile's columns advance by; b_second: the row offset of the
 // tile's second BN / 2 W rows from its first (BN / 2, or I for kSiluMul's up rows).
-// N: y's columns and row stride (I for kSiluMul). F8: x and W as e4m3 codes,
+// ty: y's tensor map (64-row boxes of 128 bytes). F8: x and W as e4m3 codes,
 // each sum scaled by its row's xs and its W row's ws as it leaves the
-// accumulators (scale_e4m3_sums's arithmetic), else bf16 (xs, ws unused).
+// accumulators, else bf16 (xs, ws unused).
 // Persistent: the CTAs take units u = b, b + (CTAs), ... of the n_tiles-wide grid of output tiles (columns
 // fastest); the producer runs on into the next unit's stages while the consumers finish a tile and store
 // it, so only a CTA's first tile waits for its loads. CM: the CTAs of a cluster, along the rows (1 or 2). A

@@ -154,7 +154,7 @@ struct DeviceModelOptions : RunnerOptions {
   // Only where the build has sm_90a kernels and the GPU is sm_90.
   int64_t sm90_gemm_min_tokens = 0;
   // With sm90_gemm_min_tokens, only bf16 layers' gate|up (with SiLU x up) runs on
-  // the sm_90 GEMM; q|k|v, o and down stay on cuBLAS.
+  // the sm_90 GEMM; q|k|v, o and down stay on cuBLAS, FP8 layers on cuBLASLt.
   bool sm90_gemm_gate_up_only = false;
   // With fp8_lm_head (RunnerOptions, --quantize-lm-head): LM-head GEMMs of up
   // to this many rows read the FP8 head on the tensor cores (W8A8, the sums

@@ -152,7 +152,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const bool fold = fold_fp8(T);
   const int64_t rows = gemm_rows(T);  // the GEMMs' row count
   // Folded FP8 steps on the sm_90 GEMM (own_gemm): the row scales applied as the sums leave the accumulators.
-  const bool own_fp8 = fold && own_gemm(rows);
+  const bool own_fp8 = fold && own_gemm(rows) && !options.sm90_gemm_gate_up_only;
   const auto own_e4m3 = [&](const uint8_t* in, const float* in_scales, int64_t rows_in, int64_t K, const Matrix& m,
                             int64_t N, void* y, Sm90Epilogue e) {
     return sm90_linear_e4m3(in, in_scales, rows_in, K, m.w.as<uint8_t>(), m.scale.as<float>(), N, y, e, stream);
