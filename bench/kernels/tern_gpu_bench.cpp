@@ -14,6 +14,8 @@
 // and the KV write in rope_store_kv: not in the decode attention, and q not
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
 // loaded into registers in every step, never staged through shared memory),
+// headrows (the decode attention's tensor-core form with the q heads as the
+// MMA's rows, 16 whatever the group, instead of its columns),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8; any
 // configuration NAME+kv-fp8 is NAME over that cache, fp8-tc+kv-fp8 both FP8 options),
 // prefetchD and kv-fp8-prefetchD (the decode attention's register form
@@ -195,7 +197,7 @@ int main(int argc, char** argv) {
   // The configurations the header lists; a name outside them is refused rather than run as graphs.
   const auto known = [](const std::string& config) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
-                                         "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
+                                         "notiles", "norope", "regkv", "headrows",        "kv-fp8",       "nokernel",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
                                          "sm90", "sm90-gu", "fp8-sm90"};
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
     if (base == "notiles") o.prefill_tiles = false;
     if (base == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
+    if (base == "headrows") o.attention_heads_as_columns = false;
     if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }

@@ -520,15 +520,29 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
                            std::to_string(num_splits) +
                            (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "") +
                            (fp8 ? " fp8 cache" : "") + (stage_kv ? "" : " register loads");
-  test::expect_bf16_close(got, ref, what);
-  // Per token too, so one bad sequence cannot hide in the total.
-  first = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const auto b = static_cast<size_t>(first * q_dim), e = static_cast<size_t>((first + seqs[i].fresh) * q_dim);
-    std::vector<float> g(got.begin() + b, got.begin() + e), r(ref.begin() + b, ref.begin() + e);
-    EXPECT_LT(test::relative_l2(g, r), 1e-2)
-        << what << ": sequence " << i << " length " << seqs[i].length << " fresh " << seqs[i].fresh;
-    first += seqs[i].fresh;
+  const auto expect_near_reference = [&](const std::vector<float>& out, const std::string& form) {
+    test::expect_bf16_close(out, ref, form);
+    // Per token too, so one bad sequence cannot hide in the total.
+    int64_t at = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto b = static_cast<size_t>(at * q_dim), e = static_cast<size_t>((at + seqs[i].fresh) * q_dim);
+      std::vector<float> g(out.begin() + b, out.begin() + e), r(ref.begin() + b, ref.begin() + e);
+      EXPECT_LT(test::relative_l2(g, r), 1e-2)
+          << form << ": sequence " << i << " length " << seqs[i].length << " fresh " << seqs[i].fresh;
+      at += seqs[i].fresh;
+    }
+  };
+  expect_near_reference(got, what);
+  // Up to 8 q heads per kv head, the tensor-core decode form takes the heads as its MMA columns by
+  // default; the heads-as-rows form must match the reference too.
+  if (cuda::paged_attention_takes_rope(s.num_heads, s.num_kv_heads, s.head_dim) && s.num_heads <= 8 * s.num_kv_heads) {
+    p.heads_as_columns = false;
+    d_out.upload(std::vector<bf16>(static_cast<size_t>(T * q_dim), kNanBf16));
+    TERN_ASSERT_CUDA(launch());
+    TERN_ASSERT_CUDA(cudaDeviceSynchronize());
+    for (int c : launch_bufs.counters.download()) ASSERT_EQ(c, 0) << "split counters not reset";
+    expect_near_reference(test::to_f32(d_out.download()), what + " heads as rows");
+    p.heads_as_columns = true;
   }
 }
 

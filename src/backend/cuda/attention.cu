@@ -203,7 +203,19 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // straight into registers); the
 // warps' softmax states merge through shared memory, then (several splits)
 // through the partials as above.
+//
+// Heads as columns (kCols: at most 8 q heads per kv head, the caller's
+// heads_as_columns): S keeps the heads as rows, but O is computed
+// transposed, O^T += V^T P^T with 16 dims as the MMA's rows and the 8 heads
+// as its columns, as the one-token kernel's attend_mma does: S's
+// accumulator (keys 2c, 2c + 1 and 8 + 2c, 9 + 2c of head g) is already
+// P^T's B fragment, and V's fragments pair two keys of one dim with a byte
+// permute into V^T's A fragment. Rows g + 8 of S (heads past the group)
+// are not computed at all, so O takes 32 accumulators a lane instead of 64
+// and half the P V MMAs; the registers saved let four blocks share an SM
+// (launch bounds) instead of two, a step of 256 tokens one wave.
 constexpr int kMmaWarps = 4;
+constexpr int kMmaMaxColumnsGroup = 8;  // q heads per kv head the heads-as-columns form takes (MMA columns)
 constexpr int kChunkKeys = 16;
 // Shared-memory stages per warp in the staged form (bf16 rows): three, 24 KB
 // a warp at head_dim 128, so two blocks per SM on sm_90, the occupancy the
@@ -221,8 +233,9 @@ __device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
   return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
 }
 
-template <int HD, typename Cache, bool kStaged>
-__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention_kernel(PagedAttentionParams p) {
+template <int HD, typename Cache, bool kStaged, bool kCols>
+__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kCols ? 4 : 1)
+    mma_attention_kernel(PagedAttentionParams p) {
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
   // Staged: a bf16 pool's chunks come in through shared memory; otherwise (an e4m3 pool, or too little
@@ -261,8 +274,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       qa[j] = g < group ? *reinterpret_cast<const uint4*>(q + g * HD + 32 * j + 8 * c) : make_uint4(0, 0, 0, 0);
-      qb[j] = g + 8 < group ? *reinterpret_cast<const uint4*>(q + (g + 8) * HD + 32 * j + 8 * c)
-                            : make_uint4(0, 0, 0, 0);
+      qb[j] = !kCols && g + 8 < group ? *reinterpret_cast<const uint4*>(q + (g + 8) * HD + 32 * j + 8 * c)
+                                      : make_uint4(0, 0, 0, 0);
     }
   }
   if (p.rope_kv || p.rope_q) {
@@ -292,9 +305,11 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
       for (int w = 0; w < 4; ++w) {
         const float2 r = rot[16 * j + 4 * c + w];
         uint32_t* a = &qa[j].x + w;
-        uint32_t* b = &qb[j].x + w;
         *a = rope_pair(*a, r.x, r.y);
-        *b = rope_pair(*b, r.x, r.y);
+        if constexpr (!kCols) {
+          uint32_t* b = &qb[j].x + w;
+          *b = rope_pair(*b, r.x, r.y);
+        }
       }
     }
     if (writes && tid < HD) {
@@ -311,12 +326,15 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
   }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;  // log2(e) / sqrt(hd)
 
-  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units)
-  float o[kHalves][8][4];
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units; kCols: g only)
+  // o[h][j]: rows g, g + 8 and dims 8 (2c) + j + 64 h, + 8; kCols (o[h][jj], jj < 4): dims 64 h + 8 g + 2 jj
+  // ([0], [1]) and + 1 ([2], [3]) of heads 2c ([0], [2]) and 2c + 1 ([1], [3]).
+  constexpr int kOutTiles = kCols ? 4 : 8;
+  float o[kHalves][kOutTiles][4];
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
+    for (int j = 0; j < kOutTiles; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
 
   // One 16-key chunk's scores, softmax round and P V, from its K fragments
@@ -344,38 +362,82 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
         }
       }
     }
-    float row_max[2] = {-INFINITY, -INFINITY};
+    if constexpr (kCols) {
+      // Row g (head g) alone: its keys' weights are P^T's B fragment, its factor each column's.
+      float row_max = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1])) * scale;
+      row_max = quad_max(row_max);
+      const float m_new = fmaxf(m[0], row_max);
+      const float corr = exp2f(m[0] - m_new);
+      m[0] = m_new;
+      float pr[2][2];
+      float add = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < 2; ++e) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
-    }
-    row_max[0] *= scale;
-    row_max[1] *= scale;
-    float corr[2];
-    mma_rows_rescale(row_max, m, l, corr);
-    uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float pr[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
-        l[i >> 1] += pr[i];
+        for (int i = 0; i < 2; ++i) {
+          pr[e][i] = exp2f(fmaf(s[e][i], scale, -m_new));
+          add += pr[e][i];
+        }
       }
-      pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
-      pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
-    }
-    mma_rows_scale(o, corr);
+      l[0] = l[0] * corr + add;
+      const uint32_t pb0 = pack_bf16x2(pr[0][0], pr[0][1]);  // keys 2c, 2c + 1 of head g
+      const uint32_t pb1 = pack_bf16x2(pr[1][0], pr[1][1]);  // keys 8 + 2c, 9 + 2c
+      // The columns' factors: heads 2c and 2c + 1 are rows g of lanes 8c and 8c + 4.
+      const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
+      const bool scales = __any_sync(0xffffffffu, corr != 1.0f);
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
+      for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
-        const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-        const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
-        const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
-        mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+        for (int jj = 0; jj < 4; ++jj) {
+          if (scales) {
+            o[h][jj][0] *= c0;
+            o[h][jj][1] *= c1;
+            o[h][jj][2] *= c0;
+            o[h][jj][3] *= c1;
+          }
+          // V^T's A fragment: rows dim 2 jj (a0, a2) and 2 jj + 1 (a1, a3) of the lane's 8, keys 2c, 2c + 1
+          // (a0, a1) and 2c + 8, 2c + 9 (a2, a3).
+          const uint32_t a0 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x5410u);
+          const uint32_t a1 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x7632u);
+          const uint32_t a2 = __byte_perm(word(vr[2][h], jj), word(vr[3][h], jj), 0x5410u);
+          const uint32_t a3 = __byte_perm(word(vr[2][h], jj), word(vr[3][h], jj), 0x7632u);
+          mma_bf16(o[h][jj], a0, a1, a2, a3, pb0, pb1);
+        }
+      }
+    } else {
+      float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
+      }
+      row_max[0] *= scale;
+      row_max[1] *= scale;
+      float corr[2];
+      mma_rows_rescale(row_max, m, l, corr);
+      uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
+          l[i >> 1] += pr[i];
+        }
+        pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
+        pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
+      }
+      mma_rows_scale(o, corr);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
+          const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+          const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
+          const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
+          mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+        }
       }
     }
   };
@@ -496,22 +558,37 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : 1) mma_attention
   if (c == 0) {
     red_ml[(warp * 16 + g) * 2] = m[0];
     red_ml[(warp * 16 + g) * 2 + 1] = l[0];
-    red_ml[(warp * 16 + g + 8) * 2] = m[1];
-    red_ml[(warp * 16 + g + 8) * 2 + 1] = l[1];
+    red_ml[(warp * 16 + g + 8) * 2] = kCols ? -FLT_MAX : m[1];  // kCols: rows past the group
+    red_ml[(warp * 16 + g + 8) * 2 + 1] = kCols ? 0.0f : l[1];
   }
-  // o[h][j] holds rows g / g + 8, output columns 2c and 2c + 1 of MMA (h, j):
-  // dims 64 h + 8 (2c) + j and 64 h + 8 (2c + 1) + j.
+  if constexpr (kCols) {
+    // o[h][jj]: dims 64 h + 8 g + 2 jj ([0], [1]) and + 1 ([2], [3]) of rows (heads) 2c and 2c + 1.
 #pragma unroll
-  for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int d0 = 64 * h + 16 * c + j;
-      float* r0 = red_o + (warp * 16 + g) * kRowStride;
-      float* r1 = red_o + (warp * 16 + g + 8) * kRowStride;
-      r0[d0] = o[h][j][0];
-      r0[d0 + 8] = o[h][j][1];
-      r1[d0] = o[h][j][2];
-      r1[d0 + 8] = o[h][j][3];
+      for (int jj = 0; jj < 4; ++jj) {
+        const int d0 = 64 * h + 8 * g + 2 * jj;
+        float* r0 = red_o + (warp * 16 + 2 * c) * kRowStride;
+        float* r1 = r0 + kRowStride;
+        *reinterpret_cast<float2*>(r0 + d0) = make_float2(o[h][jj][0], o[h][jj][2]);
+        *reinterpret_cast<float2*>(r1 + d0) = make_float2(o[h][jj][1], o[h][jj][3]);
+      }
+    }
+  } else {
+    // o[h][j] holds rows g / g + 8, output columns 2c and 2c + 1 of MMA (h, j):
+    // dims 64 h + 8 (2c) + j and 64 h + 8 (2c + 1) + j.
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int d0 = 64 * h + 16 * c + j;
+        float* r0 = red_o + (warp * 16 + g) * kRowStride;
+        float* r1 = red_o + (warp * 16 + g + 8) * kRowStride;
+        r0[d0] = o[h][j][0];
+        r0[d0 + 8] = o[h][j][1];
+        r1[d0] = o[h][j][2];
+        r1[d0 + 8] = o[h][j][3];
+      }
     }
   }
   __syncthreads();
@@ -653,14 +730,22 @@ bool staged_fits() {
   return fits;
 }
 
-template <int HD, typename Cache, bool kStaged>
+template <int HD, typename Cache, bool kStaged, bool kCols>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = mma_smem_bytes<HD, Cache, kStaged>();
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged>>();
+    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged, kCols>>();
     if (e != cudaSuccess) return e;
   }
-  return launch_kernel(mma_attention_kernel<HD, Cache, kStaged>, grid, dim3(32 * kMmaWarps), smem, stream, pdl, p);
+  return launch_kernel(mma_attention_kernel<HD, Cache, kStaged, kCols>, grid, dim3(32 * kMmaWarps), smem, stream,
+                       pdl, p);
+}
+
+template <int HD, typename Cache, bool kStaged>
+cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  const bool cols = p.heads_as_columns && p.heads.num_heads <= kMmaMaxColumnsGroup * p.heads.num_kv_heads;
+  return cols ? launch_mma<HD, Cache, kStaged, true>(p, grid, stream, pdl)
+              : launch_mma<HD, Cache, kStaged, false>(p, grid, stream, pdl);
 }
 
 template <int HD>

@@ -154,6 +154,12 @@ struct PagedAttentionParams {
   // the K/V rows of its chunk this many chunks ahead of the one it computes
   // (0: none). No effect on the output.
   int prefetch_chunks = 1;
+  // Tensor-core decode form with at most 8 q heads per kv head: O computed
+  // transposed, the q heads as the MMA's columns (half the accumulators and
+  // P V MMAs, four blocks per SM in the register form); false: the heads as
+  // rows, 16 of them whatever the group. The same output within rounding of
+  // the sums' order.
+  bool heads_as_columns = true;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.

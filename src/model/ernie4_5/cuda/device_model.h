@@ -106,6 +106,10 @@ struct DeviceModelOptions : RunnerOptions {
   // (bench/kernels/NOTES.md): bf16 +1.5% without it, -2.2% / -3.4% at 2 / 3
   // chunks; e4m3 -6% without it, -2.9% / -5.8% at 2 / 3.
   int attention_prefetch_chunks = -1;
+  // The decode attention's tensor-core form with at most 8 q heads per kv
+  // head: O transposed, the heads as the MMA's columns
+  // (PagedAttentionParams::heads_as_columns); off: the heads as its rows.
+  bool attention_heads_as_columns = true;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's
