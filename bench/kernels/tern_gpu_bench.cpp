@@ -3,7 +3,10 @@
 // for every size) and batch size B: B sequences prefill a P-token prompt
 // (timed: prefill tok/s), then N decode steps of B tokens with the greedy
 // picks taken on the GPU (contexts P..P+N), timed step by step on the host
-// clock (each step waits for its results, as the engine does). Also the
+// clock (each step waits for its results, as the engine does); with
+// --spread 1 the sequences decode from contexts spread over P/8..P instead
+// (sequence b from a position of its own, rewriting its prompt's later K/V),
+// as a server's batch of prompts of many lengths does. Also the
 // decode rate when every row's logits come to the host, and the GPU memory
 // besides the KV pool. Ends with one table line per configuration and batch.
 // Configurations: graphs (the default options), eager (enforce_eager),
@@ -15,7 +18,9 @@
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
 // loaded into registers in every step, never staged through shared memory),
 // headrows (the decode attention's tensor-core form with the q heads as the
-// MMA's rows, 16 whatever the group, instead of its columns),
+// MMA's rows, 16 whatever the group, instead of its columns), balanceN
+// (graphs with a decode step's contexts past N keys split over up to 4
+// attention blocks where its tokens would take one each, attention_split_keys),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8; any
 // configuration NAME+kv-fp8 is NAME over that cache, fp8-tc+kv-fp8 both FP8 options),
 // prefetchD and kv-fp8-prefetchD (the decode attention's register form
@@ -48,7 +53,7 @@
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
-// Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256]
+// Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256] [--spread 0|1]
 //                       [--configs graphs,eager,pdl,cublas,gemv8,int4]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
@@ -164,6 +169,7 @@ int main(int argc, char** argv) {
   std::string model_dir, configs_arg = "graphs,eager,cublas";
   std::vector<int64_t> batches = {1, 8, 64, 256};
   int64_t prompt = 256, steps = 256;
+  bool spread = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--model") {
@@ -175,13 +181,15 @@ int main(int argc, char** argv) {
       prompt = std::stoll(value);
     } else if (flag == "--steps") {
       steps = std::stoll(value);
+    } else if (flag == "--spread") {
+      spread = value == "1";
     } else if (flag == "--configs") {
       configs_arg = value;
     }
   }
   if (model_dir.empty() || batches.empty()) {
     std::fprintf(stderr, "usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256] "
-                         "[--configs graphs,eager,cublas]\n");
+                         "[--spread 0|1] [--configs graphs,eager,cublas]\n");
     return 2;
   }
   if (steps < 8) {
@@ -214,7 +222,7 @@ int main(int argc, char** argv) {
                         std::isdigit(static_cast<unsigned char>(config[10])) != 0;  // ksplit-oAdB
     return slices || digits_after("ksplit") || digits_after("gemv") || digits_after("tokens") ||
            digits_after("fp8-tc") || digits_after("fp8-nofold") || digits_after("fp8-head") ||
-           digits_after("prefetch", 1) || digits_after("sm90-") ||
+           digits_after("prefetch", 1) || digits_after("sm90-") || digits_after("balance") ||
            digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
@@ -274,6 +282,7 @@ int main(int argc, char** argv) {
     if (base == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (base == "headrows") o.attention_heads_as_columns = false;
+    if (base.rfind("balance", 0) == 0) o.attention_split_keys = std::stoll(base.substr(7));
     if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }
@@ -377,6 +386,15 @@ int main(int argc, char** argv) {
         for (auto& t : tokens[static_cast<size_t>(b)]) t = tok(rng);
         for (int64_t k = 0; k < per_seq; ++k) tables[static_cast<size_t>(b)].push_back(static_cast<int32_t>(b * per_seq + k));
       }
+      // Each sequence's first decode position: the prompt's end, or (--spread) one of B spread over
+      // P/8..P in an order that puts long and short contexts side by side.
+      std::vector<int64_t> start(static_cast<size_t>(B), prompt);
+      if (spread) {
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t rank = (b * 7919) % B, lo = std::max<int64_t>(prompt / 8, 1);
+          start[static_cast<size_t>(b)] = lo + (prompt - lo) * rank / std::max<int64_t>(B - 1, 1);
+        }
+      }
       std::vector<int32_t> picks;
       std::vector<float> logits;
       std::vector<uint8_t> greedy;
@@ -415,9 +433,10 @@ int main(int argc, char** argv) {
       const int64_t host_steps = std::min<int64_t>(16, steps);
       for (int64_t i = 0; i < steps + host_steps; ++i) {
         const bool on_device = i < steps;
-        const int64_t pos = on_device ? prompt + i : prompt + steps - host_steps + (i - steps);
+        const int64_t at = on_device ? i : steps - host_steps + (i - steps);
         std::vector<tern::SequenceChunk> batch;
         for (int64_t b = 0; b < B; ++b) {
+          const int64_t pos = start[static_cast<size_t>(b)] + at;
           batch.push_back({std::span<const int32_t>(tokens[static_cast<size_t>(b)]).subspan(static_cast<size_t>(pos), 1),
                            pos, tables[static_cast<size_t>(b)], true});
         }
