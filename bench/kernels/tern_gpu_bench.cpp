@@ -18,9 +18,7 @@
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
 // loaded into registers in every step, never staged through shared memory),
 // headrows (the decode attention's tensor-core form with the q heads as the
-// MMA's rows, 16 whatever the group, instead of its columns), balanceN
-// (graphs with a decode step's contexts past N keys split over up to 4
-// attention blocks where its tokens would take one each, attention_split_keys),
+// MMA's rows, 16 whatever the group, instead of its columns),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8; any
 // configuration NAME+kv-fp8 is NAME over that cache, fp8-tc+kv-fp8 both FP8 options),
 // prefetchD and kv-fp8-prefetchD (the decode attention's register form
@@ -222,7 +220,7 @@ int main(int argc, char** argv) {
                         std::isdigit(static_cast<unsigned char>(config[10])) != 0;  // ksplit-oAdB
     return slices || digits_after("ksplit") || digits_after("gemv") || digits_after("tokens") ||
            digits_after("fp8-tc") || digits_after("fp8-nofold") || digits_after("fp8-head") ||
-           digits_after("prefetch", 1) || digits_after("sm90-") || digits_after("balance") ||
+           digits_after("prefetch", 1) || digits_after("sm90-") ||
            digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
@@ -282,7 +280,6 @@ int main(int argc, char** argv) {
     if (base == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (base == "headrows") o.attention_heads_as_columns = false;
-    if (base.rfind("balance", 0) == 0) o.attention_split_keys = std::stoll(base.substr(7));
     if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }

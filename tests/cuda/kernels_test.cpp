@@ -379,9 +379,9 @@ struct AttnLaunch {
 // KvRowTable (the CPU reference of --kv-cache-dtype fp8). stage_kv false:
 // the tensor-core decode form's register loads (what GPUs with less shared
 // memory run) instead of its shared-memory stages; an e4m3 pool takes the
-// register loads either way. min_split_keys: PagedAttentionParams'.
+// register loads either way.
 void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles = false, int chunk_keys = 64,
-                     bool fp8 = false, bool stage_kv = true, int min_split_keys = 0) {
+                     bool fp8 = false, bool stage_kv = true) {
   std::mt19937 rng(seed);
   const int64_t bs = s.block_size;
   std::vector<int64_t> lengths = {1, bs - 1 > 0 ? bs - 1 : 1, bs, bs + 1, 2 * bs, 299, 300, 33, 64, 700, 65};
@@ -489,7 +489,6 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
   DeviceArray<int32_t> d_singles(singles.empty() ? std::vector<int32_t>{0} : singles);
   DeviceArray<int32_t> d_tiles(tile_list.empty() ? std::vector<int32_t>{0, 0, 0, 0} : tile_list);
   p.stage_kv = stage_kv;
-  p.min_split_keys = min_split_keys;
   auto launch = [&] {
     if (!tiles) return cuda::paged_attention(p, nullptr);
     cuda::PagedAttentionParams single = p;
@@ -520,8 +519,7 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
                            " head_dim " + std::to_string(s.head_dim) + " block " + std::to_string(bs) + " splits " +
                            std::to_string(num_splits) +
                            (tiles ? " query tiles of " + std::to_string(chunk_keys) + "-key chunks" : "") +
-                           (fp8 ? " fp8 cache" : "") + (stage_kv ? "" : " register loads") +
-                           (min_split_keys > 0 ? " splits of >= " + std::to_string(min_split_keys) + " keys" : "");
+                           (fp8 ? " fp8 cache" : "") + (stage_kv ? "" : " register loads");
   const auto expect_near_reference = [&](const std::vector<float>& out, const std::string& form) {
     test::expect_bf16_close(out, ref, form);
     // Per token too, so one bad sequence cannot hide in the total.
@@ -569,13 +567,6 @@ TEST(CudaKernels, SplitAttentionMatchesReference) {
   }
   check_attention(Shape{16, 2, 128, 16}, seed++, 5, false, 64, false, /*stage_kv=*/false);
   check_attention(Shape{16, 2, 128, 16}, seed++, 5, false, 64, /*fp8=*/true, /*stage_kv=*/false);
-  // Balanced splits (DeviceModelOptions::attention_split_keys): contexts of up to 128 keys in one split, longer
-  // ones in up to 4 of at least 128 (the others' blocks return at once).
-  for (const Shape s : {Shape{16, 2, 128, 16}, Shape{32, 2, 64, 5}, Shape{4, 2, 16, 7}}) {
-    check_attention(s, seed++, 4, false, 64, false, /*stage_kv=*/false, /*min_split_keys=*/128);
-  }
-  check_attention(Shape{16, 2, 128, 16}, seed++, 4, false, 64, /*fp8=*/true, /*stage_kv=*/false, 128);
-  check_attention(Shape{16, 2, 128, 16}, seed++, 4, false, 64, false, /*stage_kv=*/true, 200);
 }
 
 // Prefill chunks in query tiles (paged_attention_prefill) beside one-token

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -219,8 +218,7 @@ struct Fp8Run {
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0,
-                      int64_t sm90_gemm_tokens = 0, bool sm90_gate_up_only = false,
-                      const std::function<void(cuda::DeviceModelOptions&)>& adjust = {}) {
+                      int64_t sm90_gemm_tokens = 0, bool sm90_gate_up_only = false) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
@@ -290,7 +288,6 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     options.fp8_fast_accum = fp8->fast_accum;
   }
   if (fp8 != nullptr) options.fp8_lm_head = fp8->lm_head;
-  if (adjust) adjust(options);
   auto gpu = make_gpu(bf16_weights != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
   if (int4) {
@@ -447,17 +444,6 @@ TEST(GpuModel, KSplitGemmsMatchCpu) {
   spec.theta = 500000.0;
   test::TinyModelDir dir(spec, 8);
   compare_with_cpu(dir.path(), 16, 6, nullptr, KvCacheDType::kAuto, 4096);
-}
-
-// attention_split_keys: a step's contexts past 64 keys over up to 4 attention blocks where its tokens take one
-// each, which at 16 kv heads (the tokens x kv heads past what fills 2 blocks per SM) every step here does.
-TEST(GpuModel, BalancedAttentionSplitsMatchCpu) {
-  test::TinySpec spec = head_dim_128_spec(512);
-  spec.kv_heads = 16;
-  test::TinyModelDir dir(spec, 27);
-  const auto balanced = [](cuda::DeviceModelOptions& o) { o.attention_split_keys = 64; };
-  compare_with_cpu(dir.path(), 16, 27, nullptr, KvCacheDType::kAuto, 0, 0, false, balanced);
-  compare_with_cpu(dir.path(), 16, 28, nullptr, KvCacheDType::kFp8E4m3, 0, 0, false, balanced);
 }
 
 // sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on

@@ -226,12 +226,10 @@ constexpr int kMmaStages = 3;
 // Fewest keys per split: a chunk per warp.
 constexpr int kMinSplitKeys = kMmaWarps * kChunkKeys;
 
-// Keys per split for a context of ctx keys cut into at most num_splits, each of at least min_keys
-// (PagedAttentionParams::min_split_keys) and a chunk per warp.
-__device__ __forceinline__ int mma_split_keys(int ctx, int num_splits, int min_keys) {
+// Keys per split for a context of ctx keys cut into at most num_splits.
+__device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
   const int even = (ctx + num_splits - 1) / num_splits;
-  const int least = min_keys > kMinSplitKeys ? min_keys : kMinSplitKeys;
-  const int keys = even > least ? even : least;
+  const int keys = even > kMinSplitKeys ? even : kMinSplitKeys;
   return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
 }
 
@@ -253,7 +251,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kCols ? 4 : 1)
   const int g = lane >> 2, c = lane & 3;  // MMA fragment row group and column pair
   const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * HD;
   const int ctx = p.places.positions[t] + 1;
-  const int per = mma_split_keys(ctx, p.num_splits, p.min_split_keys);
+  const int per = mma_split_keys(ctx, p.num_splits);
   const int active = (ctx + per - 1) / per;
   const int begin = split * per;
   if (begin >= ctx) return;  // an empty split: not counted below

@@ -160,11 +160,6 @@ struct PagedAttentionParams {
   // rows, 16 of them whatever the group. The same output within rounding of
   // the sums' order.
   bool heads_as_columns = true;
-  // Tensor-core decode form: the fewest keys of a split (at least a chunk per
-  // warp, 64), so a context shorter than num_splits * min_split_keys takes
-  // fewer splits (the others' blocks return at once): with many tokens,
-  // long contexts spread over several blocks while short ones keep one.
-  int min_split_keys = 0;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.

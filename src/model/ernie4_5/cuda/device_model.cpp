@@ -29,15 +29,9 @@ Status DeviceModel::Impl::plan_workspace() {
   // Partials for twice the tokens that fill kSplitBlocksPerSm blocks per SM: splits_for
   // (device_step.cpp) keeps tokens x splits within them, so a split step has at most
   // split_tokens tokens, which the counters cover.
-  int64_t split_tokens =
+  const int64_t split_tokens =
       (kSplitBlocksPerSm * static_cast<int64_t>(sm_count) + c.num_kv_heads - 1) / c.num_kv_heads;
   max_partial_rows = std::max<int64_t>(2 * split_tokens, kMaxAttentionSplits);
-  if (options.attention_split_keys > 0) {  // up to kBalancedSplits for every decoding token of a step (splits_for)
-    const int64_t decoding = std::min(max_tokens, options.max_num_seqs);
-    split_tokens = std::max(split_tokens, decoding);
-    max_partial_rows = std::max(max_partial_rows, kBalancedSplits * decoding);
-  }
-  max_split_tokens = split_tokens;
   gemm_capacity = gemm_rows(max_tokens);
   head_capacity = gemm_rows(max_logit_rows);
   const auto T = static_cast<size_t>(gemm_capacity);

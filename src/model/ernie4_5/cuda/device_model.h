@@ -110,11 +110,6 @@ struct DeviceModelOptions : RunnerOptions {
   // head: O transposed, the heads as the MMA's columns
   // (PagedAttentionParams::heads_as_columns); off: the heads as its rows.
   bool attention_heads_as_columns = true;
-  // > 0: a step whose decoding tokens fill the GPU with one attention block
-  // each splits every context longer than this many keys over up to 4
-  // blocks (PagedAttentionParams::min_split_keys), so a batch's longest
-  // contexts do not run alone at the end of the kernel; 0: one split each.
-  int64_t attention_split_keys = 0;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's

@@ -30,9 +30,6 @@ constexpr int64_t kSplitBlocksPerSm = 2;
 
 // Largest decode batch captured as a graph; bigger decode steps run eagerly.
 constexpr int64_t kMaxDecodeBucket = 256;
-// With DeviceModelOptions::attention_split_keys: the most splits a context takes where the tokens alone
-// would take one each.
-constexpr int kBalancedSplits = 4;
 // cuBLAS's workspace, given to it so graph capture never allocates.
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 
@@ -51,7 +48,6 @@ struct StepView {
   const int32_t* table_offsets = nullptr;
   const int32_t* tables = nullptr;
   int num_splits = 1;
-  int min_split_keys = 0;  // PagedAttentionParams::min_split_keys: > 0 where splits_for balanced long contexts
   bool one_token = false;  // every sequence's chunk is one token (a decode step)
   // With query tiles (general steps with a chunk of >= 2 tokens, on shapes
   // paged_attention_prefill takes): the one-token chunks' tokens go to the
@@ -150,7 +146,6 @@ struct DeviceModel::Impl {
 
   // Activations for up to max_tokens tokens.
   int64_t max_tokens = 0, max_logit_rows = 0, max_partial_rows = 0;
-  int64_t max_split_tokens = 0;  // the split counters' tokens: a step of more takes one split per token
   // cuBLAS chooses its kernel for a GEMM shape the first time it meets it,
   // which costs milliseconds; a step's token count can be anything, so every
   // GEMM runs on gemm_rows(T) rows, a few dozen counts that warm_gemms()
@@ -273,7 +268,6 @@ struct DeviceModel::Impl {
   // Room for n sample rows and m logit ops, host staging and device.
   Status ensure_sampling(size_t n, size_t m);
   int splits_for(int64_t num_tokens, int64_t max_ctx) const;
-  int balanced_min_keys(int64_t num_tokens, int num_splits) const;
   StepView view_of(const int32_t* meta, const StepMetaLayout& layout, int64_t T, int64_t R) const;
   StepView decode_view(int64_t bucket) const;
   // What plan_device_step needs from this model (fixed at creation).

@@ -100,22 +100,8 @@ int DeviceModel::Impl::splits_for(int64_t num_tokens, int64_t max_ctx) const {
     if (max_ctx <= 2 * kAttentionTile) return 1;
     cap = std::min<int64_t>(cap, (max_ctx + kAttentionTile - 1) / kAttentionTile);
   }
-  const int n = attention_splits(num_tokens * config.num_kv_heads, kSplitBlocksPerSm * static_cast<int64_t>(sm_count),
-                                 static_cast<int>(std::max<int64_t>(cap, 1)));
-  const int64_t keys = options.attention_split_keys;
-  if (n > 1 || keys <= 0 || (max_ctx >= 0 && max_ctx <= keys) || num_tokens > max_split_tokens) return n;
-  // Enough tokens to fill the GPU with one block each: contexts past `keys` keys take up to
-  // kBalancedSplits (balanced_min_keys), so the longest do not hold the step's last blocks alone.
-  const int64_t most = max_ctx >= 0 ? (max_ctx + keys - 1) / keys : kBalancedSplits;
-  return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(most, cap), 1, kBalancedSplits));
-}
-
-// PagedAttentionParams::min_split_keys for a step of num_splits from splits_for.
-int DeviceModel::Impl::balanced_min_keys(int64_t num_tokens, int num_splits) const {
-  if (options.attention_split_keys <= 0 || num_splits <= 1) return 0;
-  const int plain = attention_splits(num_tokens * config.num_kv_heads,
-                                     kSplitBlocksPerSm * static_cast<int64_t>(sm_count), kMaxAttentionSplits);
-  return plain > 1 ? 0 : static_cast<int>(options.attention_split_keys);
+  return attention_splits(num_tokens * config.num_kv_heads, kSplitBlocksPerSm * static_cast<int64_t>(sm_count),
+                          static_cast<int>(std::max<int64_t>(cap, 1)));
 }
 
 StepView DeviceModel::Impl::view_of(const int32_t* meta, const StepMetaLayout& l, int64_t T, int64_t R) const {
@@ -136,7 +122,6 @@ StepView DeviceModel::Impl::decode_view(int64_t bucket) const {
   const StepMetaLayout l = StepMetaLayout::of(bucket, bucket, bucket, 0, 0, 0, 0);
   StepView v = view_of(decode_meta_dev.as<int32_t>(), l, bucket, bucket);
   v.num_splits = splits_for(bucket, -1);
-  v.min_split_keys = balanced_min_keys(bucket, v.num_splits);
   v.one_token = true;
   return v;
 }
@@ -268,8 +253,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.rope_q = rope_q;
     // Staged chunks (bf16 pools; kernels.h) measured +8% at 64 tokens (2 splits) and -1.4% at 256 (one
     // split per token) against the register form on an H100.
-    ap.stage_kv = options.attention_stage_kv && v.num_splits > 1 && v.min_split_keys == 0;
-    ap.min_split_keys = v.min_split_keys;
+    ap.stage_kv = options.attention_stage_kv && v.num_splits > 1;
     ap.prefetch_chunks = options.attention_prefetch_chunks >= 0 ? options.attention_prefetch_chunks : kv_fp8() ? 1 : 0;
     ap.heads_as_columns = options.attention_heads_as_columns;
     if (v.num_tiles > 0 && v.num_singles > 0) {
@@ -505,7 +489,6 @@ Result<StepView> DeviceModel::Impl::upload_meta(const DeviceStepPlan& plan) {
       cudaMemcpyAsync(meta, staging, entries * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   StepView v = view_of(meta, plan.layout, plan.meta_tokens, plan.meta_rows);
   v.num_splits = splits_for(plan.split_tokens, plan.split_ctx);
-  v.min_split_keys = balanced_min_keys(plan.split_tokens, v.num_splits);
   v.one_token = plan.one_token;
   if (plan.num_tiles > 0) {
     v.singles = meta + plan.layout.singles;
