@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -218,7 +219,8 @@ struct Fp8Run {
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0,
-                      int64_t sm90_gemm_tokens = 0, bool sm90_gate_up_only = false) {
+                      int64_t sm90_gemm_tokens = 0, bool sm90_gate_up_only = false,
+                      const std::function<void(cuda::DeviceModelOptions&)>& adjust = {}) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
@@ -288,6 +290,7 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
     options.fp8_fast_accum = fp8->fast_accum;
   }
   if (fp8 != nullptr) options.fp8_lm_head = fp8->lm_head;
+  if (adjust) adjust(options);
   auto gpu = make_gpu(bf16_weights != nullptr ? *bf16_weights : *cpu, bs, num_blocks, budget, &options);
   ASSERT_NE(gpu, nullptr);
   if (int4) {
@@ -444,6 +447,21 @@ TEST(GpuModel, KSplitGemmsMatchCpu) {
   spec.theta = 500000.0;
   test::TinyModelDir dir(spec, 8);
   compare_with_cpu(dir.path(), 16, 6, nullptr, KvCacheDType::kAuto, 4096);
+}
+
+// attention_scores_transposed: the decode attention's scores with the keys as the MMA's rows (the heads as
+// its columns in both products), over a bf16 and an e4m3 pool, RoPE and the KV write fused as by default; 8
+// and (head_dim 64) 4 q heads per kv head, the latter with half the MMA's columns past the group.
+TEST(GpuModel, TransposedAttentionScoresMatchCpu) {
+  const auto transposed = [](cuda::DeviceModelOptions& o) { o.attention_scores_transposed = true; };
+  test::TinySpec spec = head_dim_128_spec(512);
+  test::TinyModelDir dir(spec, 29);
+  compare_with_cpu(dir.path(), 16, 29, nullptr, KvCacheDType::kAuto, 0, 0, false, transposed);
+  compare_with_cpu(dir.path(), 16, 30, nullptr, KvCacheDType::kFp8E4m3, 0, 0, false, transposed);
+  spec.heads = 8;
+  spec.head_dim = 64;
+  test::TinyModelDir dir64(spec, 31);
+  compare_with_cpu(dir64.path(), 5, 31, nullptr, KvCacheDType::kAuto, 0, 0, false, transposed);
 }
 
 // sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on

@@ -204,15 +204,18 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 // warps' softmax states merge through shared memory, then (several splits)
 // through the partials as above.
 //
-// Heads as columns (kCols: at most 8 q heads per kv head, the caller's
-// heads_as_columns): S keeps the heads as rows, but O is computed
-// transposed, O^T += V^T P^T with 16 dims as the MMA's rows and the 8 heads
-// as its columns, as the one-token kernel's attend_mma does: S's
-// accumulator (keys 2c, 2c + 1 and 8 + 2c, 9 + 2c of head g) is already
-// P^T's B fragment, and V's fragments pair two keys of one dim with a byte
-// permute into V^T's A fragment. Rows g + 8 of S (heads past the group)
-// are not computed at all, so O takes 32 accumulators a lane instead of 64
-// and half the P V MMAs. The register form's launch bounds ask for four
+// Heads as columns (kForm kHeadCols or kKeyRows: at most 8 q heads per kv
+// head, the caller's heads_as_columns): O is computed transposed, O^T +=
+// V^T P^T with 16 dims as the MMA's rows and the 8 heads as its columns, as
+// the one-token kernel's attend_mma does; V's fragments pair two keys of one
+// dim with a byte permute into V^T's A fragment, and O takes 32 accumulators
+// a lane instead of 64 and half the P V MMAs. kHeadCols keeps S = q K^T with
+// the heads as rows (8 of 16 padding), whose accumulator (keys 2c, 2c + 1
+// and 8 + 2c, 9 + 2c of head g) is already P^T's B fragment. kKeyRows
+// (scores_transposed) computes S^T = K q^T instead, a chunk's 16 keys as the
+// rows (K's registers are the A fragment), so no row is padding, S takes
+// half the MMAs and a column's softmax state is the lane's own; the P tiles
+// reach P^T's B fragment by an 8 x 8 transpose (movmatrix). The register form's launch bounds ask for four
 // blocks per SM (128 registers, 84 bytes of spills; a step of 256 tokens in
 // one wave); two (178 registers, no spills) measured the same on an H100,
 // so the gain is the work saved, not the occupancy.
@@ -235,9 +238,12 @@ __device__ __forceinline__ int mma_split_keys(int ctx, int num_splits) {
   return (keys + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
 }
 
-template <int HD, typename Cache, bool kStaged, bool kCols>
-__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kCols ? 4 : 1)
+enum MmaForm : int { kHeadRows, kHeadCols, kKeyRows };
+
+template <int HD, typename Cache, bool kStaged, int kForm>
+__global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kForm != kHeadRows ? 4 : 1)
     mma_attention_kernel(PagedAttentionParams p) {
+  constexpr bool kCols = kForm != kHeadRows;
   constexpr int kPairs = HD / 32;  // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64; // 64-dim steps of O (eight MMAs each)
   // Staged: a bf16 pool's chunks come in through shared memory; otherwise (an e4m3 pool, or too little
@@ -328,7 +334,9 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kCols ? 4 : 1)
   }
   const float scale = rsqrtf(static_cast<float>(HD)) * 1.44269504088896340736f;  // log2(e) / sqrt(hd)
 
-  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (log2 units; kCols: g only)
+  // Rows g and g + 8 (log2 units); kHeadCols: head g in [0]; kKeyRows: heads 2c and 2c + 1 (l over the lane's
+  // own keys until the merge).
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
   // o[h][j]: rows g, g + 8 and dims 8 (2c) + j + 64 h, + 8; kCols (o[h][jj], jj < 4): dims 64 h + 8 g + 2 jj
   // ([0], [1]) and + 1 ([2], [3]) of heads 2c ([0], [2]) and 2c + 1 ([1], [3]).
   constexpr int kOutTiles = kCols ? 4 : 8;
@@ -339,106 +347,149 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kCols ? 4 : 1)
     for (int j = 0; j < kOutTiles; ++j) o[h][j][0] = o[h][j][1] = o[h][j][2] = o[h][j][3] = 0.0f;
   }
 
+  // O^T += V^T P^T for one chunk (kHeadCols, kKeyRows): P^T's B fragment (keys 2c, 2c + 1 and 8 + 2c,
+  // 9 + 2c of head g), after the columns' factors c0 (heads 2c) and c1 (2c + 1) where any moved.
+  auto ot_update = [&](const uint4 (&vr)[4][kHalves], uint32_t pb0, uint32_t pb1, float c0, float c1, bool scales) {
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        if (scales) {
+          o[h][jj][0] *= c0;
+          o[h][jj][1] *= c1;
+          o[h][jj][2] *= c0;
+          o[h][jj][3] *= c1;
+        }
+        // V^T's A fragment: rows dim 2 jj (a0, a2) and 2 jj + 1 (a1, a3) of the lane's 8, keys 2c, 2c + 1
+        // (a0, a1) and 2c + 8, 2c + 9 (a2, a3).
+        const uint32_t a0 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x5410u);
+        const uint32_t a1 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x7632u);
+        const uint32_t a2 = __byte_perm(word(vr[2][h], jj), word(vr[3][h], jj), 0x5410u);
+        const uint32_t a3 = __byte_perm(word(vr[2][h], jj), word(vr[3][h], jj), 0x7632u);
+        mma_bf16(o[h][jj], a0, a1, a2, a3, pb0, pb1);
+      }
+    }
+  };
+
   // One 16-key chunk's scores, softmax round and P V, from its K fragments
   // (keys 8 e + g, dims 32 j + 8 c .. + 7) and V fragments (keys 2c, 2c + 1,
   // 2c + 8, 2c + 9; dims 64 h + 8 g .. + 7).
   auto chunk_math = [&](int base, const uint4 (&kr)[2][kPairs], const uint4 (&vr)[4][kHalves]) {
-    // s[e]: keys base + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3).
-    float s[2][4];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
+    if constexpr (kForm == kKeyRows) {
+      // S^T = K q^T: keys g (st[0], st[1]) and g + 8 (st[2], st[3]) as the MMA's rows, heads 2c (st[0],
+      // st[2]) and 2c + 1 (st[1], st[3]) as its columns; K's registers are the A fragment (rows keys g and
+      // g + 8, the same permutation of dims as q's B fragment), so no MMA row is padding.
+      float st[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) {
-        mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr[e][j].x, kr[e][j].y);
-        mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr[e][j].z, kr[e][j].w);
+        mma_bf16(st, kr[0][j].x, kr[1][j].x, kr[0][j].y, kr[1][j].y, qa[j].x, qa[j].y);
+        mma_bf16(st, kr[0][j].z, kr[1][j].z, kr[0][j].w, kr[1][j].w, qa[j].z, qa[j].w);
       }
-    }
-    // Scores stay unscaled (the scale goes into exp2's argument); only a chunk past the end masks.
-    if (base + kChunkKeys > end) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (base + 8 * e + 2 * c + (i & 1) >= end) s[e][i] = -INFINITY;
-        }
+      if (base + kChunkKeys > end) {
+        if (base + g >= end) st[0] = st[1] = -INFINITY;
+        if (base + g + 8 >= end) st[2] = st[3] = -INFINITY;
       }
-    }
-    if constexpr (kCols) {
-      // Row g (head g) alone: its keys' weights are P^T's B fragment, its factor each column's.
-      float row_max = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1])) * scale;
-      row_max = quad_max(row_max);
-      const float m_new = fmaxf(m[0], row_max);
-      const float corr = exp2f(m[0] - m_new);
-      m[0] = m_new;
-      float pr[2][2];
-      float add = 0.0f;
+      // Each column's (head's) maximum over the 16 keys: the 8 lanes of one c.
+      float mx0 = fmaxf(st[0], st[2]), mx1 = fmaxf(st[1], st[3]);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          pr[e][i] = exp2f(fmaf(s[e][i], scale, -m_new));
-          add += pr[e][i];
-        }
+      for (int off = 4; off < 32; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
       }
-      l[0] = l[0] * corr + add;
-      const uint32_t pb0 = pack_bf16x2(pr[0][0], pr[0][1]);  // keys 2c, 2c + 1 of head g
-      const uint32_t pb1 = pack_bf16x2(pr[1][0], pr[1][1]);  // keys 8 + 2c, 9 + 2c
-      // The columns' factors: heads 2c and 2c + 1 are rows g of lanes 8c and 8c + 4.
-      const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
-      const bool scales = __any_sync(0xffffffffu, corr != 1.0f);
+      // m[0], m[1] (l[0], l[1]): heads 2c and 2c + 1, the same in every lane of a c (l: this lane's keys).
+      const float n0 = fmaxf(m[0], mx0 * scale), n1 = fmaxf(m[1], mx1 * scale);
+      const float c0 = exp2f(m[0] - n0), c1 = exp2f(m[1] - n1);
+      m[0] = n0;
+      m[1] = n1;
+      float pr[4];
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          if (scales) {
-            o[h][jj][0] *= c0;
-            o[h][jj][1] *= c1;
-            o[h][jj][2] *= c0;
-            o[h][jj][3] *= c1;
-          }
-          // V^T's A fragment: rows dim 2 jj (a0, a2) and 2 jj + 1 (a1, a3) of the lane's 8, keys 2c, 2c + 1
-          // (a0, a1) and 2c + 8, 2c + 9 (a2, a3).
-          const uint32_t a0 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x5410u);
-          const uint32_t a1 = __byte_perm(word(vr[0][h], jj), word(vr[1][h], jj), 0x7632u);
-          const uint32_t a2 = __byte_perm(word(vr[2][h], jj), word(vr[3][h], jj), 0x5410u);
-          const uint32_t a3 = __byte_perm(word(vr[2][h], jj), word(vr[3][h], jj), 0x7632u);
-          mma_bf16(o[h][jj], a0, a1, a2, a3, pb0, pb1);
-        }
-      }
+      for (int i = 0; i < 4; ++i) pr[i] = exp2f(fmaf(st[i], scale, -m[i & 1]));
+      l[0] = l[0] * c0 + pr[0] + pr[2];
+      l[1] = l[1] * c1 + pr[1] + pr[3];
+      // P^T's B fragment (keys 2c, 2c + 1 and 8 + 2c, 9 + 2c of head g): the 8 x 8 tiles of P (keys g and
+      // g + 8, heads 2c, 2c + 1) transposed across the warp.
+      const uint32_t pb0 = movmatrix_trans(pack_bf16x2(pr[0], pr[1]));
+      const uint32_t pb1 = movmatrix_trans(pack_bf16x2(pr[2], pr[3]));
+      const bool scales = __any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f);
+      ot_update(vr, pb0, pb1, c0, c1, scales);
     } else {
-      float row_max[2] = {-INFINITY, -INFINITY};
+      // s[e]: keys base + 8 e + 2c, + 1 of rows g (0, 1) and g + 8 (2, 3).
+      float s[2][4];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
+        s[e][0] = s[e][1] = s[e][2] = s[e][3] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
-      }
-      row_max[0] *= scale;
-      row_max[1] *= scale;
-      float corr[2];
-      mma_rows_rescale(row_max, m, l, corr);
-      uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float pr[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
-          l[i >> 1] += pr[i];
+        for (int j = 0; j < kPairs; ++j) {
+          mma_bf16(s[e], qa[j].x, qb[j].x, qa[j].y, qb[j].y, kr[e][j].x, kr[e][j].y);
+          mma_bf16(s[e], qa[j].z, qb[j].z, qa[j].w, qb[j].w, kr[e][j].z, kr[e][j].w);
         }
-        pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
-        pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
       }
-      mma_rows_scale(o, corr);
+      // Scores stay unscaled (the scale goes into exp2's argument); only a chunk past the end masks.
+      if (base + kChunkKeys > end) {
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
+        for (int e = 0; e < 2; ++e) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
-          const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
-          const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
-          const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
-          mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+          for (int i = 0; i < 4; ++i) {
+            if (base + 8 * e + 2 * c + (i & 1) >= end) s[e][i] = -INFINITY;
+          }
+        }
+      }
+      if constexpr (kForm == kHeadCols) {
+        // Row g (head g) alone: its keys' weights are P^T's B fragment, its factor each column's.
+        float row_max = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1])) * scale;
+        row_max = quad_max(row_max);
+        const float m_new = fmaxf(m[0], row_max);
+        const float corr = exp2f(m[0] - m_new);
+        m[0] = m_new;
+        float pr[2][2];
+        float add = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            pr[e][i] = exp2f(fmaf(s[e][i], scale, -m_new));
+            add += pr[e][i];
+          }
+        }
+        l[0] = l[0] * corr + add;
+        // The columns' factors: heads 2c and 2c + 1 are rows g of lanes 8c and 8c + 4.
+        const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
+        ot_update(vr, pack_bf16x2(pr[0][0], pr[0][1]), pack_bf16x2(pr[1][0], pr[1][1]), c0, c1,
+                  __any_sync(0xffffffffu, corr != 1.0f));
+      } else {
+        float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) row_max[i >> 1] = fmaxf(row_max[i >> 1], s[e][i]);
+        }
+        row_max[0] *= scale;
+        row_max[1] *= scale;
+        float corr[2];
+        mma_rows_rescale(row_max, m, l, corr);
+        uint32_t pa[4];  // P as the A fragment: rows g / g + 8, keys 2c (+1) and 8 + 2c (+1)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float pr[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            pr[i] = exp2f(fmaf(s[e][i], scale, -m[i >> 1]));
+            l[i >> 1] += pr[i];
+          }
+          pa[2 * e] = pack_bf16x2(pr[0], pr[1]);
+          pa[2 * e + 1] = pack_bf16x2(pr[2], pr[3]);
+        }
+        mma_rows_scale(o, corr);
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            // Dim 64 h + 8 g + j of keys (2c, 2c + 1) and (2c + 8, 2c + 9).
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+            const uint32_t b0 = __byte_perm(word(vr[0][h], j >> 1), word(vr[1][h], j >> 1), sel);
+            const uint32_t b1 = __byte_perm(word(vr[2][h], j >> 1), word(vr[3][h], j >> 1), sel);
+            mma_bf16(o[h][j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+          }
         }
       }
     }
@@ -547,21 +598,37 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kCols ? 4 : 1)
     }
   }
 
-  // Merge the warps: row sums over the 4 lanes of a row, then shared memory.
+  // Merge the warps: row sums over the lanes of a row (kKeyRows: the heads' sums over their keys' lanes),
+  // then shared memory.
   float* smem = reinterpret_cast<float*>(attn_smem);
   constexpr int kRowStride = HD + 4;
   float* red_ml = smem;                            // [W][16][2]
   float* red_o = smem + kMmaWarps * 16 * 2;        // [W][16][kRowStride]
+  if constexpr (kForm == kKeyRows) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  if (c == 0) {
-    red_ml[(warp * 16 + g) * 2] = m[0];
-    red_ml[(warp * 16 + g) * 2 + 1] = l[0];
-    red_ml[(warp * 16 + g + 8) * 2] = kCols ? -FLT_MAX : m[1];  // kCols: rows past the group
-    red_ml[(warp * 16 + g + 8) * 2 + 1] = kCols ? 0.0f : l[1];
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) l[r] += __shfl_xor_sync(0xffffffffu, l[r], off);
+    }
+    if (g < 2) {  // lanes g = 0: heads 2c and 2c + 1; g = 1: rows past the group
+      const int row = warp * 16 + 8 * g + 2 * c;
+      red_ml[row * 2] = g == 0 ? m[0] : -FLT_MAX;
+      red_ml[row * 2 + 1] = g == 0 ? l[0] : 0.0f;
+      red_ml[(row + 1) * 2] = g == 0 ? m[1] : -FLT_MAX;
+      red_ml[(row + 1) * 2 + 1] = g == 0 ? l[1] : 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    if (c == 0) {
+      red_ml[(warp * 16 + g) * 2] = m[0];
+      red_ml[(warp * 16 + g) * 2 + 1] = l[0];
+      red_ml[(warp * 16 + g + 8) * 2] = kCols ? -FLT_MAX : m[1];  // kHeadCols: rows past the group
+      red_ml[(warp * 16 + g + 8) * 2 + 1] = kCols ? 0.0f : l[1];
+    }
   }
   if constexpr (kCols) {
     // o[h][jj]: dims 64 h + 8 g + 2 jj ([0], [1]) and + 1 ([2], [3]) of rows (heads) 2c and 2c + 1.
@@ -732,22 +799,24 @@ bool staged_fits() {
   return fits;
 }
 
-template <int HD, typename Cache, bool kStaged, bool kCols>
+template <int HD, typename Cache, bool kStaged, int kForm>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = mma_smem_bytes<HD, Cache, kStaged>();
   if (smem + 1024 > 48 * 1024) {  // the default limit counts the static shared memory too
-    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged, kCols>>();
+    const cudaError_t e = allow_large_smem<mma_attention_kernel<HD, Cache, kStaged, kForm>>();
     if (e != cudaSuccess) return e;
   }
-  return launch_kernel(mma_attention_kernel<HD, Cache, kStaged, kCols>, grid, dim3(32 * kMmaWarps), smem, stream,
+  return launch_kernel(mma_attention_kernel<HD, Cache, kStaged, kForm>, grid, dim3(32 * kMmaWarps), smem, stream,
                        pdl, p);
 }
 
 template <int HD, typename Cache, bool kStaged>
 cudaError_t launch_mma(const PagedAttentionParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  const bool cols = p.heads_as_columns && p.heads.num_heads <= kMmaMaxColumnsGroup * p.heads.num_kv_heads;
-  return cols ? launch_mma<HD, Cache, kStaged, true>(p, grid, stream, pdl)
-              : launch_mma<HD, Cache, kStaged, false>(p, grid, stream, pdl);
+  if (!p.heads_as_columns || p.heads.num_heads > kMmaMaxColumnsGroup * p.heads.num_kv_heads) {
+    return launch_mma<HD, Cache, kStaged, kHeadRows>(p, grid, stream, pdl);
+  }
+  return p.scores_transposed ? launch_mma<HD, Cache, kStaged, kKeyRows>(p, grid, stream, pdl)
+                             : launch_mma<HD, Cache, kStaged, kHeadCols>(p, grid, stream, pdl);
 }
 
 template <int HD>

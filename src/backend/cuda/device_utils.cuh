@@ -40,6 +40,16 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
+// The transpose of an 8 x 8 tile of 16-bit values held as MMA fragments (lane 4 r + c: row r,
+// columns 2c and 2c + 1 in its low and high halves): each lane gets the same place of the transpose.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t v) {
+  uint32_t t = v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(v));
+#endif
+  return t;
+}
+
 // 2^x on the special-function unit (PTX ex2.approx.ftz: relative error near
 // 2^-22, results below 2^-126 flush to zero), one instruction where exp2f
 // adds a range fix-up for such results.

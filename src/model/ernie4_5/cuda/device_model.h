@@ -110,6 +110,10 @@ struct DeviceModelOptions : RunnerOptions {
   // head: O transposed, the heads as the MMA's columns
   // (PagedAttentionParams::heads_as_columns); off: the heads as its rows.
   bool attention_heads_as_columns = true;
+  // With attention_heads_as_columns: the scores transposed too, the keys as
+  // the MMA's rows (PagedAttentionParams::scores_transposed). Off until
+  // measured on a GPU.
+  bool attention_scores_transposed = false;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's

@@ -256,6 +256,7 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
     ap.stage_kv = options.attention_stage_kv && v.num_splits > 1;
     ap.prefetch_chunks = options.attention_prefetch_chunks >= 0 ? options.attention_prefetch_chunks : kv_fp8() ? 1 : 0;
     ap.heads_as_columns = options.attention_heads_as_columns;
+    ap.scores_transposed = options.attention_scores_transposed;
     if (v.num_tiles > 0 && v.num_singles > 0) {
       // The tiles on the side stream while the one-token chunks' attention runs here: the two kernels
       // are each too small to fill the GPU in a step that mixes decodes with a new prompt or two.
