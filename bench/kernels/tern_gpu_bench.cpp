@@ -205,7 +205,8 @@ int main(int argc, char** argv) {
   // The configurations the header lists; a name outside them is refused rather than run as graphs.
   const auto known = [](const std::string& config) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
-                                         "notiles", "norope", "regkv", "headrows", "keyrows",        "kv-fp8",       "nokernel",
+                                         "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
+                                         "headrows", "keyrows",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
                                          "sm90", "sm90-gu", "fp8-sm90"};
