@@ -182,6 +182,10 @@ int main(int argc, char** argv) {
     } else if (flag == "--steps") {
       steps = std::stoll(value);
     } else if (flag == "--spread") {
+      if (value != "0" && value != "1") {
+        std::fprintf(stderr, "tern_gpu_bench: --spread %s: 0 or 1\n", value.c_str());
+        return 2;
+      }
       spread = value == "1";
     } else if (flag == "--configs") {
       configs_arg = value;

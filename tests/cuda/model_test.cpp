@@ -219,8 +219,7 @@ struct Fp8Run {
 };
 void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const Fp8Run* fp8 = nullptr,
                       KvCacheDType dtype = KvCacheDType::kAuto, int64_t k_split_tokens = 0,
-                      int64_t sm90_gemm_tokens = 0, bool sm90_gate_up_only = false,
-                      const std::function<void(cuda::DeviceModelOptions&)>& adjust = {}) {
+                      int64_t sm90_gemm_tokens = 0, const std::function<void(cuda::DeviceModelOptions&)>& adjust = {}) {
   std::mt19937 rng(seed);
   auto cpu = load_cpu(dir);
   ASSERT_NE(cpu, nullptr);
@@ -283,7 +282,6 @@ void compare_with_cpu(const std::string& dir, int64_t bs, uint32_t seed, const F
   options.kv_cache_dtype = dtype;
   options.k_split_max_tokens = k_split_tokens;
   options.sm90_gemm_min_tokens = sm90_gemm_tokens;
-  options.sm90_gemm_gate_up_only = sm90_gate_up_only;
   if (fp8 != nullptr && !int4) {
     options.fp8_weights = true;
     options.fp8_tensor_cores = fp8->tensor_cores;
@@ -456,12 +454,12 @@ TEST(GpuModel, TransposedAttentionScoresMatchCpu) {
   const auto transposed = [](cuda::DeviceModelOptions& o) { o.attention_scores_transposed = true; };
   test::TinySpec spec = head_dim_128_spec(512);
   test::TinyModelDir dir(spec, 29);
-  compare_with_cpu(dir.path(), 16, 29, nullptr, KvCacheDType::kAuto, 0, 0, false, transposed);
-  compare_with_cpu(dir.path(), 16, 30, nullptr, KvCacheDType::kFp8E4m3, 0, 0, false, transposed);
+  compare_with_cpu(dir.path(), 16, 29, nullptr, KvCacheDType::kAuto, 0, 0, transposed);
+  compare_with_cpu(dir.path(), 16, 30, nullptr, KvCacheDType::kFp8E4m3, 0, 0, transposed);
   spec.heads = 8;
   spec.head_dim = 64;
   test::TinyModelDir dir64(spec, 31);
-  compare_with_cpu(dir64.path(), 5, 31, nullptr, KvCacheDType::kAuto, 0, 0, false, transposed);
+  compare_with_cpu(dir64.path(), 5, 31, nullptr, KvCacheDType::kAuto, 0, 0, transposed);
 }
 
 // sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on
@@ -479,7 +477,8 @@ TEST(GpuModel, Sm90GemmsMatchCpu) {
   test::TinyModelDir dir(spec, 10);
   compare_with_cpu(dir.path(), 16, 22, nullptr, KvCacheDType::kAuto, 0, 17);
   compare_with_cpu(dir.path(), 16, 23, nullptr, KvCacheDType::kAuto, 48, 17);
-  compare_with_cpu(dir.path(), 16, 26, nullptr, KvCacheDType::kAuto, 0, 17, /*sm90_gate_up_only=*/true);
+  const auto gate_up_only = [](cuda::DeviceModelOptions& o) { o.sm90_gemm_gate_up_only = true; };
+  compare_with_cpu(dir.path(), 16, 26, nullptr, KvCacheDType::kAuto, 0, 17, gate_up_only);
   // FP8 layers (W8A8, folded scales): the e4m3 form with the scales in its epilogue, within the W8A8 bound.
   const Fp8Run w8a8{true, 0.5};
   compare_with_cpu(dir.path(), 7, 24, &w8a8, KvCacheDType::kAuto, 0, 17);
