@@ -32,7 +32,9 @@
 # its SASS with executions and stall samples per instruction (gemm_sass_N.csv),
 # SERVE_AB="FLAGS;FLAGS..." the bf16 server through HTTP once per set of flags (an empty set:
 # the defaults), each at SERVE_AB_SCENARIOS (conc-64,conc-256), SERVE_AB_ROUNDS (1) times in turn
-# (run_gpu_targets.sh with VARIANTS=none, TERN_BUDGET 25 s; serve_ab.log). At the end,
+# (run_gpu_targets.sh with VARIANTS=none, TERN_BUDGET 25 s; serve_ab.log), ENGINE_AB="FLAGS;FLAGS..." the
+# engine's closed loop without HTTP (`tern bench conc --concurrency ENGINE_AB_CONC`, 256) once per set of
+# flags, ENGINE_AB_ROUNDS (2) times in turn (engine_ab.log). At the end,
 # everything under $OUT but the main logs goes into $OUT/results.txz (the
 # device tool brings back 8 files at most).
 set -u
@@ -147,6 +149,18 @@ if [ -n "${SERVE_AB:-}" ] && [ -x "$D/tern" ]; then
   done
   cat "$OUT/serve_ab.log"
 fi
+if [ -n "${ENGINE_AB:-}" ] && [ -x "$D/tern" ]; then
+  IFS=';' read -r -a flag_sets <<<"$ENGINE_AB"
+  for round in $(seq "${ENGINE_AB_ROUNDS:-2}"); do
+    for i in "${!flag_sets[@]}"; do
+      echo "== round $round, flags: ${flag_sets[$i]:-(defaults)}" >>"$OUT/engine_ab.log"
+      # shellcheck disable=SC2086  # a flag set is split on spaces
+      timeout 60 "$D/tern" bench conc --concurrency "${ENGINE_AB_CONC:-256}" --model /tmp/m --device cuda \
+        ${flag_sets[$i]} 2>&1 | grep -E "tok/s|first token|rror" >>"$OUT/engine_ab.log"
+    done
+  done
+  cat "$OUT/engine_ab.log"
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCU" ]; then
   TERN_PROFILE_STEP=8 timeout 50 "$NCU" --profile-from-start off --clock-control none --cache-control none \
@@ -180,5 +194,5 @@ fi
 tar -cJf /tmp/tern-results.txz -C "$OUT" . && mv /tmp/tern-results.txz "$OUT/results.txz"
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.txz ! -name gpu_tests.log ! -name bench.log ! -name ab.log \
   ! -name quality.md ! -name targets.log ! -name ncu_summary.txt ! -name gpu_tests_sm80.log ! -name gemm.log \
-  ! -name serve_ab.log \
+  ! -name serve_ab.log ! -name engine_ab.log \
   -exec rm -rf {} +
