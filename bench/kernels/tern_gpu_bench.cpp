@@ -18,9 +18,10 @@
 // rotated in the prefill tiles), regkv (the decode attention's K/V chunks
 // loaded into registers in every step, never staged through shared memory),
 // headrows (the decode attention's tensor-core form with the q heads as the
-// MMA's rows, 16 whatever the group, instead of its columns), keyrows
-// (graphs with the decode attention's scores transposed too, a chunk's keys
-// as the MMA's rows: attention_scores_transposed),
+// MMA's rows, 16 whatever the group, instead of its columns), headcols
+// (the heads as the MMA's columns in P V only, the scores with the heads as
+// rows, instead of the default's scores transposed with the keys as rows:
+// attention_scores_transposed off),
 // kv-fp8 (graphs over an FP8 E4M3 KV cache, --kv-cache-dtype fp8; any
 // configuration NAME+kv-fp8 is NAME over that cache, fp8-tc+kv-fp8 both FP8 options),
 // prefetchD and kv-fp8-prefetchD (the decode attention's register form
@@ -210,7 +211,7 @@ int main(int argc, char** argv) {
   const auto known = [](const std::string& config) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
-                                         "headrows", "keyrows",
+                                         "headrows", "headcols",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
                                          "sm90", "sm90-gu", "fp8-sm90"};
@@ -287,7 +288,7 @@ int main(int argc, char** argv) {
     if (base == "norope") o.rope_in_attention = false;  // RoPE and the KV write in rope_store_kv
     if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (base == "headrows") o.attention_heads_as_columns = false;
-    o.attention_scores_transposed = base == "keyrows";
+    if (base == "headcols") o.attention_scores_transposed = false;
     if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }

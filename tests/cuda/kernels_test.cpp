@@ -533,8 +533,9 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
     }
   };
   expect_near_reference(got, what);
-  // Up to 8 q heads per kv head, the tensor-core decode form takes the heads as its MMA columns by
-  // default; the heads-as-rows form and the one with the scores transposed too must match the reference.
+  // Up to 8 q heads per kv head, the tensor-core decode form takes the heads as its MMA columns and the
+  // keys as the rows of S^T by default; the heads-as-rows form and the one with the scores' heads as rows
+  // must match the reference too.
   if (cuda::paged_attention_takes_rope(s.num_heads, s.num_kv_heads, s.head_dim) && s.num_heads <= 8 * s.num_kv_heads) {
     const auto other_form = [&](bool columns, bool transposed, const std::string& form) {
       p.heads_as_columns = columns;
@@ -545,10 +546,10 @@ void check_attention(const Shape& s, uint32_t seed, int num_splits, bool tiles =
       for (int c : launch_bufs.counters.download()) ASSERT_EQ(c, 0) << "split counters not reset";
       expect_near_reference(test::to_f32(d_out.download()), what + form);
       p.heads_as_columns = true;
-      p.scores_transposed = false;
+      p.scores_transposed = true;
     };
     other_form(false, false, " heads as rows");
-    other_form(true, true, " scores transposed");
+    other_form(true, false, " scores with the heads as rows");
   }
 }
 

@@ -447,19 +447,23 @@ TEST(GpuModel, KSplitGemmsMatchCpu) {
   compare_with_cpu(dir.path(), 16, 6, nullptr, KvCacheDType::kAuto, 4096);
 }
 
-// attention_scores_transposed: the decode attention's scores with the keys as the MMA's rows (the heads as
-// its columns in both products), over a bf16 and an e4m3 pool, RoPE and the KV write fused as by default; 8
-// and (head_dim 64) 4 q heads per kv head, the latter with half the MMA's columns past the group.
-TEST(GpuModel, TransposedAttentionScoresMatchCpu) {
-  const auto transposed = [](cuda::DeviceModelOptions& o) { o.attention_scores_transposed = true; };
+// The decode attention's tensor-core forms other than the default (the keys as the rows of S^T, the heads as
+// the columns of both products): the scores with the heads as rows (attention_scores_transposed off) and the
+// heads as rows in both products (attention_heads_as_columns off), over a bf16 and an e4m3 pool, RoPE and the
+// KV write fused as by default; 8 and (head_dim 64) 4 q heads per kv head, the latter with half the MMA's
+// columns past the group.
+TEST(GpuModel, OtherAttentionFormsMatchCpu) {
+  const auto score_rows = [](cuda::DeviceModelOptions& o) { o.attention_scores_transposed = false; };
+  const auto head_rows = [](cuda::DeviceModelOptions& o) { o.attention_heads_as_columns = false; };
   test::TinySpec spec = head_dim_128_spec(512);
   test::TinyModelDir dir(spec, 29);
-  compare_with_cpu(dir.path(), 16, 29, nullptr, KvCacheDType::kAuto, 0, 0, transposed);
-  compare_with_cpu(dir.path(), 16, 30, nullptr, KvCacheDType::kFp8E4m3, 0, 0, transposed);
+  compare_with_cpu(dir.path(), 16, 29, nullptr, KvCacheDType::kAuto, 0, 0, score_rows);
+  compare_with_cpu(dir.path(), 16, 30, nullptr, KvCacheDType::kFp8E4m3, 0, 0, score_rows);
+  compare_with_cpu(dir.path(), 16, 32, nullptr, KvCacheDType::kAuto, 0, 0, head_rows);
   spec.heads = 8;
   spec.head_dim = 64;
   test::TinyModelDir dir64(spec, 31);
-  compare_with_cpu(dir64.path(), 5, 31, nullptr, KvCacheDType::kAuto, 0, 0, transposed);
+  compare_with_cpu(dir64.path(), 5, 31, nullptr, KvCacheDType::kAuto, 0, 0, score_rows);
 }
 
 // sm90_gemm_min_tokens: the layers' GEMMs of steps of 17 tokens and more on

@@ -36,10 +36,13 @@ namespace {
 // (scores_transposed) computes S^T = K q^T instead, a chunk's 16 keys as the
 // rows (K's registers are the A fragment), so no row is padding, S takes
 // half the MMAs and a column's softmax state is the lane's own; the P tiles
-// reach P^T's B fragment by an 8 x 8 transpose (movmatrix). The register form's launch bounds ask for four
-// blocks per SM (128 registers, 84 bytes of spills; a step of 256 tokens in
-// one wave); two (178 registers, no spills) measured the same on an H100,
-// so the gain is the work saved, not the occupancy.
+// reach P^T's B fragment by an 8 x 8 transpose (movmatrix). kKeyRows is the
+// default (decode at 256 sequences +1.7% over kHeadCols on an H100, which
+// was +3% over kHeadRows). The register form's launch bounds ask for four
+// blocks per SM (kHeadCols: 128 registers, 84 bytes of spills; kKeyRows: 20
+// bytes; a step of 256 tokens in one wave); two (178 registers, no spills)
+// measured the same on an H100, so the gain is the work saved, not the
+// occupancy.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaMaxColumnsGroup = 8;  // q heads per kv head the heads-as-columns form takes (MMA columns)
 constexpr int kChunkKeys = 16;

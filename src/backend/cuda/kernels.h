@@ -162,9 +162,10 @@ struct PagedAttentionParams {
   bool heads_as_columns = true;
   // With heads_as_columns: the scores transposed too, S^T = K q^T with a
   // chunk's 16 keys as the MMA's rows (none padding: half the MMAs of S),
-  // the weights moved into P^T's fragment by an 8 x 8 transpose. The same
-  // output within rounding of the sums' order.
-  bool scores_transposed = false;
+  // the weights moved into P^T's fragment by an 8 x 8 transpose; false: S
+  // = q K^T with the heads as rows (8 of 16 padding). The same output within
+  // rounding of the sums' order.
+  bool scores_transposed = true;
 };
 constexpr int kAttentionTile = 32;
 // Largest head_dim and q heads per kv head the kernel handles, and splits per token.
