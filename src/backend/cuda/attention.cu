@@ -146,18 +146,7 @@ __global__ void paged_attention_kernel(PagedAttentionParams p) {
 
   // The last split of this (token, kv head) to arrive merges all of them
   // (CUDA's threadFenceReduction pattern: publish, count, then read past L1).
-  __shared__ bool is_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = p.split_counters + t * p.heads.num_kv_heads + kvh;
-    const int arrived = atomicAdd(counter, 1);
-    is_last = arrived == p.num_splits - 1;
-    if (is_last) *counter = 0;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (!last_split_to_arrive(p.split_counters + t * p.heads.num_kv_heads + kvh, p.num_splits)) return;
   // Lane s holds split s's statistics; out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),
   // summed in split order whichever split merges.
   float ms = -FLT_MAX, ls = 0.0f;

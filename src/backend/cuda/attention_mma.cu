@@ -541,18 +541,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps, kStaged ? 2 : kForm != kHeadRo
       p.partial_ml[at * 2 + 1] = sum;
     }
   }
-  __shared__ bool is_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = p.split_counters + x * p.heads.num_kv_heads + kvh;
-    const int arrived = atomicAdd(counter, 1);
-    is_last = arrived == active - 1;
-    if (is_last) *counter = 0;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (!last_split_to_arrive(p.split_counters + x * p.heads.num_kv_heads + kvh, active)) return;
   // Splits merged in split order, whichever finished last: each row's split
   // weights once into shared memory (all (row, split) maxima and sums
   // loaded at once), then each thread 8 dims of one row, its loads over

@@ -50,6 +50,25 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t v) {
   return t;
 }
 
+// A block of split `counter` names: whether it is the last of `splits` to
+// get here, every thread told (CUDA's threadFenceReduction pattern: the
+// block's global writes published, counted, and the last block's later
+// reads ordered after them). The last one resets the counter for the next
+// launch. Every thread of the block calls it.
+__device__ __forceinline__ bool last_split_to_arrive(int* counter, int splits) {
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int arrived = atomicAdd(counter, 1);
+    is_last = arrived == splits - 1;
+    if (is_last) *counter = 0;
+  }
+  __syncthreads();
+  if (is_last) __threadfence();
+  return is_last;
+}
+
 // 2^x on the special-function unit (PTX ex2.approx.ftz: relative error near
 // 2^-22, results below 2^-126 flush to zero), one instruction where exp2f
 // adds a range fix-up for such results.
