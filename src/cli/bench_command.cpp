@@ -187,6 +187,7 @@ int run_bench(const BenchOptions& o) {
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
       {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", o.engine.run.max_num_batched_tokens},
       {"decode_step_tokens", o.engine.decode_step_tokens},
+      {"long_step_max_streams", o.engine.long_step_max_streams},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k},
       {"ttft_ms", percentiles(ttft_ms)}, {"ttft_after_admission_ms", percentiles(admitted_ttft_ms)}};
   std::printf("%s: %lld requests, %lld prompt + %lld output tokens in %.2f s\n", label.c_str(),

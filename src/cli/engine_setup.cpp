@@ -69,6 +69,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "up to --max-num-batched-tokens (0: every step up to --max-num-batched-tokens; at or above it, "
                  "as with both at their defaults, the two are the same)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_DECODE_STEP_TOKENS");
+  cmd.add_option("--long-step-max-streams", o.long_step_max_streams,
+                 "Most decoding streams a step longer than --decode-step-tokens may hold up: with more streams "
+                 "decoding, steps keep to --decode-step-tokens even while the requests waiting for prefill "
+                 "outnumber them (0: no bound)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_LONG_STEP_MAX_STREAMS");
   cmd.add_option("--block-size", o.run.block_size, "Tokens per KV cache block")
       ->check(CLI::Range(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");
   cmd.add_option("--kv-cache-memory", o.kv_cache_memory,

@@ -62,7 +62,8 @@ int64_t Scheduler::step_budget() const {
   if (config_.decode_step_tokens <= 0 || config_.decode_step_tokens >= cap) return cap;
   int64_t decoding = 0, prefilling = static_cast<int64_t>(waiting_.size());
   for (const Entry& e : running_) ++(e.seq->num_uncomputed() > 1 ? prefilling : decoding);
-  return decoding > 0 && prefilling <= decoding ? config_.decode_step_tokens : cap;
+  const bool few = config_.long_step_max_streams <= 0 || decoding <= config_.long_step_max_streams;
+  return decoding > 0 && (prefilling <= decoding || !few) ? config_.decode_step_tokens : cap;
 }
 
 StepPlan Scheduler::schedule() {

@@ -26,6 +26,12 @@ struct SchedulerConfig {
   // prefills in large, faster steps, and the few streams already decoding
   // wait a little). 0: every step up to max_num_batched_tokens.
   int64_t decode_step_tokens = 0;
+  // > 0: a step of up to max_num_batched_tokens that carries decoding
+  // streams holds up at most this many of them; with more streams decoding,
+  // steps keep to decode_step_tokens even while waiting prompts outnumber
+  // them (a wave of requests that arrives while many streams decode costs
+  // each of those one long step otherwise). 0: no such bound.
+  int64_t long_step_max_streams = 0;
   bool enable_prefix_caching = true;
 };
 

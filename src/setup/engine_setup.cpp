@@ -326,12 +326,14 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
   config.scheduler.max_num_seqs = o.run.max_num_seqs;
   config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
   if (o.decode_step_tokens > 0 && o.decode_step_tokens < o.run.max_num_batched_tokens) {
-    spdlog::info("engine: steps of up to {} tokens; {} while the streams decoding outnumber the prompts waiting",
-                 o.run.max_num_batched_tokens, o.decode_step_tokens);
+    spdlog::info("engine: steps of up to {} tokens; {} while the streams decoding outnumber the prompts waiting "
+                 "or number more than {}",
+                 o.run.max_num_batched_tokens, o.decode_step_tokens, o.long_step_max_streams);
   } else {
     spdlog::info("engine: steps of up to {} tokens", o.run.max_num_batched_tokens);
   }
   config.scheduler.decode_step_tokens = o.decode_step_tokens;
+  config.scheduler.long_step_max_streams = o.long_step_max_streams;
   config.scheduler.enable_prefix_caching = o.enable_prefix_caching;
   config.overlap = o.async_scheduling;
   config.max_model_len = max_len;

@@ -17,9 +17,12 @@
 
 namespace tern {
 
-// --decode-step-tokens' default: with the default --max-num-batched-tokens (2048) it changes nothing;
-// with a larger one it keeps most steps with decoding streams at 2,048 tokens.
+// --decode-step-tokens' default: below the default --max-num-batched-tokens (4096), it keeps most steps
+// with decoding streams at 2,048 tokens (docs/api.md).
 inline constexpr int64_t kDecodeStepTokens = 2048;
+// --long-step-max-streams' default: a step past --decode-step-tokens holds up at most 64 decoding streams
+// (measured on an H100 against 32: docs/benchmarks.md).
+inline constexpr int64_t kLongStepMaxStreams = 64;
 
 struct EngineOptions {
   std::string model;
@@ -38,6 +41,8 @@ struct EngineOptions {
   // The token budget of a step with decoding streams while they outnumber the sequences waiting for
   // prefill (SchedulerConfig::decode_step_tokens); 0: run.max_num_batched_tokens for every step.
   int64_t decode_step_tokens = kDecodeStepTokens;
+  // The most decoding streams such a longer step holds up (SchedulerConfig::long_step_max_streams); 0: any.
+  int64_t long_step_max_streams = kLongStepMaxStreams;
   std::string device = "auto";
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
   int max_logprobs = kMaxLogprobs;  // most logprobs / prompt_logprobs per request (vLLM's max_logprobs)

@@ -709,6 +709,46 @@ TEST(Engine, DecodingStreamsBoundTheStepUntilOutnumbered) {
   }
 }
 
+// --long-step-max-streams: past that many decoding streams, a step keeps to
+// decode_step_tokens even while the prompts waiting outnumber the streams.
+TEST(Engine, LongStepsHoldUpAtMostTheirStreams) {
+  auto& f = fixture();
+  EngineConfig config = small_config(f, 512);
+  config.scheduler.max_num_batched_tokens = 256;
+  config.scheduler.decode_step_tokens = 32;
+  config.scheduler.long_step_max_streams = 2;
+  const ModelConfig& c = f.model->config();
+  auto runner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  Engine engine(std::move(runner).value(), *f.tokenizer, config);
+  std::mt19937 rng(22);
+  std::map<std::string, std::vector<int32_t>> prompts;
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  auto add = [&](const std::string& id, int64_t prompt_len) {
+    prompts[id] = random_prompt(rng, prompt_len);
+    streams[id] = std::make_shared<RequestStream>();
+    ASSERT_TRUE(engine.add_request(greedy_request(id, prompts[id], 40), streams[id]).is_ok());
+  };
+  // Two short prompts in one step, then both decode.
+  add("a", 8);
+  add("b", 8);
+  engine.step();
+  EXPECT_EQ(engine.stats().last_step_tokens, 16);
+  // Two streams decode, eight prompts wait: within the bound, the whole budget.
+  for (const char* id : {"c", "d", "e", "f", "g", "h", "i", "j"}) add(id, 100);
+  engine.step();
+  EXPECT_EQ(engine.stats().last_step_tokens, 256);
+  // Four streams decode now (a, b and the two whole prompts) and six prompts need their prefill, more than
+  // the streams, but the streams are past the bound: the step keeps to 32 tokens.
+  engine.step();
+  EXPECT_EQ(engine.stats().last_step_tokens, 32);
+  run_to_completion(engine);
+  for (auto& [id, stream] : streams) {
+    Collected got = collect(*stream);
+    EXPECT_EQ(got.tokens[0], f.greedy_alone(prompts[id], 40)) << id;
+  }
+}
+
 TEST(Engine, RejectsWhatCanNeverRun) {
   auto& f = fixture();
   auto engine = f.make_engine(4, 4);  // 16 tokens of KV in all
