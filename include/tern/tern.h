@@ -85,7 +85,7 @@ typedef struct tern_model_options {
   int64_t kv_cache_bytes;         /* memory for the KV cache; 0: 2 GiB on the CPU, what max_num_seqs needs on CUDA */
   double gpu_memory_utilization;  /* CUDA: share of the GPU tern may take, instead of kv_cache_bytes; 0: unused */
   int32_t max_num_seqs;           /* most sequences in one batch; 0: 256 */
-  int32_t max_num_batched_tokens; /* most tokens computed in one step; 0: the engine's default */
+  int32_t max_num_batched_tokens; /* most tokens computed in one step; 0: 4096 on CUDA, 2048 on the CPU */
   int64_t max_model_len;          /* longest prompt + output; 0: the model's, capped by the KV cache */
   int32_t block_size;             /* tokens per KV cache block; 0: the default */
   int32_t enable_prefix_caching;  /* 1 (default) reuses the KV cache of shared prompt prefixes, 0 turns it off */

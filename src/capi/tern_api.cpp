@@ -116,7 +116,7 @@ tern_model_options tern_model_options_default(void) {
   tern_model_options o{};
   o.device = "auto";
   o.max_num_seqs = 256;
-  o.max_num_batched_tokens = 4096;
+  o.max_num_batched_tokens = 0;  // by device: load_engine
   o.block_size = 16;
   o.enable_prefix_caching = 1;
   o.async_scheduling = 1;

@@ -185,7 +185,7 @@ int run_bench(const BenchOptions& o) {
       {"overlapped_steps", s.num_overlapped_steps},
       {"step_ms_mean", steps ? step_ms_total / steps : 0}, {"prefill_steps_ms", prefill_ms},
       {"decode_steps_ms", decode_ms}, {"threads", le.model->num_threads()},
-      {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", o.engine.run.max_num_batched_tokens},
+      {"max_num_seqs", o.engine.run.max_num_seqs}, {"max_num_batched_tokens", le.max_num_batched_tokens},
       {"decode_step_tokens", o.engine.decode_step_tokens},
       {"long_step_max_streams", o.engine.long_step_max_streams},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k},

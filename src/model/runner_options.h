@@ -23,7 +23,7 @@ struct RunnerOptions {
   // kv_cache_bytes is a default, not a request: when it does not fit, take
   // what the GPU has free (less a margin) instead of failing.
   bool kv_fit_to_free = false;
-  int64_t max_num_batched_tokens = 4096;  // the scheduler's token budget: no step holds more
+  int64_t max_num_batched_tokens = 2048;  // the scheduler's token budget: no step holds more
   int64_t max_num_seqs = 256;             // the scheduler's sequence limit; CUDA decode graphs go up to it (<= 256)
   int64_t max_model_len = 0;              // longest sequence, sizes the decode block tables (0: the model's)
   bool enforce_eager = false;             // CUDA: no graphs, every step's kernels launched one by one

@@ -273,6 +273,9 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     le.kv_sizing = "default: 2GiB";
   }
   RunnerOptions run = o.run;
+  run.max_num_batched_tokens =
+      o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : device == "cuda" ? kCudaStepTokens : kCpuStepTokens;
+  le.max_num_batched_tokens = run.max_num_batched_tokens;
   run.kv_cache_bytes = kv_bytes;
   run.kv_cache_dtype = kv_dtype;
   run.kv_fit_to_free = device == "cuda" && o.kv_cache_memory.empty() && !by_share;
@@ -324,13 +327,13 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
 
   EngineConfig config;
   config.scheduler.max_num_seqs = o.run.max_num_seqs;
-  config.scheduler.max_num_batched_tokens = o.run.max_num_batched_tokens;
-  if (o.decode_step_tokens > 0 && o.decode_step_tokens < o.run.max_num_batched_tokens) {
+  config.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
+  if (o.decode_step_tokens > 0 && o.decode_step_tokens < run.max_num_batched_tokens) {
     spdlog::info("engine: steps of up to {} tokens; {} while the streams decoding outnumber the prompts waiting "
                  "or number more than {}",
-                 o.run.max_num_batched_tokens, o.decode_step_tokens, o.long_step_max_streams);
+                 run.max_num_batched_tokens, o.decode_step_tokens, o.long_step_max_streams);
   } else {
-    spdlog::info("engine: steps of up to {} tokens", o.run.max_num_batched_tokens);
+    spdlog::info("engine: steps of up to {} tokens", run.max_num_batched_tokens);
   }
   config.scheduler.decode_step_tokens = o.decode_step_tokens;
   config.scheduler.long_step_max_streams = o.long_step_max_streams;
