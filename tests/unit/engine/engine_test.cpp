@@ -669,83 +669,79 @@ TEST(Engine, PriorityOrdersWaitingRequests) {
   EXPECT_EQ(order, (std::vector<std::string>{"urgent", "normal", "late-low", "low"}));
 }
 
+// An engine with steps of up to 256 tokens, 32 while streams decode
+// (decode_step_tokens), and `long_step_max_streams`; greedy requests of 40
+// tokens added by id, each checked at the end against the tokens it gets alone.
+struct StepBudgetRun {
+  StepBudgetRun(int64_t long_step_max_streams, uint32_t seed) : f(fixture()), rng(seed) {
+    EngineConfig config = small_config(f, 512);
+    config.scheduler.max_num_batched_tokens = 256;
+    config.scheduler.decode_step_tokens = 32;
+    config.scheduler.long_step_max_streams = long_step_max_streams;
+    const ModelConfig& c = f.model->config();
+    auto runner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
+    EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
+    engine = std::make_unique<Engine>(std::move(runner).value(), *f.tokenizer, config);
+  }
+  void add(const std::string& id, int64_t prompt_len) {
+    prompts[id] = random_prompt(rng, prompt_len);
+    streams[id] = std::make_shared<RequestStream>();
+    ASSERT_TRUE(engine->add_request(greedy_request(id, prompts[id], 40), streams[id]).is_ok());
+  }
+  int64_t step() {
+    engine->step();
+    return engine->stats().last_step_tokens;
+  }
+  void finish_and_check() {
+    run_to_completion(*engine);
+    for (auto& [id, stream] : streams) {
+      Collected got = collect(*stream);
+      EXPECT_EQ(got.tokens[0], f.greedy_alone(prompts[id], 40)) << id;
+    }
+  }
+  Fixture& f;
+  std::mt19937 rng;
+  std::unique_ptr<Engine> engine;
+  std::map<std::string, std::vector<int32_t>> prompts;
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+};
+
 // --decode-step-tokens: a step that carries decoding streams holds at most
 // that many tokens, unless the sequences waiting for prefill outnumber the
 // streams: then up to max_num_batched_tokens. Either way the tokens are the
 // ones each request gets alone.
 TEST(Engine, DecodingStreamsBoundTheStepUntilOutnumbered) {
-  auto& f = fixture();
-  EngineConfig config = small_config(f, 512);
-  config.scheduler.max_num_batched_tokens = 256;
-  config.scheduler.decode_step_tokens = 32;
-  const ModelConfig& c = f.model->config();
-  auto runner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
-  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-  Engine engine(std::move(runner).value(), *f.tokenizer, config);
-  std::mt19937 rng(21);
-  std::map<std::string, std::vector<int32_t>> prompts;
-  std::map<std::string, std::shared_ptr<RequestStream>> streams;
-  auto add = [&](const std::string& id, int64_t prompt_len) {
-    prompts[id] = random_prompt(rng, prompt_len);
-    streams[id] = std::make_shared<RequestStream>();
-    ASSERT_TRUE(engine.add_request(greedy_request(id, prompts[id], 40), streams[id]).is_ok());
-  };
+  StepBudgetRun run(/*long_step_max_streams=*/0, 21);
   // Nothing decodes yet: the whole budget.
-  add("first", 10);
-  engine.step();
-  EXPECT_EQ(engine.stats().last_step_tokens, 10);
+  run.add("first", 10);
+  EXPECT_EQ(run.step(), 10);
   // One stream decodes, one prompt waits: the step stays at 32 tokens (its token and 31 of the prompt).
-  add("second", 200);
-  engine.step();
-  EXPECT_EQ(engine.stats().last_step_tokens, 32);
+  run.add("second", 200);
+  EXPECT_EQ(run.step(), 32);
   // Three more prompts: four sequences need their prefill, one decodes: up to 256 again.
-  for (const char* id : {"third", "fourth", "fifth"}) add(id, 100);
-  engine.step();
-  EXPECT_EQ(engine.stats().last_step_tokens, 256);
-  run_to_completion(engine);
-  for (auto& [id, stream] : streams) {
-    Collected got = collect(*stream);
-    EXPECT_EQ(got.tokens[0], f.greedy_alone(prompts[id], 40)) << id;
-  }
+  for (const char* id : {"third", "fourth", "fifth"}) run.add(id, 100);
+  EXPECT_EQ(run.step(), 256);
+  run.finish_and_check();
 }
 
 // --long-step-max-streams: past that many decoding streams, a step keeps to
-// decode_step_tokens even while the prompts waiting outnumber the streams.
+// decode_step_tokens even while the prompts waiting outnumber the streams
+// (with no bound, the same steps take 256 tokens).
 TEST(Engine, LongStepsHoldUpAtMostTheirStreams) {
-  auto& f = fixture();
-  EngineConfig config = small_config(f, 512);
-  config.scheduler.max_num_batched_tokens = 256;
-  config.scheduler.decode_step_tokens = 32;
-  config.scheduler.long_step_max_streams = 2;
-  const ModelConfig& c = f.model->config();
-  auto runner = CpuRunner::create(*f.model, 16, 256 * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), 16));
-  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-  Engine engine(std::move(runner).value(), *f.tokenizer, config);
-  std::mt19937 rng(22);
-  std::map<std::string, std::vector<int32_t>> prompts;
-  std::map<std::string, std::shared_ptr<RequestStream>> streams;
-  auto add = [&](const std::string& id, int64_t prompt_len) {
-    prompts[id] = random_prompt(rng, prompt_len);
-    streams[id] = std::make_shared<RequestStream>();
-    ASSERT_TRUE(engine.add_request(greedy_request(id, prompts[id], 40), streams[id]).is_ok());
-  };
-  // Two short prompts in one step, then both decode.
-  add("a", 8);
-  add("b", 8);
-  engine.step();
-  EXPECT_EQ(engine.stats().last_step_tokens, 16);
-  // Two streams decode, eight prompts wait: within the bound, the whole budget.
-  for (const char* id : {"c", "d", "e", "f", "g", "h", "i", "j"}) add(id, 100);
-  engine.step();
-  EXPECT_EQ(engine.stats().last_step_tokens, 256);
-  // Four streams decode now (a, b and the two whole prompts) and six prompts need their prefill, more than
-  // the streams, but the streams are past the bound: the step keeps to 32 tokens.
-  engine.step();
-  EXPECT_EQ(engine.stats().last_step_tokens, 32);
-  run_to_completion(engine);
-  for (auto& [id, stream] : streams) {
-    Collected got = collect(*stream);
-    EXPECT_EQ(got.tokens[0], f.greedy_alone(prompts[id], 40)) << id;
+  for (const int64_t bound : {int64_t{2}, int64_t{0}}) {
+    SCOPED_TRACE("long_step_max_streams " + std::to_string(bound));
+    StepBudgetRun run(bound, 22);
+    // Two short prompts in one step, then both decode.
+    run.add("a", 8);
+    run.add("b", 8);
+    EXPECT_EQ(run.step(), 16);
+    // Two streams decode, eight prompts wait: within the bound, the whole budget.
+    for (const char* id : {"c", "d", "e", "f", "g", "h", "i", "j"}) run.add(id, 100);
+    EXPECT_EQ(run.step(), 256);
+    // Four streams decode now (a, b and the two whole prompts) and six prompts need their prefill, more
+    // than the streams; past the bound the step keeps to 32 tokens.
+    EXPECT_EQ(run.step(), bound > 0 ? 32 : 256);
+    run.finish_and_check();
   }
 }
 
