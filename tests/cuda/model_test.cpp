@@ -1421,6 +1421,23 @@ TEST(GpuModel, RopeInPrefillTilesMatchesRopeStoreKvBitForBit) {
 
 // ---- The persistent decode kernel (one launch for all layers of a one-token step).
 
+// One sequence's random tokens (ctx of them) and its block table of
+// block_size-token blocks, shuffled, two blocks to spare.
+struct OneSequence {
+  std::vector<int32_t> tokens, table;
+  int64_t blocks() const { return static_cast<int64_t>(table.size()); }
+};
+OneSequence random_sequence(std::mt19937& rng, int64_t vocab, int64_t ctx, int64_t block_size) {
+  OneSequence s;
+  std::uniform_int_distribution<int32_t> tok_d(0, static_cast<int32_t>(vocab - 1));
+  s.tokens.resize(static_cast<size_t>(ctx));
+  for (auto& t : s.tokens) t = tok_d(rng);
+  s.table.resize(static_cast<size_t>((ctx + block_size - 1) / block_size + 2));
+  std::iota(s.table.begin(), s.table.end(), 0);
+  std::shuffle(s.table.begin(), s.table.end(), rng);
+  return s;
+}
+
 // One sequence: a short prompt, then one-token steps (teacher-forced random
 // tokens) up to `ctx` positions, on a model with the decode kernel (graphs),
 // one with it running eagerly, and one on the GEMV path's kernels, against
@@ -1450,13 +1467,10 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
     ASSERT_TRUE(weights->quantize(QuantMix::kQ4_0).is_ok());
   }
   const ModelConfig& c = cpu->config();
-  std::uniform_int_distribution<int32_t> tok_d(0, static_cast<int32_t>(c.vocab_size - 1));
-  std::vector<int32_t> tokens(static_cast<size_t>(ctx));
-  for (auto& t : tokens) t = tok_d(rng);
-  const int64_t blocks = (ctx + bs - 1) / bs + 2;
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
+  const OneSequence one = random_sequence(rng, c.vocab_size, ctx, bs);
+  const std::vector<int32_t>& tokens = one.tokens;
+  const std::vector<int32_t>& table = one.table;
+  const int64_t blocks = one.blocks();
 
   cuda::DeviceModelOptions graph_o, eager_o, gemv_o;
   graph_o.max_logit_rows = eager_o.max_logit_rows = gemv_o.max_logit_rows = 8;
@@ -1547,6 +1561,68 @@ TEST(GpuModel, DecodeKernelMatchesCpuAndGemvPath) {
   wide.head_dim = 8;
   test::TinyModelDir wide_dir(wide, 16);
   check_decode_kernel(wide_dir.path(), 16, 40, 55, false);
+}
+
+// The decode kernel with its blocks in thread-block clusters and the grid
+// barrier in two levels (decode_kernel_cluster, sm_90): the same steps as
+// the one-level barrier to the bit, every position, in both polling forms.
+void check_cluster_barrier(const std::string& dir, int64_t bs, int64_t ctx, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto weights = load_cpu(dir);
+  ASSERT_NE(weights, nullptr);
+  const ModelConfig& c = weights->config();
+  const OneSequence one = random_sequence(rng, c.vocab_size, ctx, bs);
+  const std::vector<int32_t>& tokens = one.tokens;
+  const std::vector<int32_t>& table = one.table;
+  const int64_t blocks = one.blocks();
+  std::vector<cuda::DeviceModelOptions> options(5);
+  const std::pair<int, bool> forms[] = {{1, false}, {2, false}, {2, true}, {4, false}, {4, true}};
+  std::vector<std::unique_ptr<cuda::DeviceModel>> models;
+  for (size_t i = 0; i < options.size(); ++i) {
+    options[i].max_logit_rows = 8;
+    options[i].max_num_seqs = 4;
+    options[i].decode_kernel_cluster = forms[i].first;
+    options[i].decode_kernel_cluster_all_poll = forms[i].second;
+    models.push_back(make_gpu(*weights, bs, blocks, 64, &options[i]));
+    ASSERT_TRUE(models.back()) << "form " << i;
+    ASSERT_TRUE(models.back()->layers_kernel()) << models.back()->layers_kernel_off_reason();
+    if (models.back()->layers_cluster_off_reason().find("sm_90's cluster instructions") != std::string::npos) {
+      GTEST_SKIP() << models.back()->layers_cluster_off_reason();  // the compute_80 PTX build
+    }
+    EXPECT_EQ(models.back()->layers_kernel_cluster(), forms[i].first)
+        << "clusters of " << forms[i].first << " not taken: " << models.back()->layers_cluster_off_reason();
+  }
+  const auto V = static_cast<size_t>(c.vocab_size);
+  for (int64_t done = 0; done < ctx;) {
+    const int64_t n = done == 0 ? 5 : 1;
+    SequenceChunk ch;
+    ch.tokens = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(n));
+    ch.start_pos = done;
+    ch.block_table = table;
+    ch.want_logits = true;
+    const std::vector<SequenceChunk> batch = {ch};
+    const StepResult one_level = run_step(*models[0], batch, {cuda::kPickOnHost});
+    for (size_t i = 1; i < models.size(); ++i) {
+      const StepResult got = run_step(*models[i], batch, {cuda::kPickOnHost});
+      EXPECT_EQ(std::memcmp(got.logits.data(), one_level.logits.data(), V * sizeof(float)), 0)
+          << dir << " position " << done << ": clusters of " << forms[i].first
+          << (forms[i].second ? " (every block polling)" : "") << " differ from the one-level barrier";
+    }
+    done += n;
+  }
+  std::printf("[decode kernel clusters %s block %ld ctx %ld] clusters of 2 and 4, both polling forms, bit-identical\n",
+              dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx));
+}
+
+TEST(GpuModel, DecodeKernelClusterBarrierMatchesBitForBit) {
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "thread-block clusters need sm_90";
+  check_cluster_barrier(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 300, 81);
+  test::TinySpec spec = head_dim_128_spec(512);  // ERNIE-0.3B's attention shape
+  test::TinyModelDir dir(spec, 14);
+  check_cluster_barrier(dir.path(), 7, 420, 82);
 }
 
 // One-token steps over an fp8 pool: the persistent kernel writes each
