@@ -66,9 +66,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
       ->check(CLI::PositiveNumber)->envname("TERN_MAX_NUM_BATCHED_TOKENS");
   cmd.add_option("--decode-step-tokens", o.decode_step_tokens,
                  "Most tokens in a step that carries decoding streams, so that a long prefill does not hold up "
-                 "their next token; while the requests waiting for prefill outnumber those streams, a step takes "
-                 "up to --max-num-batched-tokens (0: every step up to --max-num-batched-tokens; at or above it, "
-                 "as with both at their defaults, the two are the same)")
+                 "their next token; while the requests waiting for prefill outnumber those streams (and these "
+                 "are at most --long-step-max-streams), a step takes up to --max-num-batched-tokens (0: every "
+                 "step up to --max-num-batched-tokens; at or above it, the two are the same)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_DECODE_STEP_TOKENS");
   cmd.add_option("--long-step-max-streams", o.long_step_max_streams,
                  "Most decoding streams a step longer than --decode-step-tokens may hold up: with more streams "
