@@ -685,7 +685,8 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   }
   if (p.cluster > 1 && major < 9) return "thread-block clusters before sm_90";
   if (p.fp8) {
-    return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, grid, optin) : unsupported_for<uint8_t, bf16>(p, grid, optin);
+    return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, grid, optin)
+                    : unsupported_for<uint8_t, bf16>(p, grid, optin);
   }
   if (p.int4) {
     return p.kv_fp8 ? unsupported_for<Int4Slot, fp8e4m3>(p, grid, optin)
