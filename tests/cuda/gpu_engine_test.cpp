@@ -83,17 +83,30 @@ std::unique_ptr<Runner> tiny_cuda_runner(Ernie45Model& cpu, int64_t max_num_batc
   return r.is_ok() ? std::move(r).value() : nullptr;
 }
 
+// ernie-tiny's CPU model and tokenizer, the engine tests' model.
+struct ErnieTiny {
+  std::unique_ptr<Ernie45Model> cpu;
+  std::unique_ptr<Tokenizer> tok;
+};
+void load_ernie_tiny(ErnieTiny& tiny) {
+  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
+  tiny.cpu = load_cpu(dir);
+  ASSERT_NE(tiny.cpu, nullptr);
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  tiny.tok = std::make_unique<Tokenizer>(std::move(tok).value());
+}
+
 // Greedy requests through the engine on both runners, over one model (with
 // q4_0: quantized on the host first, the GPU's layers as int4 weights).
 void engine_matches_cpu_runner(bool q4_0) {
-  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-  auto cpu = load_cpu(dir);
-  ASSERT_NE(cpu, nullptr);
+  ErnieTiny tiny;
+  ASSERT_NO_FATAL_FAILURE(load_ernie_tiny(tiny));
+  Ernie45Model* cpu = tiny.cpu.get();
+  const Tokenizer& tok = *tiny.tok;
   if (q4_0) {
     ASSERT_TRUE(cpu->quantize(QuantMix::kQ4_0).is_ok());
   }
-  auto tok = Tokenizer::load(dir);
-  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
   const ModelConfig& c = cpu->config();
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> prompts;
@@ -112,8 +125,8 @@ void engine_matches_cpu_runner(bool q4_0) {
   auto gpu_runner = make_cuda_runner(*cpu, bs, blocks * c.num_layers * 2 * bs * c.kv_dim() * 2, 64);
   ASSERT_TRUE(gpu_runner.is_ok()) << gpu_runner.status().to_string();
   EXPECT_EQ(gpu_runner.value()->num_kv_blocks(), blocks);
-  auto want = run_engine(std::move(cpu_runner).value(), tok.value(), prompts, lengths);
-  auto got = run_engine(std::move(gpu_runner).value(), tok.value(), prompts, lengths);
+  auto want = run_engine(std::move(cpu_runner).value(), tok, prompts, lengths);
+  auto got = run_engine(std::move(gpu_runner).value(), tok, prompts, lengths);
 
   int identical = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -149,11 +162,10 @@ TEST(GpuModel, EngineOnInt4WeightsMatchesCpuRunner) { engine_matches_cpu_runner(
 // tokens, in one batch and in a new engine. (Penalised greedy rows are
 // checked exactly against the host sampler in check_device_picks.)
 TEST(GpuModel, EngineSamplesOnTheDevice) {
-  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-  auto cpu = load_cpu(dir);
-  ASSERT_NE(cpu, nullptr);
-  auto tok = Tokenizer::load(dir);
-  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  ErnieTiny tiny;
+  ASSERT_NO_FATAL_FAILURE(load_ernie_tiny(tiny));
+  Ernie45Model* cpu = tiny.cpu.get();
+  const Tokenizer& tok = *tiny.tok;
   auto gpu = [&] { return tiny_cuda_runner(*cpu, 64); };
   std::mt19937 rng(12);
   std::uniform_int_distribution<int32_t> tok_d(20, 1000);
@@ -176,12 +188,12 @@ TEST(GpuModel, EngineSamplesOnTheDevice) {
     r.id += "-copy";
     sampled.push_back(r);
   }
-  const auto draws = run_engine_requests(gpu(), tok.value(), sampled);
+  const auto draws = run_engine_requests(gpu(), tok, sampled);
   for (size_t i = 0; i < sampled.size(); i += 2) {
     ASSERT_EQ(draws[i].size(), 24u);
     EXPECT_EQ(draws[i], draws[i + 1]) << "seeded request " << i / 2 << " and its copy";
   }
-  const auto again = run_engine_requests(gpu(), tok.value(), sampled);
+  const auto again = run_engine_requests(gpu(), tok, sampled);
   EXPECT_EQ(again, draws) << "the same seeded requests in a new engine";
 
 }
@@ -193,11 +205,10 @@ TEST(GpuModel, EngineSamplesOnTheDevice) {
 // log-probability within twice the largest logit error of this model in
 // bf16 (0.25), its rank and top entries' counts as on the CPU.
 TEST(GpuModel, PromptLogprobsMatchCpuRunner) {
-  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-  auto cpu = load_cpu(dir);
-  ASSERT_NE(cpu, nullptr);
-  auto tok = Tokenizer::load(dir);
-  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  ErnieTiny tiny;
+  ASSERT_NO_FATAL_FAILURE(load_ernie_tiny(tiny));
+  Ernie45Model* cpu = tiny.cpu.get();
+  const Tokenizer& tok = *tiny.tok;
   const ModelConfig& c = cpu->config();
   std::mt19937 rng(21);
   std::uniform_int_distribution<int32_t> tok_d(20, 1000);
@@ -214,8 +225,8 @@ TEST(GpuModel, PromptLogprobsMatchCpuRunner) {
     config.scheduler.max_num_seqs = 64;
     config.scheduler.max_num_batched_tokens = 64;
     config.max_model_len = 1024;
-    config.eos_ids = tok.value().default_stop_ids();
-    Engine engine(std::move(runner), tok.value(), config);
+    config.eos_ids = tok.default_stop_ids();
+    Engine engine(std::move(runner), tok, config);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const Request& request : requests) {
       streams.push_back(std::make_shared<RequestStream>());
@@ -269,11 +280,10 @@ TEST(GpuModel, PromptLogprobsMatchCpuRunner) {
 // lengths keep every step's batch in the same decode bucket either way,
 // so the kernels see the same shapes and the results are bit-identical.
 TEST(GpuModel, OverlapSchedulingGivesTheSerialTokens) {
-  const std::string dir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-  auto cpu = load_cpu(dir);
-  ASSERT_NE(cpu, nullptr);
-  auto tok = Tokenizer::load(dir);
-  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  ErnieTiny tiny;
+  ASSERT_NO_FATAL_FAILURE(load_ernie_tiny(tiny));
+  Ernie45Model* cpu = tiny.cpu.get();
+  const Tokenizer& tok = *tiny.tok;
   auto gpu = [&] { return tiny_cuda_runner(*cpu, 256); };
   std::mt19937 rng(44);
   std::uniform_int_distribution<int32_t> tok_d(20, 1000);
@@ -290,12 +300,12 @@ TEST(GpuModel, OverlapSchedulingGivesTheSerialTokens) {
     requests.push_back(r);
   }
   EngineStats serial_stats, overlap_stats;
-  const auto first = run_engine_requests(gpu(), tok.value(), requests, false, &serial_stats);
+  const auto first = run_engine_requests(gpu(), tok, requests, false, &serial_stats);
   ASSERT_EQ(first[1].size(), 20u);
   requests[1].params.stop_token_ids = {first[1][6]};
   const auto stop_at = std::find(first[1].begin(), first[1].end(), first[1][6]) - first[1].begin();
-  const auto serial = run_engine_requests(gpu(), tok.value(), requests, false, &serial_stats);
-  const auto overlapped = run_engine_requests(gpu(), tok.value(), requests, true, &overlap_stats);
+  const auto serial = run_engine_requests(gpu(), tok, requests, false, &serial_stats);
+  const auto overlapped = run_engine_requests(gpu(), tok, requests, true, &overlap_stats);
   EXPECT_EQ(serial_stats.num_overlapped_steps, 0);
   EXPECT_GE(overlap_stats.num_overlapped_steps, 15);
   EXPECT_EQ(serial[1].size(), static_cast<size_t>(stop_at + 1));
