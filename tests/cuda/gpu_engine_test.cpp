@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,9 +44,12 @@ std::vector<std::vector<int32_t>> run_engine(std::unique_ptr<Runner> runner, con
   return run_engine_requests(std::move(runner), tokenizer, requests);
 }
 
-std::vector<std::vector<int32_t>> run_engine_requests(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer,
-                                                      const std::vector<Request>& requests, bool overlap,
-                                                      EngineStats* stats) {
+// The requests through one engine (steps of up to 64 tokens, 64 sequences)
+// to the end: each stream's outputs, every one without error, and no KV
+// block left in use.
+std::vector<std::deque<RequestOutput>> run_engine_outputs(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer,
+                                                          const std::vector<Request>& requests, bool overlap = true,
+                                                          EngineStats* stats = nullptr) {
   EngineConfig config;
   config.overlap = overlap;
   config.scheduler.max_num_seqs = 64;
@@ -62,12 +66,22 @@ std::vector<std::vector<int32_t>> run_engine_requests(std::unique_ptr<Runner> ru
   for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
   EXPECT_EQ(engine.allocator().num_used(), 0);
   if (stats != nullptr) *stats = engine.stats();
-  std::vector<std::vector<int32_t>> out;
+  std::vector<std::deque<RequestOutput>> out;
   for (auto& stream : streams) {
+    out.push_back(stream->drain());
+    for (const RequestOutput& e : out.back()) EXPECT_TRUE(e.error.is_ok()) << e.error.to_string();
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run_engine_requests(std::unique_ptr<Runner> runner, const Tokenizer& tokenizer,
+                                                      const std::vector<Request>& requests, bool overlap,
+                                                      EngineStats* stats) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& outputs : run_engine_outputs(std::move(runner), tokenizer, requests, overlap, stats)) {
     std::vector<int32_t> tokens;
-    for (auto& e : stream->drain()) {
-      EXPECT_TRUE(e.error.is_ok()) << e.error.to_string();
-      for (auto& s : e.sequences) tokens.insert(tokens.end(), s.token_ids.begin(), s.token_ids.end());
+    for (const RequestOutput& e : outputs) {
+      for (const auto& s : e.sequences) tokens.insert(tokens.end(), s.token_ids.begin(), s.token_ids.end());
     }
     out.push_back(tokens);
   }
@@ -221,28 +235,13 @@ TEST(GpuModel, PromptLogprobsMatchCpuRunner) {
     requests.push_back(std::move(r));
   }
   auto run = [&](std::unique_ptr<Runner> runner) {
-    EngineConfig config;
-    config.scheduler.max_num_seqs = 64;
-    config.scheduler.max_num_batched_tokens = 64;
-    config.max_model_len = 1024;
-    config.eos_ids = tok.default_stop_ids();
-    Engine engine(std::move(runner), tok, config);
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (const Request& request : requests) {
-      streams.push_back(std::make_shared<RequestStream>());
-      Status s = engine.add_request(request, streams.back());
-      EXPECT_TRUE(s.is_ok()) << s.to_string();
-    }
-    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
-    EXPECT_EQ(engine.allocator().num_used(), 0);
     std::vector<std::pair<std::vector<SampleResult>, size_t>> out;  // prompt logprobs, tokens generated
-    for (auto& stream : streams) {
+    for (const auto& outputs : run_engine_outputs(std::move(runner), tok, requests)) {
       std::vector<SampleResult> scores;
       size_t generated = 0;
-      for (auto& e : stream->drain()) {
-        EXPECT_TRUE(e.error.is_ok()) << e.error.to_string();
+      for (const RequestOutput& e : outputs) {
         scores.insert(scores.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
-        for (auto& s : e.sequences) generated += s.token_ids.size();
+        for (const auto& s : e.sequences) generated += s.token_ids.size();
       }
       out.emplace_back(std::move(scores), generated);
     }
