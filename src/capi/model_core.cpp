@@ -44,7 +44,7 @@ Result<EngineOptions> engine_options(const std::string& path, const tern_model_o
   TERN_RETURN_IF_ERROR(require_non_negative("max_num_seqs", c.max_num_seqs));
   if (c.max_num_seqs > 0) o.run.max_num_seqs = c.max_num_seqs;
   TERN_RETURN_IF_ERROR(require_non_negative("max_num_batched_tokens", c.max_num_batched_tokens));
-  o.max_num_batched_tokens = c.max_num_batched_tokens;
+  o.run.max_num_batched_tokens = c.max_num_batched_tokens;  // 0: by device (load_engine)
   TERN_RETURN_IF_ERROR(require_non_negative("max_model_len", c.max_model_len));
   o.run.max_model_len = c.max_model_len;
   if (c.block_size < 0 || c.block_size > 1024) {

@@ -61,7 +61,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
       ->envname("TERN_MAX_MODEL_LEN");
   cmd.add_option("--max-num-seqs", o.run.max_num_seqs, "Most sequences in one batch")
       ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_SEQS");
-  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+  cmd.add_option("--max-num-batched-tokens", o.run.max_num_batched_tokens,
                  "Most tokens computed in one step (default: 4096 on CUDA, 2048 on the CPU)")
       ->check(CLI::PositiveNumber)->envname("TERN_MAX_NUM_BATCHED_TOKENS");
   cmd.add_option("--decode-step-tokens", o.decode_step_tokens,

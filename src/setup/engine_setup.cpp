@@ -273,8 +273,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     le.kv_sizing = "default: 2GiB";
   }
   RunnerOptions run = o.run;
-  run.max_num_batched_tokens =
-      o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : device == "cuda" ? kCudaStepTokens : kCpuStepTokens;
+  if (run.max_num_batched_tokens <= 0) run.max_num_batched_tokens = device == "cuda" ? kCudaStepTokens : kCpuStepTokens;
   le.max_num_batched_tokens = run.max_num_batched_tokens;
   run.kv_cache_bytes = kv_bytes;
   run.kv_cache_dtype = kv_dtype;

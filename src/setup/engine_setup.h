@@ -37,17 +37,16 @@ struct EngineOptions {
   // (apply_quantization below).
   std::string quantization;
   // Block size, step limits, graphs, the one-token kernel; max_model_len 0:
-  // the model's max_position_embeddings, capped by the KV cache. The KV
-  // pool's bytes are worked out from kv_cache_memory by load_engine.
-  RunnerOptions run;
+  // the model's max_position_embeddings, capped by the KV cache;
+  // max_num_batched_tokens 0 (here the default): kCudaStepTokens on CUDA,
+  // kCpuStepTokens elsewhere. The KV pool's bytes are worked out from
+  // kv_cache_memory by load_engine.
+  RunnerOptions run{.max_num_batched_tokens = 0};
   std::string kv_cache_memory;  // empty: the default sizing (engine_setup.cpp)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bfloat16, fp8 or fp8_e4m3 (parse_kv_cache_dtype)
   bool enable_prefix_caching = true;
   // The token budget of a step with decoding streams while they outnumber the sequences waiting for
   // prefill (SchedulerConfig::decode_step_tokens); 0: run.max_num_batched_tokens for every step.
-  // The most tokens in any step (--max-num-batched-tokens); 0: kCudaStepTokens on CUDA, kCpuStepTokens
-  // elsewhere. load_engine puts it into the runner's options (run.max_num_batched_tokens is not read).
-  int64_t max_num_batched_tokens = 0;
   int64_t decode_step_tokens = kDecodeStepTokens;
   // The most decoding streams such a longer step holds up (SchedulerConfig::long_step_max_streams); 0: any.
   int64_t long_step_max_streams = kLongStepMaxStreams;
@@ -81,7 +80,7 @@ struct LoadedEngine {
     // "2 threads, fast kernels (AVX-512, bf16 products)", for the start-up log.
     std::string describe() const;
   } cpu;
-  int64_t max_num_batched_tokens = 0;  // the step budget in force (EngineOptions::max_num_batched_tokens resolved)
+  int64_t max_num_batched_tokens = 0;  // the step budget in force (run.max_num_batched_tokens, 0 resolved)
   int64_t kv_cache_tokens = 0;
   int64_t kv_cache_blocks = 0;
   // The KV cache's element type as stored: "fp32" or "bf16" (auto on the CPU
