@@ -19,6 +19,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/percentile.h"
 #include "engine/request_stream.h"
 
@@ -35,17 +36,17 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
       ->check(CLI::IsMember({"offline", "conc", "pp-tg"}))->capture_default_str();
   cmd->add_option("-p,--n-prompt", o.n_prompt,
                   "pp-tg: prompt tokens run as one forward into an empty cache (0: skip the pp test)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(at_least(0))->capture_default_str();
   cmd->add_option("-n,--n-gen", o.n_gen,
                   "pp-tg: tokens generated one forward at a time from an empty cache (0: skip the tg test)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(at_least(0))->capture_default_str();
   cmd->add_option("-r,--repetitions", o.repetitions, "pp-tg: timed runs of each test, after one warm-up")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
   cmd->add_option("--concurrency", o.concurrency,
                   "conc: sequences kept running (sets --max-num-seqs); its defaults: 4 x this many requests "
                   "(at least 32), prompts 50-500 tokens, 128 output tokens")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--num-requests", o.num_requests, "Requests to run")->check(CLI::PositiveNumber)
+      ->check(at_least(1))->capture_default_str();
+  cmd->add_option("--num-requests", o.num_requests, "Requests to run")->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--input-min", o.input_min, "Shortest prompt (tokens)")->capture_default_str();
   cmd->add_option("--input-max", o.input_max, "Longest prompt (tokens)")->capture_default_str();
@@ -53,9 +54,9 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--output-max", o.output_max, "Most output tokens")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the random lengths and prompts")->capture_default_str();
   cmd->add_option("--temperature", o.temperature, "Sampling temperature of every request (0: greedy)")
-      ->check(CLI::Range(0.0, 2.0))->capture_default_str();
-  cmd->add_option("--top-p", o.top_p, "top_p of every request")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  cmd->add_option("--top-k", o.top_k, "top_k of every request (0: off)")->check(CLI::NonNegativeNumber)
+      ->check(between(0.0, 2.0))->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "top_p of every request")->check(between(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "top_k of every request (0: off)")->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--json-out", o.json_out, "Also write the results as JSON to this file");
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();

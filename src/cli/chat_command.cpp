@@ -14,6 +14,7 @@
 #include "base/logging.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/line_editor.h"
 #include "engine/request_stream.h"
 
@@ -128,7 +129,7 @@ void add_chat_command(CLI::App& app, ChatOptions& o) {
                                          "/system TEXT, /exit; Ctrl-C stops an answer)");
   add_engine_options(*cmd, o.engine, true);
   cmd->add_option("--max-tokens,-n", o.max_tokens, "Most tokens per answer (default: up to the end of the context)")
-      ->check(CLI::NonNegativeNumber)->envname("TERN_MAX_TOKENS");
+      ->check(at_least(0))->envname("TERN_MAX_TOKENS");
   add_sampling_flags(*cmd, o.sampling);
   cmd->add_option("--system", o.system, "System prompt to start with (/system TEXT changes it)");
   cmd->add_option("--chat-template", o.chat_template, "Jinja chat template file (default: the model's)");

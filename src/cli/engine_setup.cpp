@@ -1,6 +1,8 @@
 // The engine flags of the `tern` subcommands.
 #include "cli/engine_setup.h"
 
+#include "cli/number_checks.h"
+
 namespace tern::cli {
 
 void add_kv_cache_dtype_option(CLI::App& cmd, EngineOptions& o) {
@@ -60,23 +62,23 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "Longest sequence (prompt + output) in tokens (default: the model's, capped by the KV cache)")
       ->envname("TERN_MAX_MODEL_LEN");
   cmd.add_option("--max-num-seqs", o.run.max_num_seqs, "Most sequences in one batch")
-      ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_NUM_SEQS");
+      ->check(at_least(1))->capture_default_str()->envname("TERN_MAX_NUM_SEQS");
   cmd.add_option("--max-num-batched-tokens", o.run.max_num_batched_tokens,
                  "Most tokens computed in one step (default: 4096 on CUDA, 2048 on the CPU)")
-      ->check(CLI::PositiveNumber)->envname("TERN_MAX_NUM_BATCHED_TOKENS");
+      ->check(at_least(1))->envname("TERN_MAX_NUM_BATCHED_TOKENS");
   cmd.add_option("--decode-step-tokens", o.decode_step_tokens,
                  "Most tokens in a step that carries decoding streams, so that a long prefill does not hold up "
                  "their next token; while the requests waiting for prefill outnumber those streams (and these "
                  "are at most --long-step-max-streams), a step takes up to --max-num-batched-tokens (0: every "
                  "step up to --max-num-batched-tokens; at or above it, the two are the same)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_DECODE_STEP_TOKENS");
+      ->check(at_least(0))->capture_default_str()->envname("TERN_DECODE_STEP_TOKENS");
   cmd.add_option("--long-step-max-streams", o.long_step_max_streams,
                  "Most decoding streams a step longer than --decode-step-tokens may hold up: with more streams "
                  "decoding, steps keep to --decode-step-tokens even while the requests waiting for prefill "
                  "outnumber them (0: no bound)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_LONG_STEP_MAX_STREAMS");
+      ->check(at_least(0))->capture_default_str()->envname("TERN_LONG_STEP_MAX_STREAMS");
   cmd.add_option("--block-size", o.run.block_size, "Tokens per KV cache block")
-      ->check(CLI::Range(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");
+      ->check(between(1, 1024))->capture_default_str()->envname("TERN_BLOCK_SIZE");
   cmd.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "Memory for the KV cache, e.g. 2GiB or 512MiB (default: CUDA, room for --max-num-seqs sequences "
                  "of --max-model-len tokens, or of 2048 when that is not given, within the GPU's free memory; "
@@ -86,7 +88,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
   cmd.add_option("--gpu-memory-utilization", o.run.gpu_memory_utilization,
                  "CUDA: share of the GPU's memory tern may take (weights, workspace, KV cache), e.g. 0.9; the KV "
                  "cache gets the rest. Instead of --kv-cache-memory")
-      ->check(CLI::Range(0.0, 1.0))->envname("TERN_GPU_MEMORY_UTILIZATION");
+      ->check(between(0.0, 1.0))->envname("TERN_GPU_MEMORY_UTILIZATION");
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)")
       ->envname("TERN_ENABLE_PREFIX_CACHING");
@@ -105,15 +107,15 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "attention output and MLP down projections split over their inputs, the slices' partial sums "
                  "added by the norm after each: more of the GPU busy at decode batch sizes (0: never; bf16 "
                  "weights only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_GEMM_K_SPLIT_TOKENS");
+      ->check(at_least(0))->capture_default_str()->envname("TERN_GEMM_K_SPLIT_TOKENS");
   cmd.add_option("--null-step-us", o.run.null_step_us,
                  "With --device null: each step takes this many microseconds (slept, as a GPU step's wait), so "
                  "each stream gets one token an event as from a device with that step time (default 0: at once)")
-      ->check(CLI::Range(int64_t{0}, int64_t{10000000}))->capture_default_str()->envname("TERN_NULL_STEP_US");
+      ->check(between(int64_t{0}, int64_t{10000000}))->capture_default_str()->envname("TERN_NULL_STEP_US");
   cmd.add_option("--max-logprobs", o.max_logprobs,
                  "Most logprobs (top_logprobs, prompt_logprobs, TGI's top_n_tokens) a request may ask for "
                  "(400 beyond)")
-      ->check(CLI::Range(0, 1 << 20))->capture_default_str()->envname("TERN_MAX_LOGPROBS");
+      ->check(between(0, 1 << 20))->capture_default_str()->envname("TERN_MAX_LOGPROBS");
 }
 
 }  // namespace tern::cli

@@ -9,6 +9,7 @@
 #include "base/logging.h"
 #include "chat/ernie_chat_format.h"
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/sampling_flags.h"
 #include "engine/request_stream.h"
 
@@ -27,14 +28,14 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
   add_engine_options(*cmd, o.engine, true);
   cmd->add_option("--prompt,-p", o.prompt, "Prompt text")->required();
   cmd->add_flag("--chat", o.chat, "Wrap the prompt as one user message in the model's chat template");
-  cmd->add_option("--max-tokens,-n", o.max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber)
+  cmd->add_option("--max-tokens,-n", o.max_tokens, "Most tokens to generate")->check(at_least(1))
       ->capture_default_str()->envname("TERN_MAX_TOKENS");
   add_sampling_flags(*cmd, o.sampling);
   cmd->add_flag("--json", o.json, "Print one JSON object (prompt_token_ids, token_ids, text, finish_reason)");
   cmd->add_option("--logprobs", o.logprobs,
                   "With --json: each generated token's log-probability and the N most likely tokens there "
                   "([id, logprob] pairs, most likely first), under the raw logits")
-      ->check(CLI::Range(0, kMaxLogprobs));
+      ->check(between(0, kMaxLogprobs));
   cmd->add_option("--log-level", o.log_level, "trace|debug|info|warn|error")->capture_default_str();
 }
 

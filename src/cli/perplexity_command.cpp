@@ -19,6 +19,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/number_checks.h"
 #include "cli/percentile.h"
 #include "formats/log_prob_file.h"
 #include "setup/engine_setup.h"
@@ -208,7 +209,7 @@ void add_perplexity_command(CLI::App& app, PerplexityOptions& o) {
   add_kv_cache_dtype_option(*cmd, o.engine);
   cmd->add_option("-f,--file", o.file, "Text to score (not with --kl-divergence: the base file holds the tokens)");
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Window in tokens: the first half is context, the second half is scored")
-      ->check(CLI::Range(int64_t{4}, int64_t{1} << 20))->capture_default_str();
+      ->check(between(int64_t{4}, int64_t{1} << 20))->capture_default_str();
   cmd->add_option("--chunks", o.n_chunks, "Windows to score (-1: all that the text or the base file holds)")
       ->capture_default_str();
   cmd->add_option("--kl-divergence-base", o.kl_base,

@@ -13,6 +13,7 @@
 #include "base/thread_name.h"
 #include "chat/chat_template.h"
 #include "engine/sampling_params.h"
+#include "cli/number_checks.h"
 #include "cli/serve_command.h"
 #include "server/api/metrics.h"
 #include "server/api/openai_routes.h"
@@ -85,41 +86,41 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
                 "Log each request's prompt text (off: request logs hold ids, counts and timings only)")
       ->envname("TERN_LOG_REQUESTS_TEXT");
   cmd->add_option("--max-log-len", o.max_log_len, "Bytes of prompt text --log-requests-text logs (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->envname("TERN_MAX_LOG_LEN");
+      ->check(at_least(0))->capture_default_str()->envname("TERN_MAX_LOG_LEN");
   cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
                   "Seconds in-flight requests get after SIGTERM/SIGINT; then they end with a shutting-down error")
       ->capture_default_str()
       ->envname("TERN_SHUTDOWN_TIMEOUT");
   cmd->add_option("--http-read-timeout", o.http_read_timeout_s,
                   "Seconds a request (line, headers and body) has to arrive whole once begun; then 408")
-      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_READ_TIMEOUT");
+      ->check(between(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_READ_TIMEOUT");
   cmd->add_option("--timeout-keep-alive", o.timeout_keep_alive_s,
                   "Seconds an idle keep-alive connection stays open (uvicorn's flag)")
-      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_TIMEOUT_KEEP_ALIVE");
+      ->check(between(0.001, 1e6))->capture_default_str()->envname("TERN_TIMEOUT_KEEP_ALIVE");
   cmd->add_option("--http-write-timeout", o.http_write_timeout_s,
                   "Seconds a response write may make no progress (a client that stops reading); then the "
                   "connection closes and its request is cancelled")
-      ->check(CLI::Range(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_WRITE_TIMEOUT");
+      ->check(between(0.001, 1e6))->capture_default_str()->envname("TERN_HTTP_WRITE_TIMEOUT");
   cmd->add_option("--http-threads", o.http_threads, "HTTP io threads")->capture_default_str()
       ->envname("TERN_HTTP_THREADS");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
       ->capture_default_str()->envname("TERN_MAX_BODY_BYTES");
   cmd->add_option("--max-header-bytes", o.max_header_bytes, "Largest request line + headers (431 beyond)")
-      ->check(CLI::Range(1024u, 1u << 24))->capture_default_str()->envname("TERN_MAX_HEADER_BYTES");
+      ->check(between(1024u, 1u << 24))->capture_default_str()->envname("TERN_MAX_HEADER_BYTES");
   cmd->add_option("--max-connections", o.max_connections, "Open connections beyond which new ones are refused")
-      ->check(CLI::PositiveNumber)->capture_default_str()->envname("TERN_MAX_CONNECTIONS");
+      ->check(at_least(1))->capture_default_str()->envname("TERN_MAX_CONNECTIONS");
   cmd->add_option("--max-logit-bias", o.max_logit_bias, "Most logit_bias entries in one request (400 beyond)")
       ->capture_default_str()->envname("TERN_MAX_LOGIT_BIAS");
   cmd->add_option("--max-n", o.max_n, "Most choices (n) one request may ask for (400 beyond; at most 128)")
-      ->check(CLI::Range(int64_t{1}, int64_t{128}))->capture_default_str()->envname("TERN_MAX_N");
+      ->check(between(int64_t{1}, int64_t{128}))->capture_default_str()->envname("TERN_MAX_N");
   cmd->add_option("--max-prompts-per-request", o.max_prompts,
                   "Most prompts in one /v1/completions request (400 beyond)")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->capture_default_str()->envname("TERN_MAX_PROMPTS_PER_REQUEST");
+      ->check(between(size_t{1}, size_t{1} << 20))->capture_default_str()->envname("TERN_MAX_PROMPTS_PER_REQUEST");
   cmd->add_option("--max-stop-sequences", o.max_stop_sequences,
                   "Most stop strings in one request (TGI's flag; 400, TGI routes 422, beyond; at most 16)")
-      ->check(CLI::Range(size_t{0}, kMaxStopStrings))->capture_default_str()->envname("TERN_MAX_STOP_SEQUENCES");
+      ->check(between(size_t{0}, kMaxStopStrings))->capture_default_str()->envname("TERN_MAX_STOP_SEQUENCES");
   cmd->add_option("--max-stop-bytes", o.max_stop_bytes, "Longest stop string in bytes (400, TGI routes 422, beyond)")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->capture_default_str()->envname("TERN_MAX_STOP_BYTES");
+      ->check(between(size_t{1}, size_t{1} << 20))->capture_default_str()->envname("TERN_MAX_STOP_BYTES");
   cmd->add_option("--ssl-certfile", o.ssl_certfile,
                   "Serve HTTPS with this PEM certificate chain (with --ssl-keyfile)")->envname("TERN_SSL_CERTFILE");
   cmd->add_option("--ssl-keyfile", o.ssl_keyfile, "The certificate's PEM private key, unencrypted")
@@ -128,7 +129,7 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
       ->envname("TERN_SSL_CA_CERTS");
   cmd->add_option("--ssl-cert-reqs", o.ssl_cert_reqs,
                   "Client certificates: 0 not asked for, 1 optional, 2 required (checked against --ssl-ca-certs)")
-      ->check(CLI::Range(0, 2))->capture_default_str()->envname("TERN_SSL_CERT_REQS");
+      ->check(between(0, 2))->capture_default_str()->envname("TERN_SSL_CERT_REQS");
   cmd->add_flag("--enable-ssl-refresh", o.enable_ssl_refresh,
                "Reload the --ssl-* files when they change (looked at every second): new connections use the new "
                "certificate, open ones keep theirs; files that do not load are logged and the previous ones kept")
@@ -140,9 +141,9 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
       ->envname("TERN_WEB_ROOT");
   // Accepted for vLLM compatibility.
   cmd->add_option("--tensor-parallel-size", o.tensor_parallel_size, "Only 1 is supported")
-      ->check(CLI::Range(1, 1))->capture_default_str();
+      ->check(between(1, 1))->capture_default_str();
   cmd->add_option("--data-parallel-size", o.data_parallel_size, "Engine replicas (1 on the CPU)")
-      ->check(CLI::Range(1, 1))->capture_default_str();
+      ->check(between(1, 1))->capture_default_str();
   cmd->add_option("--dtype", o.dtype, "auto|bfloat16|float16|float32 (the CPU computes in float32)")
       ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32", "half", "float"}))->capture_default_str();
 }

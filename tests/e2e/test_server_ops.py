@@ -227,6 +227,25 @@ def test_decode_kernel_flag(dedicated_server):
     assert bad.returncode != 0 and "--gemm-k-split-tokens" in bad.stderr, bad.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["serve", "--max-num-seqs", "0"], "--max-num-seqs: must be at least 1, got 0"),
+    (["serve", "--max-num-seqs", "many"], "--max-num-seqs: must be a number, got 'many'"),
+    (["serve", "--http-read-timeout", "0"], "--http-read-timeout: must be from 0.001 to 1000000, got 0"),
+    (["serve", "--max-n", "200"], "--max-n: must be from 1 to 128, got 200"),
+    (["bench", "--num-requests", "-2"], "--num-requests: must be at least 1, got -2"),
+])
+def test_numeric_flags_out_of_range_are_refused_readably(args, message):
+    """A numeric flag out of its range stops the command before anything loads, with a line that names the
+    flag, its range and the value given; --help shows the same range."""
+    from server_fixture import tern_binary
+
+    r = subprocess.run([tern_binary(), *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()[0]) < 120, r.stderr
+    help_text = subprocess.run([tern_binary(), args[0], "--help"], capture_output=True, text=True).stdout
+    assert "--max-num-seqs INT:>= 1=256" in help_text, help_text
+
+
 def test_start_up_log_and_metrics_name_the_cpu_threads_and_kernels(dedicated_server):
     """The start-up line and tern:cpu_info say how the CPU forward runs: threads, kernel set and
     instruction set."""
