@@ -15,10 +15,13 @@
 // partials' sum. With --sm90 1: the GEMM of our own (gemm_sm90.h) with the
 // shape's epilogue in both tile heights, its e4m3 form on random codes, and
 // for gate_up also with SiLU x up fused, against linear() followed by
-// silu_mul.
+// silu_mul. With --int4 1: random int4 weights (Int4Weights, as many copies)
+// through what int4 layers run: the layer dequantized to bf16 then linear(),
+// and int4_gemm on the tensor cores with its own K split and unsplit; the
+// difference is int4_gemm's against the dequantized form's.
 // Usage: tern_gemm_bench [--rows 2048,4096] [--shapes qkv,o,gate_up,down,o-bf16,down-bf16] [--candidates 64] [--reps 20]
 //                        [--copies 16] [--hidden 1024] [--q-dim 2048] [--kv-dim 256] [--intermediate 3072]
-//                        [--k-splits 2,3,4] [--sm90 1]  (--candidates 0: linear() and the K splits only)
+//                        [--k-splits 2,3,4] [--sm90 1] [--int4 1]  (--candidates 0: linear() and the K splits only)
 // The defaults are ERNIE-4.5-0.3B's layers (16 q heads and 2 kv heads of 128): q|k|v 1024 -> 2560, o
 // 2048 -> 1024 (added), gate|up 1024 -> 6144, down 3072 -> 1024 (added); 16 weight copies (84 MB of q|k|v)
 // so that the weights come from memory, not from a 50 MB L2. o-bf16 and down-bf16 are o and down
@@ -286,9 +289,81 @@ void run_sm90(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
   }
 }
 
+// int4 weights of the problem's shape, `copies` of them: random codes, zeros in [0, 15] and fp16 scales that
+// keep the products near the bf16 weights' size; each against the dequantized form then linear().
+void run_int4(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int reps, double base_us) {
+  const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
+  const int copies = static_cast<int>(p.w.size());
+  std::mt19937 rng(static_cast<uint32_t>(T * 131 + N));
+  std::uniform_int_distribution<int> byte(0, 255), nibble(0, 15);
+  std::vector<cuda::Int4Weights> w;
+  std::vector<void*> owned;
+  for (int c = 0; c < copies; ++c) {
+    std::vector<uint8_t> codes(static_cast<size_t>(N * K / 2)), zeros(static_cast<size_t>(N * K / 32));
+    std::vector<uint16_t> scales(zeros.size());
+    for (uint8_t& b : codes) b = static_cast<uint8_t>(byte(rng));
+    for (uint8_t& z : zeros) z = static_cast<uint8_t>(nibble(rng));
+    for (uint16_t& d : scales) d = tern::f32_to_f16(0.01f);
+    owned.push_back(upload(codes.data(), codes.size()));
+    owned.push_back(upload(scales.data(), scales.size() * sizeof(uint16_t)));
+    owned.push_back(upload(zeros.data(), zeros.size()));
+    w.push_back({static_cast<uint8_t*>(owned[owned.size() - 3]), static_cast<uint16_t*>(owned[owned.size() - 2]),
+                 static_cast<uint8_t*>(owned.back())});
+  }
+  bf16* dequantized = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&dequantized), static_cast<size_t>(N * K) * sizeof(bf16)), "dequantized");
+  const int most = static_cast<int>(std::min<int64_t>(cuda::kInt4MaxSplits, K / 128));
+  float* partials = nullptr;
+  int* counters = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&partials), static_cast<size_t>(most * T * N) * sizeof(float)), "partials");
+  check(cudaMalloc(reinterpret_cast<void**>(&counters), 1024 * sizeof(int)), "counters");
+  check(cudaMemset(counters, 0, 1024 * sizeof(int)), "counters");
+  const cuda::Int4GemmScratch scratch{partials, static_cast<size_t>(most * T * N), counters, 1024};
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  const int automatic = cuda::int4_gemm_splits(T, K, N, prop.multiProcessorCount, scratch);
+  const cuda::GemvOutput form = p.shape.kind == cuda::GemmOut::kBf16  ? cuda::GemvOutput::kBf16
+                                : p.shape.kind == cuda::GemmOut::kF32 ? cuda::GemvOutput::kF32
+                                                                      : cuda::GemvOutput::kAddF32;
+  const auto dequantize_then_linear = [&](int i) {
+    return cuda::dequantize_int4_rows(w[static_cast<size_t>(i % copies)], N, K, dequantized, stream) == cudaSuccess &&
+           cuda::linear(blas, p.x, T, K, dequantized, N, p.y, p.shape.kind).is_ok();
+  };
+  const auto tensor_cores = [&](int splits) {
+    return [&, splits](int i) {
+      return cuda::int4_gemm(p.x, T, K, w[static_cast<size_t>(i % copies)], N, p.y, form, splits, scratch, stream) ==
+             cudaSuccess;
+    };
+  };
+  const auto output_of = [&](const auto& call) {
+    check(cudaMemsetAsync(p.y, 0, p.y_bytes, stream), "clear y");
+    if (!call(0)) die("int4 product failed");
+    check(cudaStreamSynchronize(stream), "int4 product");
+    return download_y(p);
+  };
+  const std::vector<float> ref = output_of(dequantize_then_linear);
+  const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
+  const auto report = [&](const std::string& label, double us, double diff) {
+    std::printf("  %-34s %9.2f us %7.1f TFLOP/s  %.2fx", label.c_str(), us, flops / us * 1e-6, base_us / us);
+    if (diff >= 0) std::printf("  diff %.1e", diff);
+    std::printf("\n");
+  };
+  report("int4: dequantized, then linear()", time_graph(stream, reps, dequantize_then_linear), -1);
+  for (int splits : {automatic, 1}) {
+    const std::vector<float> got = output_of(tensor_cores(splits));
+    report("int4_gemm, " + std::to_string(splits) + " K slice" + (splits > 1 ? "s" : ""),
+           time_graph(stream, reps, tensor_cores(splits)), max_rel_diff(got, ref));
+    if (automatic == 1) break;
+  }
+  cudaFree(counters);
+  cudaFree(partials);
+  cudaFree(dequantized);
+  for (void* q : owned) cudaFree(q);
+}
+
 void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, void* workspace, size_t ws_bytes,
                  cudaStream_t stream, int candidates, int reps, const std::vector<int64_t>& k_splits,
-                 float* partials, bool sm90, bf16* act) {
+                 float* partials, bool sm90, bool int4, bf16* act) {
   const int64_t T = p.rows, K = p.shape.in, N = p.shape.out;
   const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(K) * static_cast<double>(N);
   const int copies = static_cast<int>(p.w.size());
@@ -310,6 +385,7 @@ void run_problem(const Problem& p, cublasHandle_t blas, cublasLtHandle_t lt, voi
   // The added shapes' reference is y = x W^T (y starts at zero), so the partials' sum compares with it.
   for (int64_t sp : k_splits) run_k_splits(p, blas, stream, static_cast<int>(sp), reps, partials, ref, base_us);
   if (sm90) run_sm90(p, blas, stream, reps, ref, base_us, act);
+  if (int4) run_int4(p, blas, stream, reps, base_us);
   if (candidates == 0) return;
 
   // cuBLASLt's view of the same problem (gemm_tuned's layout: D[N, T] = op_T(W) . x).
@@ -382,7 +458,7 @@ int64_t positive(const char* flag, const std::string& value) {
 int main(int argc, char** argv) {
   std::string rows_arg = "2048,4096", shapes_arg = "qkv,o,gate_up,down";
   std::string k_splits_arg;
-  bool sm90 = false;
+  bool sm90 = false, int4 = false;
   int64_t candidates = 64, reps = 20, copies = 16, hidden = 1024, q_dim = 2048, kv_dim = 256, inter = 3072;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -399,6 +475,7 @@ int main(int argc, char** argv) {
     else if (a == "--candidates") candidates = v == "0" ? 0 : positive("--candidates", v);  // 0: none
     else if (a == "--k-splits") k_splits_arg = v;
     else if (a == "--sm90") sm90 = v != "0";
+    else if (a == "--int4") int4 = v != "0";
     else if (a == "--reps") reps = positive("--reps", v);
     else if (a == "--copies") copies = positive("--copies", v);
     else if (a == "--hidden") hidden = positive("--hidden", v);
@@ -466,7 +543,7 @@ int main(int argc, char** argv) {
       bf16* act = nullptr;  // SiLU x up's output for gate|up
       if (sm90) check(cudaMalloc(reinterpret_cast<void**>(&act), static_cast<size_t>(rows * s.out / 2) * 2), "act");
       run_problem(p, blas, lt, workspace, kWorkspace, stream, static_cast<int>(candidates), static_cast<int>(reps),
-                  k_splits, partials, sm90, act);
+                  k_splits, partials, sm90, int4, act);
       cudaFree(act);
       cudaFree(partials);
       cudaFree(p.x);

@@ -39,8 +39,11 @@
 // the GEMV and its GEMMs of up to 128 rows: --quantize-lm-head alone),
 // fp8-nokernel (FP8, no persistent kernel), int4 (the model
 // quantized to Q4_0 on the host as --quantization q4_0 does: the layers as
-// int4 weights, W4A16; large steps on the bf16 GEMM of dequantized
-// weights), int4-nokernel (int4, no persistent kernel), ksplit, ksplitN and
+// int4 weights, W4A16; steps past the GEMV's on the int4 tensor-core GEMM
+// up to int4_gemm_max_tokens, larger ones on the bf16 GEMM of dequantized
+// weights), int4-dequant (int4, every step past the GEMV's dequantized),
+// int4-tcN (int4, the tensor-core GEMM up to N tokens), int4-nokernel
+// (int4, no persistent kernel), ksplit, ksplitN and
 // ksplit-oAdB (graphs with the o and down GEMMs split over K in steps of
 // up to 512, the default, or N tokens, k_split_max_tokens; A and B slices,
 // default 2 and 2), nosplit (graphs without that split), tokensN (graphs
@@ -216,7 +219,7 @@ int main(int argc, char** argv) {
     static const char* const kNames[] = {"graphs", "eager",  "cublas",       "cublas-eager", "pdl",
                                          "notiles", "norope", "regkv",        "kv-fp8",       "nokernel",
                                          "headrows", "headcols",
-                                         "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel",
+                                         "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel", "int4-dequant",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
                                          "sm90", "sm90-gu", "fp8-sm90", "cluster2", "cluster4", "cluster2-poll",
                                          "cluster4-poll"};
@@ -233,7 +236,7 @@ int main(int argc, char** argv) {
                         std::isdigit(static_cast<unsigned char>(config[10])) != 0;  // ksplit-oAdB
     return slices || digits_after("ksplit") || digits_after("gemv") || digits_after("tokens") ||
            digits_after("fp8-tc") || digits_after("fp8-nofold") || digits_after("fp8-head") ||
-           digits_after("prefetch", 1) || digits_after("sm90-") ||
+           digits_after("prefetch", 1) || digits_after("sm90-") || digits_after("int4-tc") ||
            digits_after("kv-fp8-prefetch", 1);
   };
   for (const std::string& config : tern::bench::comma_list(configs_arg)) {  // before any work
@@ -303,6 +306,8 @@ int main(int argc, char** argv) {
     }
     if (base == "nokernel" || base == "fp8-nokernel" || base == "int4-nokernel") o.decode_kernel = false;  // one-token steps on the GEMV path
     if (base == "nosplit") o.k_split_max_tokens = 0;
+    if (base == "int4-dequant") o.int4_gemm_max_tokens = 0;
+    if (base.rfind("int4-tc", 0) == 0) o.int4_gemm_max_tokens = std::stoll(base.substr(7));
     if (base == "sm90" || base == "sm90-gu") o.sm90_gemm_min_tokens = 513;  // past the K-split's sizes: prefill
     o.sm90_gemm_gate_up_only = base == "sm90-gu";
     if (base == "fp8-sm90") {  // FP8 folded at every step size past the GEMV's, prefill steps on the e4m3 form
@@ -359,8 +364,10 @@ int main(int argc, char** argv) {
     }
     if (gpu.value()->int4_matrices() > 0) {
       std::printf(
-          "[%s] int4 weights (W4A16) in %lld layer matrices; large steps on bf16 GEMMs of dequantized weights\n",
-          config.c_str(), static_cast<long long>(gpu.value()->int4_matrices()));
+          "[%s] int4 weights (W4A16) in %lld layer matrices; GEMMs of up to %lld rows on the int4 tensor-core "
+          "GEMM, larger ones on bf16 GEMMs of dequantized weights\n",
+          config.c_str(), static_cast<long long>(gpu.value()->int4_matrices()),
+          static_cast<long long>(gpu.value()->int4_gemm_rows()));
     }
     if (!gpu.value()->int4_declined().empty()) {
       std::printf("[%s] %s\n", config.c_str(), gpu.value()->int4_declined().c_str());

@@ -4,7 +4,9 @@
 // exactly. The dequantizer bit for bit (bf16 of the exact value); the int4
 // GEMV in every form the model uses at 1-4 and 8 tokens, odd row counts,
 // K below one warp-wide load, past one unrolled step, and not a multiple
-// of either.
+// of either. The tensor-core GEMM (int4_gemm) at decode and prefill row
+// counts, each output form, K whole, split automatically and split as far as
+// it goes, against the products over the dequantizer's bf16 values.
 //
 // Tolerances, as the FP8 GEMV's (fp8_test.cpp): the weights are exact and
 // the activations bf16 on both sides, so the sums differ only in order
@@ -174,6 +176,92 @@ TEST(CudaInt4, GemvQkvRopeMatchesLinearThenRope) {
     test::check_quantized_gemv_qkv_rope(p, w.values, T, heads, kv_heads, head_dim,
                                         "int4 gemv qkv+rope T " + std::to_string(T), rng);
   }
+}
+
+// int4_gemm against cpu::linear over the weights as bf16 (what the kernel multiplies: the dequantizer's
+// values, bit for bit above) and bf16 inputs: fp32 sums that differ only in order, so within 1e-5 relative
+// L2; bf16 outputs as gpu_test_util.h. Each split count gives the same bits on a second run, and the tiles'
+// counters are left at zero.
+TEST(CudaInt4, TensorCoreGemmMatchesReference) {
+  std::mt19937 rng(45);
+  ThreadPool pool(2);
+  int sms = 0;
+  TERN_ASSERT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  using Out = cuda::GemvOutput;
+  const Out outs[] = {Out::kBf16, Out::kAddF32, Out::kF32};
+  int form = 0;
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{128, 37}, {1024, 2560}, {3072, 1024}, {2048, 1024}, {384, 129}}) {
+    for (int64_t T : {5, 8, 33, 64, 100, 256}) {
+      Int4Case w = random_int4(rng, N, K, (K / 128 + T) % 2 == 1);
+      const std::vector<float> wb = round_bf16(w.values);
+      const Bf16Data x = test::random_bf16(rng, static_cast<size_t>(T * K));
+      std::vector<float> ref(static_cast<size_t>(T * N));
+      cpu::linear(pool, x.values.data(), T, f32_matrix(wb, N, K), ref.data());
+      DeviceArray<bf16> d_x(x.words);
+      const int most = static_cast<int>(std::min<int64_t>(cuda::kInt4MaxSplits, K / 128));
+      DeviceArray<float> d_partials(std::vector<float>(static_cast<size_t>(most * T * N), NAN));
+      DeviceArray<int> d_counters(std::vector<int>(1024, 0));
+      const cuda::Int4GemmScratch scratch{d_partials.get(), static_cast<size_t>(most * T * N), d_counters.get(), 1024};
+      const int automatic = cuda::int4_gemm_splits(T, K, N, sms, scratch);
+      ASSERT_GE(automatic, 1);
+      ASSERT_LE(automatic, most);
+      for (int splits : {1, automatic, most}) {
+        const Out out = outs[form++ % 3];
+        const std::string what = "int4 gemm T " + std::to_string(T) + " K " + std::to_string(K) + " N " +
+                                 std::to_string(N) + " splits " + std::to_string(splits) + " out " +
+                                 std::to_string(static_cast<int>(out));
+        const auto run = [&](void* y) {
+          TERN_ASSERT_CUDA(cuda::int4_gemm(d_x.get(), T, K, w.device(), N, y, out, splits, scratch, nullptr));
+          TERN_ASSERT_CUDA(cudaDeviceSynchronize());
+        };
+        if (out == Out::kBf16) {
+          DeviceArray<bf16> d_y(std::vector<bf16>(ref.size(), kNanBf16));
+          run(d_y.get());
+          const std::vector<bf16> first = d_y.download();
+          test::expect_bf16_close(test::to_f32(first), ref, what);
+          run(d_y.get());
+          EXPECT_EQ(d_y.download(), first) << what << ": a second run";
+        } else {
+          const std::vector<float> y0 =
+              out == Out::kAddF32 ? test::random_f32(rng, ref.size(), -1, 1) : std::vector<float>(ref.size(), NAN);
+          DeviceArray<float> d_y(y0);
+          run(d_y.get());
+          std::vector<float> got = d_y.download();
+          if (out == Out::kAddF32) {
+            for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
+          }
+          EXPECT_LT(test::relative_l2(got, ref), 1e-5) << what;
+          if (out == Out::kF32) {
+            run(d_y.get());
+            EXPECT_EQ(d_y.download(), got) << what << ": a second run";
+          }
+        }
+        EXPECT_EQ(d_counters.download(), std::vector<int>(1024, 0)) << what << ": the counters left at zero";
+      }
+    }
+  }
+}
+
+TEST(CudaInt4, TensorCoreGemmRefusesWhatItCannotRead) {
+  std::mt19937 rng(46);
+  Int4Case w = random_int4(rng, 16, 256, false);
+  DeviceArray<bf16> d_x(test::random_bf16(rng, 8 * 256).words);
+  DeviceArray<float> d_y(std::vector<float>(8 * 16, 0.0f));
+  const cuda::Int4GemmScratch none;
+  using Out = cuda::GemvOutput;
+  EXPECT_TRUE(cuda::int4_gemm_takes(256, w.device()));
+  EXPECT_FALSE(cuda::int4_gemm_takes(96, w.device())) << "K not whole stages of 128";
+  EXPECT_EQ(cuda::int4_gemm(d_x.get(), 8, 96, w.device(), 16, d_y.get(), Out::kF32, 1, none, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::int4_gemm(d_x.get(), 8, 256, w.device(), 16, d_y.get(), Out::kQkvRope, 1, none, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::int4_gemm(d_x.get(), 8, 256, w.device(), 16, d_y.get(), Out::kF32, 3, none, nullptr),
+            cudaErrorInvalidValue)
+      << "more slices than stages of K";
+  EXPECT_EQ(cuda::int4_gemm(d_x.get(), 8, 256, w.device(), 16, d_y.get(), Out::kF32, 2, none, nullptr),
+            cudaErrorInvalidValue)
+      << "slices without scratch";
+  EXPECT_EQ(cuda::int4_gemm_splits(8, 256, 16, 132, none), 1) << "no scratch, no slices";
 }
 
 }  // namespace

@@ -572,20 +572,26 @@ TEST(GpuModel, Fp8LmHeadMatchesCpuReferenceWithTheSameValues) {
 }
 
 // --quantization q4_0: int4 weights through the GEMV (steps of up to 4
-// tokens) and the bf16 GEMM of dequantized weights (larger ones) against the
-// CPU reference over the same Q4_0 values, within the bf16 bound: the
-// weights are exact in the GEMV and rounded to bf16 for the GEMM, as bf16
-// weights are given; the embedding and LM head are rounded to bf16.
+// tokens), the tensor-core int4 GEMM (up to int4_gemm_max_tokens, where K
+// takes it) and the bf16 GEMM of dequantized weights (larger ones; every step
+// past the GEMV in the last run) against the CPU reference over the same Q4_0
+// values, within the bf16 bound: the weights are exact in the GEMV and
+// rounded to bf16 for the GEMMs, as bf16 weights are given; the embedding and
+// LM head are rounded to bf16.
 TEST(GpuModel, Int4WeightsMatchCpuReferenceWithTheSameValues) {
   test::TinySpec spec = head_dim_128_spec(512);
   spec.theta = 500000.0;
   test::TinyModelDir dir(spec, 10);
   Fp8Run w4a16;
   w4a16.q4_0 = true;
-  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 12, &w4a16);
-  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 13, &w4a16);
-  compare_with_cpu(dir.path(), 16, 14, &w4a16);
-  compare_with_cpu(dir.path(), 7, 15, &w4a16);
+  const auto tensor_cores = [](cuda::DeviceModelOptions& o) { o.int4_gemm_max_tokens = 256; };
+  const auto dequantized = [](cuda::DeviceModelOptions& o) { o.int4_gemm_max_tokens = 0; };
+  const auto kAuto = KvCacheDType::kAuto;
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 12, &w4a16, kAuto, 0, 0, tensor_cores);
+  compare_with_cpu(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 5, 13, &w4a16, kAuto, 0, 0, tensor_cores);
+  compare_with_cpu(dir.path(), 16, 14, &w4a16, kAuto, 0, 0, tensor_cores);
+  compare_with_cpu(dir.path(), 7, 15, &w4a16, kAuto, 0, 0, tensor_cores);
+  compare_with_cpu(dir.path(), 16, 16, &w4a16, kAuto, 0, 0, dequantized);
 }
 
 // An int4 checkpoint as people download them (tools/quantize_awq.py: GPTQ, symmetric, groups of 32, which

@@ -234,6 +234,27 @@ cudaError_t dequantize_int4_rows(const Int4Weights& w, int64_t rows, int64_t col
 
 enum class GemvInput { kBf16, kRmsNorm, kSiluMul };
 enum class GemvOutput { kBf16, kF32, kAddF32, kQkvRope };
+
+// y[T, N] = x[T, K] . W^T for int4 W on the tensor cores (sm_80+), the codes
+// turned into bf16 as dequantize_int4_rows makes them, fp32 sums: y as bf16
+// (kBf16), fp32 (kF32) or added into fp32 (kAddF32). Where its tiles are
+// fewer than two a multiprocessor, K may be split (int4_gemm_splits): each
+// slice's fp32 partials go to the scratch and the tile's last slice adds them
+// in slice order, so the bits do not depend on which slice finishes last.
+// K a multiple of 128; codes 16-byte, scales 8-byte, zeros 4-byte and x
+// 16-byte aligned (int4_gemm_takes); otherwise cudaErrorInvalidValue.
+constexpr int kInt4MaxSplits = 16;
+struct Int4GemmScratch {
+  float* partials = nullptr;  // splits x T x N floats
+  size_t partial_floats = 0;
+  int* counters = nullptr;  // one a tile, zero at first; the kernel leaves them zero
+  int num_counters = 0;
+};
+bool int4_gemm_takes(int64_t K, const Int4Weights& w);
+// The slices of K for a T x K x N product on sm_count multiprocessors (1: none), within the scratch.
+int int4_gemm_splits(int64_t T, int64_t K, int64_t N, int sm_count, const Int4GemmScratch& scratch);
+cudaError_t int4_gemm(const bf16* x, int64_t T, int64_t K, const Int4Weights& w, int64_t N, void* y, GemvOutput out,
+                      int splits, const Int4GemmScratch& scratch, cudaStream_t stream);
 struct GemvParams {
   GemvInput input = GemvInput::kBf16;
   GemvOutput output = GemvOutput::kBf16;

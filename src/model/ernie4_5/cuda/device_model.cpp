@@ -22,6 +22,10 @@ namespace {
 
 std::string mib(int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
 
+// int4_gemm's tiles that may split K (int4_gemm_splits splits only where the tiles are fewer than two a
+// multiprocessor).
+constexpr int kInt4GemmCounters = 1024;
+
 }  // namespace
 
 Status DeviceModel::Impl::plan_workspace() {
@@ -86,6 +90,12 @@ Status DeviceModel::Impl::plan_workspace() {
       if (it.bytes == 0) continue;
       TERN_RETURN_IF_ERROR(it.buf->allocate(it.bytes, it.what));
       use.workspace_bytes += static_cast<int64_t>(it.buf->bytes());
+    }
+    if (int4_matrices > 0 && options.int4_gemm_max_tokens > 0) {
+      int4_gemm_rows = std::min(gemm_capacity, gemm_rows(options.int4_gemm_max_tokens));
+      TERN_RETURN_IF_ERROR(int4_counters.allocate(size_t{kInt4GemmCounters} * sizeof(int), "int4 GEMM counters"));
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemset(int4_counters.as<void>(), 0, int4_counters.bytes()));
+      use.workspace_bytes += static_cast<int64_t>(int4_counters.bytes());
     }
   }
   if (head8.w.bytes() > 0) TERN_RETURN_IF_ERROR(decide_fp8_head());
@@ -609,6 +619,7 @@ int64_t DeviceModel::fp8_tensor_core_tokens() const { return impl_->fp8_tc_rows;
 int64_t DeviceModel::int4_matrices() const { return impl_->int4_matrices; }
 
 int64_t DeviceModel::k_split_rows() const { return impl_->k_split_rows; }
+int64_t DeviceModel::int4_gemm_rows() const { return impl_->int4_gemm_rows; }
 
 int64_t DeviceModel::sm90_gemm_rows() const { return impl_->own_gemm_rows; }
 int DeviceModel::o_k_splits() const { return impl_->k_split_rows > 0 ? impl_->o_splits : 1; }

@@ -180,6 +180,11 @@ struct DeviceModelOptions : RunnerOptions {
   // 128: on an H100 the FP8 head's GEMM (and its scaling pass over the
   // logits) is +3-4% at 64 rows, level at 128, -1% at 256 (docs/benchmarks.md).
   int64_t fp8_lm_head_max_rows = 128;
+  // int4 layers: GEMMs of up to this many tokens (past the GEMV's) multiply the codes on the tensor cores
+  // (int4_gemm: a quarter of the weight bytes); larger ones write the layer's weights out as bf16 for the
+  // bf16 GEMM, whose tiles win once the rows are many. 0 (the default until measured on a GPU): always the
+  // latter.
+  int64_t int4_gemm_max_tokens = 0;
   int device = 0;
 };
 
@@ -287,6 +292,8 @@ class DeviceModel {
   // uploaded as bf16 (empty if none was).
   int64_t int4_matrices() const;
   const std::string& int4_declined() const;
+  // Up to how many GEMM rows int4 layers run on the int4 tensor-core GEMM (int4_gemm_max_tokens; 0: none).
+  int64_t int4_gemm_rows() const;
   // Up to how many GEMM rows the o and down projections run split over K
   // (k_split_max_tokens; 0: never), and their slices there.
   int64_t k_split_rows() const;

@@ -126,6 +126,11 @@ struct DeviceModel::Impl {
   DeviceBuffer fp8_x_scales2;              // a folded step's second set of row scales (fold_fp8)
   DeviceBuffer fp8_sums;                   // the unscaled FP8 GEMM's fp32 sums (Fp8Gemm::needs_sums)
   DeviceBuffer dequantized_w;              // the largest FP8 or int4 matrix as bf16, for large steps' GEMM
+  // int4 GEMMs of up to this many rows (gemm_rows; 0: none) on int4_gemm, K split over int4_counters'
+  // tiles with dequantized_w's bytes as the partials; larger ones dequantized for the bf16 GEMM.
+  int64_t int4_gemm_rows = 0;
+  DeviceBuffer int4_counters;
+  Int4GemmScratch int4_scratch() const;
   DeviceBuffer embed, lm_head_own, final_norm, inv_freq;
   const bf16* lm_head = nullptr;  // embed or lm_head_own (the bf16 head; null when an untied head is FP8 throughout)
   // options.fp8_lm_head: the head's FP8 codes and row scales (head8, kept

@@ -36,7 +36,17 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
       }
       return linear(cublas, in, T, K, w.w.as<bf16>(), N, y, out);
     case Form::kInt4:
-      // W4A16 past the GEMV's sizes: the layer's weights written out as bf16, then the bf16 GEMM.
+      // W4A16 past the GEMV's sizes: on the tensor cores from the codes, or, for the largest steps, the layer's
+      // weights written out as bf16, then the bf16 GEMM.
+      if (T <= int4_gemm_rows && int4_gemm_takes(K, w.int4())) {
+        const Int4GemmScratch scratch = int4_scratch();
+        const GemvOutput form = out == GemmOut::kBf16 ? GemvOutput::kBf16
+                                : out == GemmOut::kF32 ? GemvOutput::kF32
+                                                       : GemvOutput::kAddF32;
+        const int splits = int4_gemm_splits(T, K, N, sm_count, scratch);
+        TERN_CUDA_RETURN_IF_ERROR(int4_gemm(in, T, K, w.int4(), N, y, form, splits, scratch, stream));
+        return Status::ok();
+      }
       TERN_CUDA_RETURN_IF_ERROR(dequantize_int4_rows(w.int4(), N, K, dequantized_w.as<bf16>(), stream));
       return linear(cublas, in, T, K, dequantized_w.as<bf16>(), N, y, out);
     case Form::kFp8:
@@ -46,6 +56,11 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
                            cublas_workspace.as<void>(), fp8_sums.as<float>()};
   return fp8_gemm->linear(cublas, in, T, K, Fp8Weights{w.w.as<uint8_t>(), w.scale.as<float>()}, N, y, out, scratch,
                           stream, T <= fp8_tc_rows);
+}
+
+Int4GemmScratch DeviceModel::Impl::int4_scratch() const {
+  return {dequantized_w.as<float>(), dequantized_w.bytes() / sizeof(float), int4_counters.as<int>(),
+          static_cast<int>(int4_counters.bytes() / sizeof(int))};
 }
 
 bool DeviceModel::Impl::fold_fp8(int64_t num_tokens) {
