@@ -256,12 +256,23 @@ __global__ void __launch_bounds__(kInt4Threads) int4_gemm_kernel(Int4GemmArgs a)
   }
 }
 
+// The kernels' shared memory past 48 KiB, asked for once a process (before any graph capture where the
+// model calls int4_gemm_prepare at load).
+cudaError_t opt_in_shared_memory() {
+  static const cudaError_t opted = [] {
+    const cudaError_t a = cudaFuncSetAttribute(int4_gemm_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               Int4GemmSmem<32>::kBytes);
+    return a != cudaSuccess ? a
+                            : cudaFuncSetAttribute(int4_gemm_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   Int4GemmSmem<64>::kBytes);
+  }();
+  return opted;
+}
+
 template <int BT>
 cudaError_t launch_int4_gemm(const Int4GemmArgs& a, int splits, cudaStream_t stream) {
   const int bytes = Int4GemmSmem<BT>::kBytes;
-  static const cudaError_t opted =
-      cudaFuncSetAttribute(int4_gemm_kernel<BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (opted != cudaSuccess) return opted;
+  if (const cudaError_t e = opt_in_shared_memory(); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((a.N + kInt4Rows - 1) / kInt4Rows), static_cast<unsigned>((a.T + BT - 1) / BT),
                   static_cast<unsigned>(splits));
   int4_gemm_kernel<BT><<<grid, kInt4Threads, bytes, stream>>>(a);
@@ -269,6 +280,8 @@ cudaError_t launch_int4_gemm(const Int4GemmArgs& a, int splits, cudaStream_t str
 }
 
 }  // namespace
+
+cudaError_t int4_gemm_prepare() { return opt_in_shared_memory(); }
 
 bool int4_gemm_takes(int64_t K, const Int4Weights& w) {
   const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };

@@ -251,6 +251,9 @@ struct Int4GemmScratch {
   int num_counters = 0;
 };
 bool int4_gemm_takes(int64_t K, const Int4Weights& w);
+// The kernels' launch settings, made once a process; int4_gemm makes them on first use, and a model calls this
+// at load so that no graph capture makes them.
+cudaError_t int4_gemm_prepare();
 // The slices of K for a T x K x N product on sm_count multiprocessors (1: none), within the scratch.
 int int4_gemm_splits(int64_t T, int64_t K, int64_t N, int sm_count, const Int4GemmScratch& scratch);
 cudaError_t int4_gemm(const bf16* x, int64_t T, int64_t K, const Int4Weights& w, int64_t N, void* y, GemvOutput out,

@@ -95,6 +95,7 @@ Status DeviceModel::Impl::plan_workspace() {
       int4_gemm_rows = std::min(gemm_capacity, gemm_rows(options.int4_gemm_max_tokens));
       TERN_RETURN_IF_ERROR(int4_counters.allocate(size_t{kInt4GemmCounters} * sizeof(int), "int4 GEMM counters"));
       TERN_CUDA_RETURN_IF_ERROR(cudaMemset(int4_counters.as<void>(), 0, int4_counters.bytes()));
+      TERN_CUDA_RETURN_IF_ERROR(int4_gemm_prepare());
       use.workspace_bytes += static_cast<int64_t>(int4_counters.bytes());
     }
   }
