@@ -53,11 +53,7 @@
 // of our own with SiLU x up fused, sm90_gemm_min_tokens), sm90-gu (the same
 // for gate|up alone, sm90_gemm_gate_up_only), fp8-sm90 (FP8
 // folded at every GEMM size, as fp8-tc2048, each GEMM of steps past 512
-// tokens on the sm_90 GEMM's e4m3 form with the scales in its epilogue),
-// clusterN and clusterN-poll (graphs with the decode kernel's blocks in
-// clusters of N = 2 or 4 and its grid barrier in two levels,
-// decode_kernel_cluster; -poll: every block polls the grid's counter,
-// decode_kernel_cluster_all_poll). With
+// tokens on the sm_90 GEMM's e4m3 form with the scales in its epilogue). With
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
@@ -221,8 +217,7 @@ int main(int argc, char** argv) {
                                          "headrows", "headcols",
                                          "fp8",     "fp8-tc", "fp8-nokernel", "int4",         "int4-nokernel", "int4-dequant",
                                          "fp8-nofold", "fp8-fast",     "ksplit",       "fp8-head",     "nosplit",      "head8",
-                                         "sm90", "sm90-gu", "fp8-sm90", "cluster2", "cluster4", "cluster2-poll",
-                                         "cluster4-poll"};
+                                         "sm90", "sm90-gu", "fp8-sm90"};
     for (const char* name : kNames) {
       if (config == name) return true;
     }
@@ -297,10 +292,6 @@ int main(int argc, char** argv) {
     if (base == "regkv") o.attention_stage_kv = false;  // decode attention's K/V into registers
     if (base == "headrows") o.attention_heads_as_columns = false;
     if (base == "headcols") o.attention_scores_transposed = false;
-    if (base.rfind("cluster", 0) == 0) {
-      o.decode_kernel_cluster = base[7] - '0';  // cluster2, cluster4 (known() checked)
-      o.decode_kernel_cluster_all_poll = base.size() > 8;  // -poll
-    }
     if (base.rfind("prefetch", 0) == 0 || base.rfind("kv-fp8-prefetch", 0) == 0) {
       o.attention_prefetch_chunks = base.back() - '0';  // one digit (known() checked)
     }
@@ -383,10 +374,6 @@ int main(int argc, char** argv) {
       std::printf("[%s] o and down split over K (%d and %d slices) in steps of up to %lld GEMM rows\n",
                   config.c_str(), gpu.value()->o_k_splits(), gpu.value()->down_k_splits(),
                   static_cast<long long>(gpu.value()->k_split_rows()));
-    }
-    if (!gpu.value()->layers_cluster_off_reason().empty()) {
-      std::printf("[%s] decode kernel clusters off: %s\n", config.c_str(),
-                  gpu.value()->layers_cluster_off_reason().c_str());
     }
     if (!gpu.value()->layers_kernel_off_reason().empty()) {
       std::printf("[%s] decode kernel off: %s\n", config.c_str(), gpu.value()->layers_kernel_off_reason().c_str());

@@ -564,68 +564,6 @@ TEST(GpuModel, DecodeKernelMatchesCpuAndGemvPath) {
   check_decode_kernel(wide_dir.path(), 16, 40, 55, false);
 }
 
-// The decode kernel with its blocks in thread-block clusters and the grid
-// barrier in two levels (decode_kernel_cluster, sm_90): the same steps as
-// the one-level barrier to the bit, every position, in both polling forms.
-void check_cluster_barrier(const std::string& dir, int64_t bs, int64_t ctx, uint32_t seed) {
-  std::mt19937 rng(seed);
-  auto weights = load_cpu(dir);
-  ASSERT_NE(weights, nullptr);
-  const ModelConfig& c = weights->config();
-  const OneSequence one = random_sequence(rng, c.vocab_size, ctx, bs);
-  const std::vector<int32_t>& tokens = one.tokens;
-  const std::vector<int32_t>& table = one.table;
-  const int64_t blocks = one.blocks();
-  std::vector<cuda::DeviceModelOptions> options(5);
-  const std::pair<int, bool> forms[] = {{1, false}, {2, false}, {2, true}, {4, false}, {4, true}};
-  std::vector<std::unique_ptr<cuda::DeviceModel>> models;
-  for (size_t i = 0; i < options.size(); ++i) {
-    options[i].max_logit_rows = 8;
-    options[i].max_num_seqs = 4;
-    options[i].decode_kernel_cluster = forms[i].first;
-    options[i].decode_kernel_cluster_all_poll = forms[i].second;
-    models.push_back(make_gpu(*weights, bs, blocks, 64, &options[i]));
-    ASSERT_TRUE(models.back()) << "form " << i;
-    ASSERT_TRUE(models.back()->layers_kernel()) << models.back()->layers_kernel_off_reason();
-    if (models.back()->layers_cluster_off_reason().find("sm_90's cluster instructions") != std::string::npos) {
-      GTEST_SKIP() << models.back()->layers_cluster_off_reason();  // the compute_80 PTX build
-    }
-    EXPECT_EQ(models.back()->layers_kernel_cluster(), forms[i].first)
-        << "clusters of " << forms[i].first << " not taken: " << models.back()->layers_cluster_off_reason();
-  }
-  const auto V = static_cast<size_t>(c.vocab_size);
-  for (int64_t done = 0; done < ctx;) {
-    const int64_t n = done == 0 ? 5 : 1;
-    SequenceChunk ch;
-    ch.tokens = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(n));
-    ch.start_pos = done;
-    ch.block_table = table;
-    ch.want_logits = true;
-    const std::vector<SequenceChunk> batch = {ch};
-    const StepResult one_level = run_step(*models[0], batch, {cuda::kPickOnHost});
-    for (size_t i = 1; i < models.size(); ++i) {
-      const StepResult got = run_step(*models[i], batch, {cuda::kPickOnHost});
-      EXPECT_EQ(std::memcmp(got.logits.data(), one_level.logits.data(), V * sizeof(float)), 0)
-          << dir << " position " << done << ": clusters of " << forms[i].first
-          << (forms[i].second ? " (every block polling)" : "") << " differ from the one-level barrier";
-    }
-    done += n;
-  }
-  std::printf("[decode kernel clusters %s block %ld ctx %ld] clusters of 2 and 4, both polling forms, bit-identical\n",
-              dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx));
-}
-
-TEST(GpuModel, DecodeKernelClusterBarrierMatchesBitForBit) {
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  if (major < 9) GTEST_SKIP() << "thread-block clusters need sm_90";
-  check_cluster_barrier(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 300, 81);
-  test::TinySpec spec = head_dim_128_spec(512);  // ERNIE-0.3B's attention shape
-  test::TinyModelDir dir(spec, 14);
-  check_cluster_barrier(dir.path(), 7, 420, 82);
-}
-
 // One-token steps over an fp8 pool: the persistent kernel writes each
 // token's k and v as e4m3 and reads the codes in every attention form (the
 // tensor cores at head_dim 128 and 64, the CUDA cores for a wide group),

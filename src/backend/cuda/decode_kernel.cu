@@ -152,53 +152,18 @@ __device__ __forceinline__ float row_scale(const float* scales, int64_t n) {
 // `before_arrival` runs once the block's threads are all here, before it
 // arrives (before sm_90 the weight copies go out there, kCopiesInPhases;
 // the release then waits for them).
-// With clusters (p.cluster > 1, sm_90) the cluster's blocks first meet at
-// the hardware cluster barrier (release / acquire at cluster scope: their
-// writes ordered before the one arrival made for them, which releases at gpu
-// scope and so carries them on), and only its first block arrives.
-__device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ unsigned int cluster_rank() {
-  unsigned int rank = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-#endif
-  return rank;
-}
-__device__ __forceinline__ void wait_for_count(const unsigned int* counter, unsigned int target) {
-  unsigned int seen = 0;
-  do {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-  } while (seen < target);
-}
 template <typename F>
-__device__ __forceinline__ void grid_barrier(const DecodeLayersParams& p, unsigned int& target, F&& before_arrival) {
-  unsigned int* counter = p.barrier;
-  target += gridDim.x / static_cast<unsigned int>(p.cluster);  // one arrival per cluster
+__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int& target, F&& before_arrival) {
+  target += gridDim.x;
   __syncthreads();
   before_arrival();
-  if (p.cluster > 1) {
-    cluster_sync_all();
-    const bool arrives = cluster_rank() == 0;
-    if (arrives && threadIdx.x == 0) {
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-    }
-    if (p.cluster_all_poll) {
-      if (threadIdx.x == 0) wait_for_count(counter, target);
-    } else {
-      if (arrives && threadIdx.x == 0) wait_for_count(counter, target);
-      cluster_sync_all();
-    }
-    __syncthreads();
-    return;
-  }
   if (threadIdx.x == 0) {
     // The release orders the block's writes (made before the __syncthreads) before the arrival.
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-    wait_for_count(counter, target);
+    unsigned int seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < target);
   }
   __syncthreads();
 }
@@ -347,7 +312,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     for (int t = threadIdx.x; t < n; t += kThreads) {
       const int j = t / (2 * lines), rem = t % (2 * lines);
       const int64_t kslot = key_slot(p, table, key_slots, key_begin, key_begin + j);
-      const Cache* row = kv_plane<Cache>(p, layer, rem < lines ? 0 : 1) + kslot * kv_dim + static_cast<int64_t>(kvh) * hd;
+      const Cache* row =
+          kv_plane<Cache>(p, layer, rem < lines ? 0 : 1) + kslot * kv_dim + static_cast<int64_t>(kvh) * hd;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + (rem % lines) * 128));
     }
   };
@@ -392,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
     __syncthreads();
     mark();
-    grid_barrier(p, target, [&] {
+    grid_barrier(p.barrier, target, [&] {
       if (!kCopiesInPhases) load_o<W>(p, s, sl, l);  // into the q|k|v slot, now used
     });
     mark();
@@ -420,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
     ++mark_at;
     mark();
-    grid_barrier(p, target, [] {});
+    grid_barrier(p.barrier, target, [] {});
     mark();
 
     // C: merge every head's partials into xs (bf16-rounded), then the o rows.
@@ -483,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     rows_add<W>(s.w_o, share_of(H), Q, s.xs, p.x, merge_w, w.o_scale);
     __syncthreads();
     mark();
-    grid_barrier(p, target, [&] {
+    grid_barrier(p.barrier, target, [&] {
       if (!kCopiesInPhases) load_qkv<W>(p, s, sl, l + 1);  // into the o slot, now used
     });
     mark();
@@ -517,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
     __syncthreads();
     mark();
-    grid_barrier(p, target, [&] {
+    grid_barrier(p.barrier, target, [&] {
       if (!kCopiesInPhases) load_gu<W>(p, s, sl, l + 1);
     });
     mark();
@@ -545,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     __syncthreads();
     mark();
     if (l + 1 < p.num_layers) {
-      grid_barrier(p, target, [&] {
+      grid_barrier(p.barrier, target, [&] {
         if (!kCopiesInPhases) load_down<W>(p, s, sl, l + 1);
       });
     } else if (!kCopiesInPhases) {
@@ -573,35 +539,9 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
 
 namespace {
 
-// The launch's configuration: cooperative (all blocks resident, or the
-// launch fails; off for cudaOccupancyMaxActiveClusters, which takes the
-// cluster shape alone), in clusters of p.cluster blocks where that is above 1.
-struct LayersLaunch {
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attributes[2]{};
-  LayersLaunch(const DecodeLayersParams& p, int grid, cudaStream_t stream, bool cooperative) {
-    config.gridDim = dim3(static_cast<unsigned int>(grid));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(decode_layers_smem(p));
-    config.stream = stream;
-    config.attrs = attributes;
-    if (cooperative) {
-      attributes[config.numAttrs].id = cudaLaunchAttributeCooperative;
-      attributes[config.numAttrs++].val.cooperative = 1;
-    }
-    if (p.cluster > 1) {
-      cudaLaunchAttribute& a = attributes[config.numAttrs++];
-      a.id = cudaLaunchAttributeClusterDimension;
-      a.val.clusterDim.x = static_cast<unsigned int>(p.cluster);
-      a.val.clusterDim.y = 1;
-      a.val.clusterDim.z = 1;
-    }
-  }
-};
-
 // decode_layers_unsupported's checks of the kernel itself, and the launch, per weight and cache type.
 template <typename W, typename Cache>
-const char* unsupported_for(const DecodeLayersParams& p, int grid, int optin) {
+const char* unsupported_for(const DecodeLayersParams& p, int optin) {
   cudaFuncAttributes attributes{};
   if (cudaFuncGetAttributes(&attributes, decode_layers_kernel<W, Cache>) != cudaSuccess) {
     cudaGetLastError();
@@ -621,18 +561,6 @@ const char* unsupported_for(const DecodeLayersParams& p, int grid, int optin) {
     cudaGetLastError();
     return "one block per multiprocessor does not fit";
   }
-  if (p.cluster > 1 && attributes.ptxVersion < 90) {
-    return "the kernel was built without sm_90's cluster instructions (an earlier architecture's code)";
-  }
-  if (p.cluster > 1) {
-    LayersLaunch launch(p, grid, nullptr, /*cooperative=*/false);
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, decode_layers_kernel<W, Cache>, &launch.config) != cudaSuccess ||
-        clusters < grid / p.cluster) {
-      cudaGetLastError();
-      return "the grid's clusters of blocks are not all resident at once";
-    }
-  }
   return nullptr;
 }
 
@@ -640,8 +568,17 @@ template <typename W, typename Cache>
 cudaError_t launch_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
   const cudaError_t e = cudaMemsetAsync(p.barrier, 0, sizeof(unsigned int), stream);
   if (e != cudaSuccess) return e;
-  LayersLaunch launch(p, grid, stream, /*cooperative=*/true);
-  return cudaLaunchKernelEx(&launch.config, decode_layers_kernel<W, Cache>, p);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned int>(grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(decode_layers_smem(p));
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;  // all blocks resident, or the launch fails
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, decode_layers_kernel<W, Cache>, p);
 }
 
 }  // namespace
@@ -674,30 +611,29 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   }
   if (p.q_dim != p.heads.num_heads * p.heads.head_dim) return "q width is not heads x head_dim";
   if (grid < p.heads.num_kv_heads) return "fewer multiprocessors than kv heads";
-  if (p.cluster != 1 && p.cluster != 2 && p.cluster != 4) return "clusters of other than 1, 2 or 4 blocks";
-  if (grid % p.cluster != 0) return "a grid that is not whole clusters";
-  int device = 0, optin = 0, major = 0;
+  int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
     cudaGetLastError();
     return "device attributes unavailable";
   }
-  if (p.cluster > 1 && major < 9) return "thread-block clusters before sm_90";
   if (p.fp8) {
-    return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, grid, optin)
-                    : unsupported_for<uint8_t, bf16>(p, grid, optin);
+    return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, optin) : unsupported_for<uint8_t, bf16>(p, optin);
   }
   if (p.int4) {
-    return p.kv_fp8 ? unsupported_for<Int4Slot, fp8e4m3>(p, grid, optin)
-                    : unsupported_for<Int4Slot, bf16>(p, grid, optin);
+    return p.kv_fp8 ? unsupported_for<Int4Slot, fp8e4m3>(p, optin) : unsupported_for<Int4Slot, bf16>(p, optin);
   }
-  return p.kv_fp8 ? unsupported_for<bf16, fp8e4m3>(p, grid, optin) : unsupported_for<bf16, bf16>(p, grid, optin);
+  return p.kv_fp8 ? unsupported_for<bf16, fp8e4m3>(p, optin) : unsupported_for<bf16, bf16>(p, optin);
 }
 
 cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
-  if (p.fp8) return p.kv_fp8 ? launch_layers<uint8_t, fp8e4m3>(p, grid, stream) : launch_layers<uint8_t, bf16>(p, grid, stream);
-  if (p.int4) return p.kv_fp8 ? launch_layers<Int4Slot, fp8e4m3>(p, grid, stream) : launch_layers<Int4Slot, bf16>(p, grid, stream);
+  if (p.fp8) {
+    return p.kv_fp8 ? launch_layers<uint8_t, fp8e4m3>(p, grid, stream) : launch_layers<uint8_t, bf16>(p, grid, stream);
+  }
+  if (p.int4) {
+    return p.kv_fp8 ? launch_layers<Int4Slot, fp8e4m3>(p, grid, stream)
+                    : launch_layers<Int4Slot, bf16>(p, grid, stream);
+  }
   return p.kv_fp8 ? launch_layers<bf16, fp8e4m3>(p, grid, stream) : launch_layers<bf16, bf16>(p, grid, stream);
 }
 

@@ -389,15 +389,6 @@ struct DecodeLayersParams {
   // SM cycles the blocks that do not attend wait in phase B before issuing
   // their o copy, and then before their up copy (sm_90; decode_kernel.cu).
   int b_o_delay_cycles = 0, b_up_delay_cycles = 0;
-  // Blocks per thread-block cluster (sm_90; 1, 2 or 4): > 1, the grid
-  // barrier is two-level, the cluster's blocks meeting at the hardware
-  // cluster barrier and one block of each arriving at the grid's counter for
-  // all of them (a half or a quarter of the arrivals on one L2 line); with
-  // cluster_all_poll every block then polls the counter itself, otherwise the
-  // one that arrived does and a second cluster barrier releases the others.
-  // The results are the same bits either way.
-  int cluster = 1;
-  bool cluster_all_poll = false;
 };
 constexpr int kDecodeLayersThreads = 512;
 // The delays above in ns: the attending blocks' K/V loads go out ahead of the o copy, and those

@@ -273,15 +273,6 @@ Status DeviceModel::Impl::plan_layers_kernel() {
     layers_kernel_off_reason = why;
     return Status::ok();
   }
-  if (options.decode_kernel_cluster > 1) {  // the two-level barrier where the launch takes its clusters
-    p.cluster = options.decode_kernel_cluster;
-    p.cluster_all_poll = options.decode_kernel_cluster_all_poll;
-    if (const char* why = decode_layers_unsupported(p, grid); why != nullptr) {
-      layers_cluster_off_reason = why;
-      p.cluster = 1;
-      p.cluster_all_poll = false;
-    }
-  }
   std::vector<DecodeLayerWeights> table(static_cast<size_t>(c.num_layers));
   for (size_t l = 0; l < table.size(); ++l) {
     const Layer& w = layers[l];
@@ -628,8 +619,6 @@ int DeviceModel::o_k_splits() const { return impl_->k_split_rows > 0 ? impl_->o_
 int DeviceModel::down_k_splits() const { return impl_->k_split_rows > 0 ? impl_->down_splits : 1; }
 const std::string& DeviceModel::int4_declined() const { return impl_->int4_declined; }
 const std::string& DeviceModel::layers_kernel_off_reason() const { return impl_->layers_kernel_off_reason; }
-int DeviceModel::layers_kernel_cluster() const { return impl_->layers_kernel ? impl_->layers_params.cluster : 1; }
-const std::string& DeviceModel::layers_cluster_off_reason() const { return impl_->layers_cluster_off_reason; }
 int64_t DeviceModel::warmed_gemm_rows() const { return impl_->warmed_gemm_rows; }
 double DeviceModel::gemm_warmup_seconds() const { return impl_->gemm_warmup_seconds; }
 DecodeKernelTimeline DeviceModel::decode_kernel_timeline() const {

@@ -114,14 +114,6 @@ struct DeviceModelOptions : RunnerOptions {
   // the MMA's rows (PagedAttentionParams::scores_transposed); measured on an
   // H100, decode at 256 sequences +1.7% over the scores with the heads as rows.
   bool attention_scores_transposed = true;
-  // The persistent decode kernel's grid barrier in two levels, its blocks in
-  // thread-block clusters of this many (2 or 4, sm_90; DecodeLayersParams::
-  // cluster): one arrival per cluster at the grid's counter. 1: every block
-  // arrives. Not measured yet; the same bits either way.
-  int decode_kernel_cluster = 1;
-  // With decode_kernel_cluster > 1: every block polls the counter itself
-  // (DecodeLayersParams::cluster_all_poll) instead of a second cluster barrier.
-  bool decode_kernel_cluster_all_poll = false;
   // With fp8_weights: past the GEMV's sizes, FP8 tensor-core GEMMs on
   // cuBLASLt (activations quantized per token; the scales applied by
   // cuBLASLt's outer-vector scales or, where it has none, as sm_90's
@@ -303,10 +295,6 @@ class DeviceModel {
   int o_k_splits() const;
   int down_k_splits() const;
   const std::string& layers_kernel_off_reason() const;
-  // The decode kernel's cluster size in force (1 when decode_kernel_cluster
-  // was 1 or could not be taken), and why the one asked for was not taken.
-  int layers_kernel_cluster() const;
-  const std::string& layers_cluster_off_reason() const;
   // The GEMM row counts shown to cuBLAS at start-up (every bucket up to the
   // step's capacity, device_model_impl.h's gemm_rows) and the time it took.
   int64_t warmed_gemm_rows() const;

@@ -94,7 +94,6 @@ struct DeviceModel::Impl {
   // where the shapes and the GPU allow, else why not.
   bool layers_kernel = false;
   std::string layers_kernel_off_reason;
-  std::string layers_cluster_off_reason;  // decode_kernel_cluster asked for and not taken: why
   DecodeLayersParams layers_params;  // all but the step's metadata (places' positions and slots, tables' pointers)
   DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 
