@@ -246,13 +246,47 @@ __global__ void __launch_bounds__(kInt4Threads) int4_gemm_kernel(Int4GemmArgs a)
     }
   }
   // The tile's last split to finish sums the partials in split order (the same bits whichever finishes last).
+  // A thread takes kRun outputs at once and issues the loads of kSlices slices of each before adding them, so
+  // the L2 round trips overlap instead of following each other.
   if (!last_split_to_arrive(a.counters + blockIdx.y * gridDim.x + blockIdx.x, splits)) return;
-  for (int e = tid; e < kInt4Rows * BT; e += kInt4Threads) {
-    const int64_t n = n0 + e % kInt4Rows, t = t0 + e / kInt4Rows;
-    if (n >= a.N || t >= a.T) continue;
-    float sum = 0.0f;
-    for (int s = 0; s < splits; ++s) sum += __ldcg(a.partials + (static_cast<int64_t>(s) * a.T + t) * a.N + n);
-    int4_store(a, t, n, sum);
+  constexpr int kRun = 4, kSlices = 8;
+  const int64_t slice = a.T * a.N;
+  for (int e0 = tid; e0 < kInt4Rows * BT; e0 += kInt4Threads * kRun) {
+    const float* at[kRun];
+    bool valid[kRun];
+    float sum[kRun];
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) {
+      const int e = e0 + r * kInt4Threads;
+      const int64_t n = n0 + e % kInt4Rows, t = t0 + e / kInt4Rows;
+      valid[r] = e < kInt4Rows * BT && n < a.N && t < a.T;
+      at[r] = a.partials + (valid[r] ? t * a.N + n : 0);
+      sum[r] = 0.0f;
+    }
+    for (int s0 = 0; s0 < splits; s0 += kSlices) {
+      float v[kRun][kSlices];
+#pragma unroll
+      for (int r = 0; r < kRun; ++r) {
+#pragma unroll
+        for (int j = 0; j < kSlices; ++j) {
+          v[r][j] = valid[r] && s0 + j < splits ? __ldcg(at[r] + (s0 + j) * slice) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRun; ++r) {
+#pragma unroll
+        for (int j = 0; j < kSlices; ++j) {
+          if (s0 + j < splits) sum[r] += v[r][j];
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRun; ++r) {
+      if (valid[r]) {
+        const int e = e0 + r * kInt4Threads;
+        int4_store(a, t0 + e / kInt4Rows, n0 + e % kInt4Rows, sum[r]);
+      }
+    }
   }
 }
 

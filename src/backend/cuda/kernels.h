@@ -243,7 +243,7 @@ enum class GemvOutput { kBf16, kF32, kAddF32, kQkvRope };
 // in slice order, so the bits do not depend on which slice finishes last.
 // K a multiple of 128; codes 16-byte, scales 8-byte, zeros 4-byte and x
 // 16-byte aligned (int4_gemm_takes); otherwise cudaErrorInvalidValue.
-constexpr int kInt4MaxSplits = 16;
+constexpr int kInt4MaxSplits = 8;  // the last slice adds at most 8 partials an output (one pass of its loads)
 struct Int4GemmScratch {
   float* partials = nullptr;  // splits x T x N floats
   size_t partial_floats = 0;
