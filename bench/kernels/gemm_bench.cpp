@@ -322,9 +322,7 @@ void run_int4(const Problem& p, cublasHandle_t blas, cudaStream_t stream, int re
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device properties");
   const int automatic = cuda::int4_gemm_splits(T, K, N, prop.multiProcessorCount, scratch);
-  const cuda::GemvOutput form = p.shape.kind == cuda::GemmOut::kBf16  ? cuda::GemvOutput::kBf16
-                                : p.shape.kind == cuda::GemmOut::kF32 ? cuda::GemvOutput::kF32
-                                                                      : cuda::GemvOutput::kAddF32;
+  const cuda::GemvOutput form = cuda::gemv_output_of(p.shape.kind);
   const auto dequantize_then_linear = [&](int i) {
     return cuda::dequantize_int4_rows(w[static_cast<size_t>(i % copies)], N, K, dequantized, stream) == cudaSuccess &&
            cuda::linear(blas, p.x, T, K, dequantized, N, p.y, p.shape.kind).is_ok();

@@ -354,11 +354,12 @@ int main(int argc, char** argv) {
       std::printf("[%s] %s\n", config.c_str(), gpu.value()->fp8_lm_head_note().c_str());
     }
     if (gpu.value()->int4_matrices() > 0) {
-      std::printf(
-          "[%s] int4 weights (W4A16) in %lld layer matrices; GEMMs of up to %lld rows on the int4 tensor-core "
-          "GEMM, larger ones on bf16 GEMMs of dequantized weights\n",
-          config.c_str(), static_cast<long long>(gpu.value()->int4_matrices()),
-          static_cast<long long>(gpu.value()->int4_gemm_rows()));
+      const int64_t tc_rows = gpu.value()->int4_gemm_rows();
+      std::printf("[%s] int4 weights (W4A16) in %lld layer matrices; %s bf16 GEMMs of dequantized weights\n",
+                  config.c_str(), static_cast<long long>(gpu.value()->int4_matrices()),
+                  tc_rows > 0 ? ("GEMMs of up to " + std::to_string(tc_rows) +
+                                 " rows on the int4 tensor-core GEMM, larger ones on").c_str()
+                              : "steps past the GEMV's on");
     }
     if (!gpu.value()->int4_declined().empty()) {
       std::printf("[%s] %s\n", config.c_str(), gpu.value()->int4_declined().c_str());

@@ -16,6 +16,11 @@ namespace tern::cuda {
 
 enum class GemmOut { kBf16, kF32, kAddF32 };
 
+// The same output form as the own kernels name it (int4_gemm, gemv).
+inline GemvOutput gemv_output_of(GemmOut out) {
+  return out == GemmOut::kBf16 ? GemvOutput::kBf16 : out == GemmOut::kF32 ? GemvOutput::kF32 : GemvOutput::kAddF32;
+}
+
 // Enqueues on the handle's stream. Shapes must fit in int (cuBLAS's API).
 Status linear(cublasHandle_t handle, const bf16* x, int64_t num_tokens, int64_t in_features, const bf16* w,
               int64_t out_features, void* y, GemmOut out_type);

@@ -313,6 +313,13 @@ cudaError_t launch_int4_gemm(const Int4GemmArgs& a, int splits, cudaStream_t str
   return cudaGetLastError();
 }
 
+// Tokens a block takes for T tokens, and the tiles of a T x N output.
+int64_t int4_tile_tokens(int64_t T) { return T <= 32 ? 32 : 64; }
+int64_t int4_tiles(int64_t T, int64_t N) {
+  const int64_t bt = int4_tile_tokens(T);
+  return ((N + kInt4Rows - 1) / kInt4Rows) * ((T + bt - 1) / bt);
+}
+
 }  // namespace
 
 cudaError_t int4_gemm_prepare() { return opt_in_shared_memory(); }
@@ -324,8 +331,7 @@ bool int4_gemm_takes(int64_t K, const Int4Weights& w) {
 
 int int4_gemm_splits(int64_t T, int64_t K, int64_t N, int sm_count, const Int4GemmScratch& scratch) {
   if (T <= 0 || N <= 0 || K < kInt4StageK) return 1;
-  const int64_t bt = T <= 32 ? 32 : 64;
-  const int64_t tiles = ((N + kInt4Rows - 1) / kInt4Rows) * ((T + bt - 1) / bt);
+  const int64_t tiles = int4_tiles(T, N);
   const int64_t target = 2 * static_cast<int64_t>(std::max(sm_count, 1));  // two blocks an SM fit
   if (tiles >= target || tiles > scratch.num_counters) return 1;
   int64_t splits = std::min({(target + tiles - 1) / tiles, K / kInt4StageK, int64_t{kInt4MaxSplits}});
@@ -340,13 +346,13 @@ cudaError_t int4_gemm(const bf16* x, int64_t T, int64_t K, const Int4Weights& w,
       splits < 1 || splits > K / kInt4StageK) {
     return cudaErrorInvalidValue;
   }
-  const int64_t bt = T <= 32 ? 32 : 64;
-  const int64_t tiles = ((N + kInt4Rows - 1) / kInt4Rows) * ((T + bt - 1) / bt);
-  if (splits > 1 && (tiles > scratch.num_counters || static_cast<size_t>(splits * T * N) > scratch.partial_floats)) {
+  if (splits > 1 &&
+      (int4_tiles(T, N) > scratch.num_counters || static_cast<size_t>(splits * T * N) > scratch.partial_floats)) {
     return cudaErrorInvalidValue;
   }
   const Int4GemmArgs a{x, T, K, N, w, y, out, K / kInt4StageK, scratch.partials, scratch.counters};
-  return bt == 32 ? launch_int4_gemm<32>(a, splits, stream) : launch_int4_gemm<64>(a, splits, stream);
+  return int4_tile_tokens(T) == 32 ? launch_int4_gemm<32>(a, splits, stream)
+                                    : launch_int4_gemm<64>(a, splits, stream);
 }
 
 }  // namespace tern::cuda

@@ -40,11 +40,8 @@ Status DeviceModel::Impl::linear_of(const bf16* in, int64_t num_tokens, int64_t 
       // weights written out as bf16, then the bf16 GEMM.
       if (T <= int4_gemm_rows && int4_gemm_takes(K, w.int4())) {
         const Int4GemmScratch scratch = int4_scratch();
-        const GemvOutput form = out == GemmOut::kBf16 ? GemvOutput::kBf16
-                                : out == GemmOut::kF32 ? GemvOutput::kF32
-                                                       : GemvOutput::kAddF32;
         const int splits = int4_gemm_splits(T, K, N, sm_count, scratch);
-        TERN_CUDA_RETURN_IF_ERROR(int4_gemm(in, T, K, w.int4(), N, y, form, splits, scratch, stream));
+        TERN_CUDA_RETURN_IF_ERROR(int4_gemm(in, T, K, w.int4(), N, y, gemv_output_of(out), splits, scratch, stream));
         return Status::ok();
       }
       TERN_CUDA_RETURN_IF_ERROR(dequantize_int4_rows(w.int4(), N, K, dequantized_w.as<bf16>(), stream));
