@@ -112,6 +112,18 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "With --device null: each step takes this many microseconds (slept, as a GPU step's wait), so "
                  "each stream gets one token an event as from a device with that step time (default 0: at once)")
       ->check(between(int64_t{0}, int64_t{10000000}))->capture_default_str()->envname("TERN_NULL_STEP_US");
+  cmd.add_option("--speculative-config", o.speculative_config,
+                 "Speculative decoding by prompt lookup, as vLLM's JSON: {\"method\": \"ngram\", "
+                 "\"num_speculative_tokens\": N, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2, "
+                 "\"disable_by_batch_size\": 4}: a decoding sequence whose last 2-4 tokens occurred earlier in its "
+                 "prompt or output verifies the up to N tokens that followed them in its next step, and keeps "
+                 "those its own sampling picks again (same outputs; fewer steps where text repeats), while at most "
+                 "disable_by_batch_size sequences decode (default off)")
+      ->envname("TERN_SPECULATIVE_CONFIG");
+  cmd.add_option("--speculate", o.speculate,
+                 "As TGI's: speculative decoding by prompt lookup with up to N drafts a step and "
+                 "--speculative-config's other defaults (0: off)")
+      ->check(between(0, 16))->capture_default_str()->envname("TERN_SPECULATE");
   cmd.add_option("--max-logprobs", o.max_logprobs,
                  "Most logprobs (top_logprobs, prompt_logprobs, TGI's top_n_tokens) a request may ask for "
                  "(400 beyond)")

@@ -125,7 +125,9 @@ void Engine::abort_all(FinishReason reason, const Status& error) {
 // unless some row's logits come to the host, which must be collected now.
 void Engine::step() {
   auto start = std::chrono::steady_clock::now();
+  propose_drafts();
   StepPlan plan = scheduler_.schedule();
+  if (!drafted_.empty()) settle_drafts(plan);
   if (plan.empty()) {
     if (in_flight_) complete_in_flight();
     return;
@@ -184,7 +186,7 @@ void Engine::prepare(StepPlan& plan, SteadyTime now) {
     RequestState& r = seq.request();
     if (!r.first_scheduled) r.first_scheduled = now;
     if (seq.pending_feedable()) c.feedback_row = seq.pending_row();  // the chunk is that one token
-    if (wants_prompt_logits(seq)) {
+    if (wants_prompt_logits(seq) || c.num_drafts > 0) {
       c.all_logits = true;
       c.start_pos = seq.num_computed();
     }
@@ -233,6 +235,7 @@ Engine::Feed Engine::feed_of(const Sequence& seq) const {
   if (seq.num_output_tokens() + ahead >= p.max_tokens || seq.num_tokens() + ahead >= config_.max_model_len) {
     return Feed::kLast;
   }
+  if (may_draft()) return Feed::kBlocked;  // its next step may carry drafts after the token
   const bool by_count = seq.num_output_tokens() >= p.min_tokens && p.repetition_penalty == 1.0 &&
                         p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
   return by_count ? Feed::kYes : Feed::kBlocked;
@@ -246,6 +249,7 @@ void Engine::complete_in_flight() {
 
 // The step's results (or its error) into the sequences, then the news out.
 void Engine::complete(const StepPlan& plan, const Status& status) {
+  take_drafts(plan);
   if (status.is_ok()) {
     postprocess(plan);
   } else {
@@ -305,8 +309,18 @@ void Engine::score_prompt(const ScheduledChunk& c, std::span<const float> rows) 
 void Engine::postprocess(const StepPlan& plan) {
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
   size_t want = 0, row = 0, prompt_row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
+  for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
+    const ScheduledChunk& c = plan.chunks[ci];
     Sequence& seq = *c.seq;
+    if (c.num_drafts > 0) {  // every row scored; the last also one of the step's host rows
+      const size_t rows = static_cast<size_t>(c.num_tokens);
+      const auto scored = std::span<const float>(output_.prompt_logits).subspan(prompt_row * vocab, rows * vocab);
+      prompt_row += rows;
+      ++want;
+      ++row;
+      if (seq.status != SequenceStatus::kFinished) verify_drafts(seq, step_drafts_[ci], scored);
+      continue;
+    }
     if (c.all_logits) {
       const size_t rows = static_cast<size_t>(c.num_tokens);
       if (seq.status != SequenceStatus::kFinished) {
@@ -347,6 +361,86 @@ void Engine::postprocess(const StepPlan& plan) {
     if (r.request.n > 1 && !r.forked) fork_siblings(seq, logits);
     sample_into(seq, logits);
   }
+}
+
+// Speculative decoding (engine/speculation.h).
+
+bool Engine::may_draft() const {
+  return config_.speculative.enabled() && scheduler_.num_running() <= config_.speculative.max_seqs;
+}
+
+// Drafts for each decoding sequence whose last tokens occurred before, as
+// many as fit its max_tokens and the model's length with one token more
+// (every draft accepted, the last row adds its own).
+void Engine::propose_drafts() {
+  drafted_.clear();
+  if (!may_draft()) return;
+  const SpeculativeConfig& spec = config_.speculative;
+  for (Sequence* seq : scheduler_.running_sequences()) {
+    if (seq->num_pending() > 0 || seq->num_uncomputed() != 1 || seq->num_output_tokens() == 0) continue;
+    const SamplingParams& p = seq->request().request.params;
+    const int64_t room =
+        std::min(p.max_tokens - seq->num_output_tokens(), config_.max_model_len - seq->num_tokens()) - 1;
+    const std::vector<int32_t> drafts =
+        propose_ngram_drafts(seq->tokens(), spec, std::min<int64_t>(spec.num_tokens, room));
+    if (drafts.empty()) continue;
+    seq->add_drafts(drafts);
+    drafted_.push_back(seq);
+  }
+}
+
+// A drafted sequence's chunk starts at its last real token; a step whose
+// budget cut it keeps the drafts it holds, and a sequence left out of the
+// step (budget, preemption) gives its drafts up.
+void Engine::settle_drafts(StepPlan& plan) {
+  for (ScheduledChunk& c : plan.chunks) {
+    Sequence& seq = *c.seq;
+    if (seq.num_drafts() == 0) continue;
+    c.num_drafts = std::min(seq.num_drafts(), c.num_tokens - 1);
+    seq.drop_drafts(seq.num_drafts() - c.num_drafts);
+    c.want_logits = true;
+    ++stats_.spec_drafts;
+    stats_.spec_draft_tokens += c.num_drafts;
+  }
+  for (Sequence* seq : drafted_) {
+    const bool planned = std::any_of(plan.chunks.begin(), plan.chunks.end(),
+                                     [seq](const ScheduledChunk& c) { return c.seq == seq && c.num_drafts > 0; });
+    if (!planned) seq->drop_drafts(seq->num_drafts());
+  }
+  drafted_.clear();
+}
+
+// Before a step's results are read (or its failure handled): the drafts
+// leave the sequences' tokens, kept per chunk for verify_drafts.
+void Engine::take_drafts(const StepPlan& plan) {
+  step_drafts_.resize(plan.chunks.size());
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    step_drafts_[i].clear();
+    if (plan.chunks[i].num_drafts > 0) step_drafts_[i] = plan.chunks[i].seq->take_drafts();
+  }
+}
+
+// Row i of the chunk holds the logits after the last real token and the
+// first i drafts. Each row is sampled as a step without drafts would sample
+// it (penalties, seeds and stop rules as usual); draft i stays while it
+// equals the token row i gave, and its K/V, computed in the step, with it.
+void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, std::span<const float> rows) {
+  const size_t vocab = static_cast<size_t>(runner_->vocab_size());
+  const auto n = static_cast<int64_t>(drafts.size());
+  seq.set_num_computed(seq.num_computed() - n);  // the last real token's K/V alone is known good yet
+  if (config_.scheduler.enable_prefix_caching) {
+    seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(
+        static_cast<size_t>(std::min(seq.num_computed(), seq.num_tokens()))));
+  }
+  for (int64_t i = 0; i <= n; ++i) {
+    sample_into(seq, rows.subspan(static_cast<size_t>(i) * vocab, vocab));
+    if (seq.status == SequenceStatus::kFinished || i == n || seq.tokens().back() != drafts[static_cast<size_t>(i)]) {
+      break;
+    }
+    seq.set_num_computed(seq.num_computed() + 1);
+    ++stats_.spec_accepted_tokens;
+  }
+  if (seq.status != SequenceStatus::kFinished) seq.blocks().truncate(seq.num_computed());
 }
 
 void Engine::fork_siblings(Sequence& first, std::span<const float> row) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculation.h"
 #include "kv/block_allocator.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +38,11 @@ struct EngineConfig {
   // the first row of n > 1) or a sequence's next step needs the values of
   // its tokens (penalties, min_tokens not yet met).
   bool overlap = true;
+  // Speculative decoding by prompt lookup (engine/speculation.h); off by
+  // default. Needs a runner that scores every row (Runner::scores_prompts).
+  // While drafts may be proposed, steps are not overlapped: a draft is the
+  // continuation of the sequence's last token, which the host must have.
+  SpeculativeConfig speculative;
 };
 
 class Engine {
@@ -80,6 +87,11 @@ class Engine {
   void publish(RequestState& state);
   void finish_sequence(Sequence& seq, FinishReason reason);
   void fail_plan(const StepPlan& plan, const Status& error);
+  bool may_draft() const;
+  void propose_drafts();
+  void settle_drafts(StepPlan& plan);
+  void take_drafts(const StepPlan& plan);
+  void verify_drafts(Sequence& seq, std::span<const int32_t> drafts, std::span<const float> rows);
 
   std::unique_ptr<Runner> runner_;
   const Tokenizer& tokenizer_;
@@ -95,6 +107,9 @@ class Engine {
   std::vector<RequestState*> touched_;  // requests with news this step
   StepOutput output_;
   std::vector<float> row_scratch_;
+  std::vector<Sequence*> drafted_;  // sequences given drafts for the step being planned
+  // Per chunk of the step being completed: its drafts, taken out of the sequence's tokens.
+  std::vector<std::vector<int32_t>> step_drafts_;
   EngineStats stats_;
 };
 

@@ -19,6 +19,8 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
   int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
+  // Speculative decoding: sequences' steps with drafts, the drafts, and those accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   int64_t num_steps = 0;
   int64_t num_overlapped_steps = 0;  // launched before the step before them was collected
   double last_step_ms = 0;

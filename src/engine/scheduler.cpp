@@ -38,6 +38,13 @@ void Scheduler::add_running(Sequence* seq) {
   running_.push_back({seq, seq->request().request.priority, next_order_++});
 }
 
+std::vector<Sequence*> Scheduler::running_sequences() const {
+  std::vector<Sequence*> seqs;
+  seqs.reserve(running_.size());
+  for (const Entry& e : running_) seqs.push_back(e.seq);
+  return seqs;
+}
+
 void Scheduler::remove(Sequence* seq) {
   auto is_seq = [seq](const Entry& e) { return e.seq == seq; };
   std::erase_if(waiting_, is_seq);
@@ -61,7 +68,7 @@ int64_t Scheduler::step_budget() const {
   const int64_t cap = config_.max_num_batched_tokens;
   if (config_.decode_step_tokens <= 0 || config_.decode_step_tokens >= cap) return cap;
   int64_t decoding = 0, prefilling = static_cast<int64_t>(waiting_.size());
-  for (const Entry& e : running_) ++(e.seq->num_uncomputed() > 1 ? prefilling : decoding);
+  for (const Entry& e : running_) ++(e.seq->num_uncomputed() - e.seq->num_drafts() > 1 ? prefilling : decoding);
   const bool few = config_.long_step_max_streams <= 0 || decoding <= config_.long_step_max_streams;
   return decoding > 0 && (prefilling <= decoding || !few) ? config_.decode_step_tokens : cap;
 }

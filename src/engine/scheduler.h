@@ -48,6 +48,11 @@ struct ScheduledChunk {
   // logprobs), in StepOutput::prompt_logits; the engine sets it.
   bool all_logits = false;
   int64_t start_pos = 0;  // seq->num_computed() when planned (set with all_logits)
+  // > 0: the chunk is the sequence's last token and this many speculative
+  // drafts after it (Sequence::add_drafts); all its rows' logits come back
+  // (all_logits) so the engine samples each row and keeps the drafts that
+  // match. The engine sets it.
+  int64_t num_drafts = 0;
 };
 
 struct StepPlan {
@@ -75,6 +80,8 @@ class Scheduler {
 
   StepPlan schedule();
 
+  // The running sequences, in admission order.
+  std::vector<Sequence*> running_sequences() const;
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }

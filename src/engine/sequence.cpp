@@ -91,9 +91,26 @@ void Sequence::update_text(int32_t token) {
   }
 }
 
+void Sequence::add_drafts(std::span<const int32_t> drafts) {
+  tokens_.insert(tokens_.end(), drafts.begin(), drafts.end());
+  num_drafts_ += static_cast<int64_t>(drafts.size());
+}
+
+void Sequence::drop_drafts(int64_t count) {
+  count = std::min(count, num_drafts_);
+  tokens_.resize(tokens_.size() - static_cast<size_t>(count));
+  num_drafts_ -= count;
+}
+
+std::vector<int32_t> Sequence::take_drafts() {
+  std::vector<int32_t> drafts(tokens_.end() - num_drafts_, tokens_.end());
+  drop_drafts(num_drafts_);
+  return drafts;
+}
+
 void Sequence::take_output(SequenceOutput& out) {
   out.index = index_;
-  auto output_tokens = output();
+  auto output_tokens = output().first(output().size() - static_cast<size_t>(num_drafts_));
   out.token_ids.assign(output_tokens.begin() + static_cast<int64_t>(tokens_emitted_), output_tokens.end());
   tokens_emitted_ = output_tokens.size();
   out.logprobs = std::move(pending_logprobs_);
@@ -118,6 +135,7 @@ void Sequence::take_output(SequenceOutput& out) {
 }
 
 void Sequence::preempt() {
+  drop_drafts(num_drafts_);
   blocks_.release();
   num_computed_ = 0;
   status = SequenceStatus::kWaiting;

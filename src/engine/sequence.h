@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,16 @@ class Sequence {
   bool pending_feedable() const { return num_pending_ > 0 && feedable_; }
   int32_t pending_row() const { return pending_row_; }
 
+  // Speculative drafts (engine/speculation.h): proposed tokens appended to
+  // tokens() from before a step is scheduled until it is completed, so the
+  // step computes them after the last real token; they are never output,
+  // and the engine takes them back before it samples the step's rows.
+  void add_drafts(std::span<const int32_t> drafts);
+  int64_t num_drafts() const { return num_drafts_; }
+  // Drops the last `count` drafts (a step that could not take them all).
+  void drop_drafts(int64_t count);
+  std::vector<int32_t> take_drafts();
+
   BlockTable& blocks() { return blocks_; }
   std::span<const BlockId> blocks_view() const { return blocks_.blocks(); }
   Sampler& sampler() { return sampler_; }
@@ -93,6 +104,7 @@ class Sequence {
   int64_t num_prompt_ = 0;
   int64_t num_computed_ = 0;
   int64_t num_pending_ = 0;
+  int64_t num_drafts_ = 0;
   int32_t pending_row_ = -1;
   bool feedable_ = false;
   BlockTable blocks_;

@@ -79,6 +79,20 @@ Result<std::vector<BlockCopy>> BlockTable::ensure_capacity(int64_t new_total_tok
   return copies;
 }
 
+void BlockTable::truncate(int64_t new_total_tokens) {
+  if (allocator_ == nullptr || new_total_tokens >= num_tokens_ || new_total_tokens < 0) return;
+  const int64_t bs = allocator_->block_size();
+  const auto keep = static_cast<size_t>(new_total_tokens / bs + (new_total_tokens % bs != 0));
+  assert(keep >= num_registered_);
+  while (blocks_.size() > keep) {
+    Status s = allocator_->decref(blocks_.back());
+    assert(s.is_ok());
+    (void)s;
+    blocks_.pop_back();
+  }
+  num_tokens_ = new_total_tokens;
+}
+
 Slot BlockTable::slot_of(int64_t pos) const {
   assert(pos >= 0 && pos < num_tokens_);
   const int64_t bs = allocator_->block_size();

@@ -53,6 +53,12 @@ class BlockTable {
   // Blocks ensure_capacity(new_total_tokens) would take from the pool.
   int64_t blocks_needed(int64_t new_total_tokens) const;
 
+  // Gives up slots [new_total_tokens, num_tokens()) and the blocks past the
+  // last one still used (rejected speculative drafts). The slots given up
+  // must be past the blocks published to the prefix cache. A no-op when
+  // new_total_tokens >= num_tokens().
+  void truncate(int64_t new_total_tokens);
+
   // Where position `pos` (0 <= pos < num_tokens()) lives.
   Slot slot_of(int64_t pos) const;
 

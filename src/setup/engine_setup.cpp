@@ -21,6 +21,17 @@
 
 namespace tern {
 
+Result<SpeculativeConfig> speculative_config_of(const EngineOptions& o) {
+  if (!o.speculative_config.empty() && o.speculate > 0) {
+    return invalid_argument("--speculative-config and --speculate both name speculative decoding: give one");
+  }
+  if (!o.speculative_config.empty()) return parse_speculative_config(o.speculative_config);
+  SpeculativeConfig c;
+  c.num_tokens = o.speculate;
+  TERN_RETURN_IF_ERROR(validate_speculative_config(c));
+  return c;
+}
+
 Result<int64_t> parse_bytes(const std::string& text) {
   size_t pos = 0;
   double value = 0;
@@ -199,6 +210,7 @@ Result<std::unique_ptr<Runner>> make_null_runner(const Ernie45Model& model, cons
 Result<LoadedEngine> load_engine(const EngineOptions& o) {
   auto start = std::chrono::steady_clock::now();
   LoadedEngine le;
+  TERN_ASSIGN_OR_RETURN(const SpeculativeConfig speculative, speculative_config_of(o));
   const cpu::KernelSet* kernels = cpu::kernel_set_named(o.cpu_kernels);
   if (kernels == nullptr) {
     return invalid_argument("--cpu-kernels takes auto, fast, optimized or reference, not '" + o.cpu_kernels + "'");
@@ -345,6 +357,17 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
   for (int32_t id : le.generation_defaults.eos_token_ids)
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
+  config.speculative = speculative;
+  if (config.speculative.enabled()) {
+    if (!runner->scores_prompts()) {
+      return invalid_argument("speculative decoding checks its drafts against the logits of every row, which the " +
+                              device + " runner does not return; run it with --device cpu or cuda");
+    }
+    spdlog::info("engine: speculative decoding by prompt lookup: up to {} drafts a step from earlier {}-{} token "
+                 "matches, while at most {} sequences decode",
+                 config.speculative.num_tokens, config.speculative.lookup_min, config.speculative.lookup_max,
+                 config.speculative.max_seqs);
+  }
   le.engine = std::make_unique<Engine>(std::move(runner), *le.tokenizer, config);
   le.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return le;

@@ -53,7 +53,14 @@ struct EngineOptions {
   std::string device = "auto";
   bool async_scheduling = true;  // overlap scheduling where the runner can (CUDA)
   int max_logprobs = kMaxLogprobs;  // most logprobs / prompt_logprobs per request (vLLM's max_logprobs)
+  // Speculative decoding by prompt lookup: vLLM's --speculative-config JSON, or TGI's --speculate N
+  // (N drafts, the other settings' defaults); at most one of the two.
+  std::string speculative_config;
+  int speculate = 0;
 };
+
+// The speculative settings the options name (disabled when neither is given).
+Result<SpeculativeConfig> speculative_config_of(const EngineOptions& o);
 
 // Parses "2GiB", "512MiB", "1.5G", "1000000" into bytes.
 Result<int64_t> parse_bytes(const std::string& text);

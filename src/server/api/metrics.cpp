@@ -121,6 +121,12 @@ std::string Metrics::render(const EngineStats& s, const HttpCounters& http) cons
           static_cast<double>(s.prefix_cache_queries));
   counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(s.prefix_cache_hits));
+  counter("vllm:spec_decode_num_drafts_total", "Speculative decoding: sequences' steps that verified drafts.",
+          static_cast<double>(s.spec_drafts));
+  counter("vllm:spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens verified.",
+          static_cast<double>(s.spec_draft_tokens));
+  counter("vllm:spec_decode_num_accepted_tokens_total", "Speculative decoding: draft tokens accepted.",
+          static_cast<double>(s.spec_accepted_tokens));
 
   std::lock_guard<std::mutex> lock(mu_);
   header(out, "vllm:request_success_total", "counter", "Finished requests by finish reason.");

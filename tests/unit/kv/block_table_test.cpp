@@ -42,6 +42,33 @@ TEST(BlockTable, GrowsBlockByBlockAndMapsSlots) {
   EXPECT_EQ(a.num_used(), 3);
 }
 
+// Rejected speculative drafts: the slots past the kept tokens go, and with
+// them the blocks no kept token uses; growth afterwards starts from there.
+TEST(BlockTable, TruncateGivesBackTheBlocksPastTheKeptTokens) {
+  BlockAllocator a(8, kBs);
+  BlockTable t(a);
+  ASSERT_TRUE(t.ensure_capacity(11).is_ok());
+  ASSERT_EQ(t.blocks().size(), 3u);
+  const BlockId first = t.blocks()[0], second = t.blocks()[1];
+  t.truncate(12);  // past the end: nothing
+  EXPECT_EQ(t.num_tokens(), 11);
+  t.truncate(6);
+  EXPECT_EQ(t.num_tokens(), 6);
+  ASSERT_EQ(t.blocks().size(), 2u);
+  EXPECT_EQ(t.blocks()[0], first);
+  EXPECT_EQ(t.blocks()[1], second);
+  EXPECT_EQ(a.num_used(), 2);
+  t.truncate(4);  // on a block boundary
+  EXPECT_EQ(t.blocks().size(), 1u);
+  EXPECT_EQ(a.num_used(), 1);
+  ASSERT_TRUE(t.ensure_capacity(9).is_ok());
+  EXPECT_EQ(t.blocks().size(), 3u);
+  EXPECT_EQ(t.slot_of(8).offset, 0);
+  t.truncate(0);
+  EXPECT_TRUE(t.blocks().empty());
+  EXPECT_EQ(a.num_used(), 0);
+}
+
 TEST(BlockTable, GrowthIsAllOrNothing) {
   BlockAllocator a(4, kBs);
   BlockTable big(a), small(a);
