@@ -77,8 +77,15 @@ std::vector<int32_t> propose_ngram_drafts(std::span<const int32_t> tokens, const
           !std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) {
         continue;
       }
-      const int64_t from = i + n, count = std::min(max_drafts, len - from);
-      return {tokens.begin() + from, tokens.begin() + from + count};
+      // What followed the match, and past the end of the tokens what followed that in the drafts themselves:
+      // a loop (a repeated line, a list's pattern) goes on for all max_drafts tokens.
+      std::vector<int32_t> drafts;
+      drafts.reserve(static_cast<size_t>(max_drafts));
+      for (int64_t k = 0; k < max_drafts; ++k) {
+        const int64_t src = i + n + k;
+        drafts.push_back(src < len ? tokens[static_cast<size_t>(src)] : drafts[static_cast<size_t>(src - len)]);
+      }
+      return drafts;
     }
   }
   return {};

@@ -36,9 +36,10 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
 // Checks the ranges (1-16 tokens, 1 <= lookup_min <= lookup_max <= 16, max_seqs >= 1) on an enabled config.
 Status validate_speculative_config(const SpeculativeConfig& c);
 
-// Up to `max_drafts` tokens that followed the most recent earlier occurrence
-// of the longest suffix of `tokens` (from lookup_max down to lookup_min
-// tokens) found earlier in `tokens`; empty when none is.
+// `max_drafts` tokens that followed the most recent earlier occurrence of
+// the longest suffix of `tokens` (from lookup_max down to lookup_min tokens)
+// found earlier in `tokens`, running on past the end as a loop would (after
+// a b c a b: c a b c ...); empty when no suffix occurred before.
 std::vector<int32_t> propose_ngram_drafts(std::span<const int32_t> tokens, const SpeculativeConfig& c,
                                           int64_t max_drafts);
 

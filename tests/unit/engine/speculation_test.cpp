@@ -32,9 +32,11 @@ TEST(NgramDrafts, TakesWhatFollowedTheLatestLongestMatch) {
   // Only a 2-token match (8 9): the 3-token suffix 5 8 9 never occurred before.
   const std::vector<int32_t> u{8, 9, 1, 2, 5, 8, 9};
   EXPECT_EQ(propose_ngram_drafts(u, c, 3), (std::vector<int32_t>{1, 2, 5}));
-  // The drafts stop at the end of the tokens.
+  // Past the end of the tokens the drafts go on as the loop they are in.
   const std::vector<int32_t> v{3, 4, 3, 4};
-  EXPECT_EQ(propose_ngram_drafts(v, c, 3), (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(propose_ngram_drafts(v, c, 3), (std::vector<int32_t>{3, 4, 3}));
+  EXPECT_EQ(propose_ngram_drafts(std::vector<int32_t>{9, 9, 9}, c, 3), (std::vector<int32_t>{9, 9, 9}));
+  EXPECT_EQ(propose_ngram_drafts(std::vector<int32_t>{1, 5, 6, 7, 5, 6}, c, 3), (std::vector<int32_t>{7, 5, 6}));
   // No match of at least lookup_min tokens; too short a sequence.
   EXPECT_TRUE(propose_ngram_drafts(std::vector<int32_t>{1, 2, 3, 4, 5, 3}, c, 3).empty());
   EXPECT_TRUE(propose_ngram_drafts(std::vector<int32_t>{1}, c, 3).empty());
