@@ -18,6 +18,7 @@
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "runners/cpu_runner.h"
 #include "runners/sequence_chunk.h"
+#include "support/ernie_tiny.h"
 #include "support/requests.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,21 +27,7 @@ namespace {
 
 using testing::greedy_request;
 
-const std::string kModelDir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-
-struct Fixture {
-  std::unique_ptr<Ernie45Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-
-  Fixture() {
-    auto m = Ernie45Model::load(kModelDir, 2);
-    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-    model = std::move(m).value();
-    auto t = Tokenizer::load(kModelDir);
-    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-    tokenizer = std::make_unique<Tokenizer>(std::move(t).value());
-  }
-
+struct Fixture : testing::ErnieTiny {
   std::unique_ptr<Engine> make_engine(int64_t num_blocks, int64_t block_size = 16, int64_t max_tokens_per_step = 256,
                                       int64_t max_seqs = 64, bool prefix_caching = true) {
     const ModelConfig& c = model->config();

@@ -17,6 +17,7 @@
 #include "engine/speculation.h"
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "runners/cpu_runner.h"
+#include "support/ernie_tiny.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
@@ -75,29 +76,14 @@ TEST(SpeculativeConfig, ParsesVllmJsonAndRefusesTheRest) {
   }
 }
 
-const std::string kModelDir = std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny";
-
-struct Model {
-  std::unique_ptr<Ernie45Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  Model() {
-    auto m = Ernie45Model::load(kModelDir, 2);
-    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-    model = std::move(m).value();
-    auto t = Tokenizer::load(kModelDir);
-    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-    tokenizer = std::make_unique<Tokenizer>(std::move(t).value());
-  }
-};
-
-Model& tiny() {
-  static Model m;
+testing::ErnieTiny& tiny() {
+  static testing::ErnieTiny m;
   return m;
 }
 
 std::unique_ptr<Engine> make_engine(const SpeculativeConfig& spec, int64_t num_blocks, int64_t block_size,
                                     bool prefix_caching = true) {
-  Model& m = tiny();
+  testing::ErnieTiny& m = tiny();
   const ModelConfig& c = m.model->config();
   auto runner = CpuRunner::create(*m.model, block_size,
                                   num_blocks * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size));
