@@ -399,7 +399,7 @@ void Engine::settle_drafts(StepPlan& plan) {
     c.num_drafts = std::min(seq.num_drafts(), c.num_tokens - 1);
     seq.drop_drafts(seq.num_drafts() - c.num_drafts);
     c.want_logits = true;
-    ++stats_.spec_drafts;
+    stats_.spec_drafts += c.num_drafts > 0 ? 1 : 0;
     stats_.spec_draft_tokens += c.num_drafts;
   }
   for (Sequence* seq : drafted_) {
