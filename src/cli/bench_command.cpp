@@ -190,7 +190,8 @@ int run_bench(const BenchOptions& o) {
       {"decode_step_tokens", o.engine.decode_step_tokens},
       {"long_step_max_streams", o.engine.long_step_max_streams},
       {"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k},
-      {"ttft_ms", percentiles(ttft_ms)}, {"ttft_after_admission_ms", percentiles(admitted_ttft_ms)}};
+      {"ttft_ms", percentiles(ttft_ms)}, {"ttft_after_admission_ms", percentiles(admitted_ttft_ms)},
+      {"spec_draft_tokens", s.spec_draft_tokens}, {"spec_accepted_tokens", s.spec_accepted_tokens}};
   std::printf("%s: %lld requests, %lld prompt + %lld output tokens in %.2f s\n", label.c_str(),
               static_cast<long long>(o.num_requests), static_cast<long long>(prompt_tokens),
               static_cast<long long>(s.generation_tokens_total), wall_s);
@@ -201,6 +202,12 @@ int run_bench(const BenchOptions& o) {
               steps ? step_ms_total / steps : 0.0, static_cast<long long>(max_batch),
               static_cast<long long>(s.num_preemptions), static_cast<long long>(s.num_overlapped_steps),
               prefill_ms / 1000, decode_ms / 1000);
+  if (s.spec_draft_tokens > 0) {
+    std::printf("  speculative decoding: %lld drafts in %lld sequence steps, %lld accepted (%.0f%%)\n",
+                static_cast<long long>(s.spec_draft_tokens), static_cast<long long>(s.spec_drafts),
+                static_cast<long long>(s.spec_accepted_tokens),
+                100.0 * static_cast<double>(s.spec_accepted_tokens) / static_cast<double>(s.spec_draft_tokens));
+  }
   const nlohmann::json& first = j[o.scenario == "conc" ? "ttft_after_admission_ms" : "ttft_ms"];
   std::printf("  time to first token%s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n",
               o.scenario == "conc" ? " (from admission)" : "", first["p50"].get<double>(), first["p90"].get<double>(),

@@ -109,3 +109,16 @@ def test_scenarios_refuse_flags_they_would_not_use(tern_bin, tiny_model):
         r = run_tern(tern_bin, "bench", scenario, flag, value, "--model", tiny_model, "--device", "cpu")
         assert r.returncode != 0, (scenario, flag)
         assert f"bench {scenario} does not use it".encode() in r.stderr, r.stderr
+
+
+def test_offline_reports_speculative_drafts(tern_bin, tiny_model, tmp_path):
+    """With --speculate, the JSON and the summary say how many drafts were verified and accepted (the tiny
+    model's greedy output repeats itself, so its lookups find drafts)."""
+    j, text = bench_json(tern_bin, tiny_model, tmp_path, "offline", "--num-requests", 2, "--input-min", 8,
+                         "--input-max", 16, "--output-min", 48, "--output-max", 48, "--speculate", 4)
+    assert j["output_tokens"] == 2 * 48
+    assert 0 < j["spec_accepted_tokens"] <= j["spec_draft_tokens"], j
+    assert "speculative decoding: " in text and " accepted (" in text, text
+    plain, _ = bench_json(tern_bin, tiny_model, tmp_path, "offline", "--num-requests", 2, "--input-min", 8,
+                          "--input-max", 16, "--output-min", 48, "--output-max", 48)
+    assert plain["spec_draft_tokens"] == 0 and plain["steps"] > j["steps"], (plain["steps"], j["steps"])
