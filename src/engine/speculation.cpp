@@ -28,7 +28,9 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   }
   SpeculativeConfig c;
   bool has_tokens = false;
-  for (const auto& [key, value] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& value = it.value();
     const auto whole = [&](int& field) -> Status {
       if (!value.is_number_integer()) return invalid_argument("--speculative-config: " + key + " must be an integer");
       const auto v = value.get<int64_t>();
