@@ -190,6 +190,11 @@ void Engine::prepare(StepPlan& plan, SteadyTime now) {
       c.all_logits = true;
       c.start_pos = seq.num_computed();
     }
+    // A chunk with drafts: the runner may pick every row of a plain greedy sequence.
+    if (c.num_drafts > 0) {
+      c.device_greedy = runner_->picks_scored_rows() && device_greedy_ok(seq);
+      continue;
+    }
     // A scored chunk's rows all go to the host, where its pick is made too.
     if (!c.want_logits || r.request.params.max_tokens == 0 || c.all_logits) continue;
     c.device_greedy = device_greedy_ok(seq);
@@ -214,7 +219,8 @@ bool Engine::launched(const StepPlan& plan) {
     seq.set_num_computed(seq.num_computed() + c.num_tokens);
     ++seq.request().in_flight;
     if (!c.want_logits) continue;
-    if (c.device_greedy || c.device_sample) {
+    // A chunk with drafts is collected before the next step is planned: its picks are never fed.
+    if ((c.device_greedy || c.device_sample) && c.num_drafts == 0) {
       const Feed f = overlap_ ? feed_of(seq) : Feed::kBlocked;
       blocked = blocked || f == Feed::kBlocked;
       seq.push_pending(row, f == Feed::kYes);
@@ -308,17 +314,23 @@ void Engine::score_prompt(const ScheduledChunk& c, std::span<const float> rows) 
 
 void Engine::postprocess(const StepPlan& plan) {
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
-  size_t want = 0, row = 0, prompt_row = 0;
+  size_t want = 0, row = 0, prompt_row = 0, pick_row = 0;
   for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
     const ScheduledChunk& c = plan.chunks[ci];
     Sequence& seq = *c.seq;
-    if (c.num_drafts > 0) {  // every row scored; the last also one of the step's host rows
+    if (c.num_drafts > 0) {  // every row picked by the runner, or scored with the last also a host row
       const size_t rows = static_cast<size_t>(c.num_tokens);
-      const auto scored = std::span<const float>(output_.prompt_logits).subspan(prompt_row * vocab, rows * vocab);
-      prompt_row += rows;
       ++want;
-      ++row;
-      if (seq.status != SequenceStatus::kFinished) verify_drafts(seq, step_drafts_[ci], scored);
+      RowsToVerify v;
+      if (c.device_greedy) {
+        v.picks = std::span<const int32_t>(output_.scored_picks).subspan(pick_row, rows);
+        pick_row += rows;
+      } else {
+        v.logits = std::span<const float>(output_.prompt_logits).subspan(prompt_row * vocab, rows * vocab);
+        prompt_row += rows;
+        ++row;
+      }
+      if (seq.status != SequenceStatus::kFinished) verify_drafts(seq, step_drafts_[ci], v);
       continue;
     }
     if (c.all_logits) {
@@ -424,7 +436,7 @@ void Engine::take_drafts(const StepPlan& plan) {
 // first i drafts. Each row is sampled as a step without drafts would sample
 // it (penalties, seeds and stop rules as usual); draft i stays while it
 // equals the token row i gave, and its K/V, computed in the step, with it.
-void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, std::span<const float> rows) {
+void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, const RowsToVerify& rows) {
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
   const auto n = static_cast<int64_t>(drafts.size());
   seq.set_num_computed(seq.num_computed() - n);  // the last real token's K/V alone is known good yet
@@ -433,7 +445,14 @@ void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, std::
         static_cast<size_t>(std::min(seq.num_computed(), seq.num_tokens()))));
   }
   for (int64_t i = 0; i <= n; ++i) {
-    sample_into(seq, rows.subspan(static_cast<size_t>(i) * vocab, vocab));
+    if (rows.picks.empty()) {
+      sample_into(seq, rows.logits.subspan(static_cast<size_t>(i) * vocab, vocab));
+    } else {
+      SampleResult picked;
+      picked.token = rows.picks[static_cast<size_t>(i)];
+      picked.logprob = std::numeric_limits<float>::quiet_NaN();
+      append_token(seq, picked);
+    }
     if (seq.status == SequenceStatus::kFinished || i == n || seq.tokens().back() != drafts[static_cast<size_t>(i)]) {
       break;
     }

@@ -91,7 +91,12 @@ class Engine {
   void propose_drafts();
   void settle_drafts(StepPlan& plan);
   void take_drafts(const StepPlan& plan);
-  void verify_drafts(Sequence& seq, std::span<const int32_t> drafts, std::span<const float> rows);
+  // A chunk with drafts' rows: the runner's picks, or their logits.
+  struct RowsToVerify {
+    std::span<const int32_t> picks;
+    std::span<const float> logits;
+  };
+  void verify_drafts(Sequence& seq, std::span<const int32_t> drafts, const RowsToVerify& rows);
 
   std::unique_ptr<Runner> runner_;
   const Tokenizer& tokenizer_;

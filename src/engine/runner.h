@@ -21,8 +21,14 @@ struct StepOutput {
   // vocab_size() floats for each chunk whose entry in `tokens` is -1, in order.
   std::vector<float> logits;
   // vocab_size() floats for every token of each all_logits chunk, in order
-  // (a want_logits chunk's last row is in `logits` too).
+  // (a want_logits chunk's last row is in `logits` too), but those of a
+  // chunk whose rows the runner picked (below).
   std::vector<float> prompt_logits;
+  // Runners that pick_scored_rows(): for each all_logits chunk with
+  // device_greedy (a greedy sequence's drafts), the argmax of every row, in
+  // order; its entry in `tokens` is its last row's, and none of its rows is
+  // in `logits` or `prompt_logits`.
+  std::vector<int32_t> scored_picks;
 };
 
 class Runner {
@@ -39,6 +45,10 @@ class Runner {
   // Whether execute() fills StepOutput::prompt_logits for all_logits chunks
   // (requests with prompt_logprobs are refused otherwise).
   virtual bool scores_prompts() const { return false; }
+  // Whether execute() picks the argmax of every row of an all_logits chunk
+  // with device_greedy itself (StepOutput::scored_picks); the engine sets
+  // device_greedy on such chunks only then.
+  virtual bool picks_scored_rows() const { return false; }
 
   // Overlap scheduling, on runners that say overlaps(): launch() starts a
   // step and returns without waiting for it; collect() waits for the

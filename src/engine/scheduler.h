@@ -39,7 +39,9 @@ struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t num_tokens = 0;    // tokens computed this step, starting at seq->num_computed()
   bool want_logits = false;  // the chunk reaches the end of the sequence's tokens: sample after it
-  bool device_greedy = false;  // plain greedy: the runner may pick the token itself (argmax on the device)
+  // Plain greedy: the runner may pick the token itself (argmax on the
+  // device); on a chunk with drafts, every row's (Runner::picks_scored_rows).
+  bool device_greedy = false;
   bool device_sample = false;  // the runner samples it itself from the next of StepPlan::samples
   // >= 0: the chunk's one token is the pick of row feedback_row (counting
   // want_logits chunks) of the step in flight before it (Runner::launch).

@@ -55,13 +55,16 @@ class CudaRunner final : public Runner {
       feedback_.push_back(sc.feedback_row);
       any_fed = any_fed || sc.feedback_row >= 0;
       if (sc.all_logits) {
-        // Every row to the host, the last one also the chunk's pick there
-        // (the engine plans no device pick for such a chunk).
-        modes_.insert(modes_.end(), static_cast<size_t>(sc.num_tokens), cuda::kPickOnHost);
+        // Every row to the host, the last one also the chunk's pick there; or,
+        // for a greedy sequence's drafts (device_greedy), every row's argmax.
+        const uint8_t mode = sc.device_greedy ? cuda::kPickArgmax : cuda::kPickOnHost;
+        modes_.insert(modes_.end(), static_cast<size_t>(sc.num_tokens), mode);
         shape.scored.resize(plan.chunks.size());
+        shape.picked.resize(plan.chunks.size());
         shape.scored[chunks_.size() - 1] = sc.num_tokens;
+        shape.picked[chunks_.size() - 1] = sc.device_greedy;
         shape.rows += static_cast<size_t>(sc.num_tokens);
-        shape.host += static_cast<size_t>(sc.num_tokens);
+        shape.host += sc.device_greedy ? 0 : static_cast<size_t>(sc.num_tokens);
         shape.want += sc.want_logits ? 1 : 0;
       } else if (sc.want_logits) {
         uint8_t mode = cuda::kPickOnHost;
@@ -93,6 +96,7 @@ class CudaRunner final : public Runner {
     shapes_.pop_front();
     const auto vocab = static_cast<size_t>(vocab_size());
     out.prompt_logits.clear();
+    out.scored_picks.clear();
     if (shape.scored.empty()) {
       out.tokens.resize(shape.want);
       out.logits.resize(shape.host * vocab);
@@ -108,6 +112,7 @@ class CudaRunner final : public Runner {
   bool overlaps() const override { return true; }
   bool samples_on_device() const override { return true; }
   bool scores_prompts() const override { return true; }
+  bool picks_scored_rows() const override { return true; }
   int64_t vocab_size() const override { return device_->vocab_size(); }
   int64_t num_kv_blocks() const override { return device_->num_kv_blocks(); }
   int64_t block_size() const override { return device_->block_size(); }
@@ -125,6 +130,7 @@ class CudaRunner final : public Runner {
     size_t host = 0;  // rows whose logits come to the host
     // With an all_logits chunk in the step, per chunk: its rows when all_logits, else 0; and its want_logits.
     std::vector<int64_t> scored;
+    std::vector<bool> picked;  // per chunk: its scored rows picked on the device
     std::vector<bool> wants;
   };
   std::deque<Shape> shapes_;         // launched steps not yet collected
@@ -133,18 +139,26 @@ class CudaRunner final : public Runner {
 
   // The device's rows into the engine's: each all_logits chunk's rows to
   // prompt_logits (its last one, when the chunk wants logits, to logits as
-  // well, sampled on the host); other chunks' picks and host rows as they are.
+  // well, sampled on the host), or their picks to scored_picks (the last
+  // one the chunk's pick as well); other chunks' picks and host rows as
+  // they are.
   void split_scored_rows(const Shape& shape, StepOutput& out) const {
     const auto vocab = static_cast<size_t>(vocab_size());
     size_t scored_rows = 0, row = 0;
-    for (int64_t n : shape.scored) scored_rows += static_cast<size_t>(n);
+    for (size_t i = 0; i < shape.scored.size(); ++i) scored_rows += shape.picked[i] ? 0 : static_cast<size_t>(shape.scored[i]);
     out.tokens.clear();
     out.logits.clear();
     out.prompt_logits.resize(scored_rows * vocab);
     const float* from = row_logits_.data();
     float* prompt_row = out.prompt_logits.data();
     for (size_t i = 0; i < shape.scored.size(); ++i) {
-      if (shape.scored[i] > 0) {
+      if (shape.scored[i] > 0 && shape.picked[i]) {
+        const auto n = static_cast<size_t>(shape.scored[i]);
+        out.scored_picks.insert(out.scored_picks.end(), row_tokens_.begin() + static_cast<int64_t>(row),
+                                row_tokens_.begin() + static_cast<int64_t>(row + n));
+        row += n;
+        if (shape.wants[i]) out.tokens.push_back(out.scored_picks.back());
+      } else if (shape.scored[i] > 0) {
         const size_t n = static_cast<size_t>(shape.scored[i]) * vocab;
         prompt_row = std::copy_n(from, n, prompt_row);
         from += n;

@@ -81,13 +81,72 @@ testing::ErnieTiny& tiny() {
   return m;
 }
 
+// The CPU runner, but picking the argmax of every row of a greedy
+// sequence's drafts itself, as the CUDA runner does on the device
+// (Runner::picks_scored_rows): those rows leave the logits for scored_picks.
+class PickingRunner final : public Runner {
+ public:
+  explicit PickingRunner(std::unique_ptr<Runner> inner) : inner_(std::move(inner)) {}
+  Status execute(const StepPlan& plan, StepOutput& out) override {
+    TERN_RETURN_IF_ERROR(inner_->execute(plan, out));
+    const auto vocab = static_cast<size_t>(vocab_size());
+    StepOutput kept;
+    size_t want = 0, row = 0, scored = 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+      // The CPU runner picks no row itself: each want_logits chunk has its row in out.logits.
+      const auto keep_row = [&] {
+        kept.tokens.push_back(out.tokens[want++]);
+        const auto from = out.logits.begin() + static_cast<int64_t>(vocab * row++);
+        kept.logits.insert(kept.logits.end(), from, from + static_cast<int64_t>(vocab));
+      };
+      if (!c.all_logits) {
+        if (c.want_logits) keep_row();
+        continue;
+      }
+      const float* rows = out.prompt_logits.data() + scored * vocab;
+      scored += static_cast<size_t>(c.num_tokens);
+      if (!c.device_greedy) {
+        kept.prompt_logits.insert(kept.prompt_logits.end(), rows, rows + static_cast<size_t>(c.num_tokens) * vocab);
+        if (c.want_logits) keep_row();
+        continue;
+      }
+      for (int64_t i = 0; i < c.num_tokens; ++i) {
+        const float* r = rows + static_cast<size_t>(i) * vocab;
+        kept.scored_picks.push_back(static_cast<int32_t>(std::max_element(r, r + vocab) - r));
+        ++picked_rows;
+      }
+      if (!c.want_logits) continue;
+      kept.tokens.push_back(kept.scored_picks.back());
+      ++want;
+      ++row;
+    }
+    out = std::move(kept);
+    return Status::ok();
+  }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  int64_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
+  int64_t block_size() const override { return inner_->block_size(); }
+  bool scores_prompts() const override { return true; }
+  bool picks_scored_rows() const override { return true; }
+  int64_t picked_rows = 0;
+
+ private:
+  std::unique_ptr<Runner> inner_;
+};
+
 std::unique_ptr<Engine> make_engine(const SpeculativeConfig& spec, int64_t num_blocks, int64_t block_size,
-                                    bool prefix_caching = true) {
+                                    bool prefix_caching = true, PickingRunner** picking = nullptr) {
   testing::ErnieTiny& m = tiny();
   const ModelConfig& c = m.model->config();
-  auto runner = CpuRunner::create(*m.model, block_size,
-                                  num_blocks * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size));
-  EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
+  auto cpu = CpuRunner::create(*m.model, block_size,
+                               num_blocks * PagedKvPool::bytes_per_block(c.num_layers, c.kv_dim(), block_size));
+  EXPECT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+  std::unique_ptr<Runner> runner = std::move(cpu).value();
+  if (picking != nullptr) {
+    auto wrapped = std::make_unique<PickingRunner>(std::move(runner));
+    *picking = wrapped.get();
+    runner = std::move(wrapped);
+  }
   EngineConfig config;
   config.scheduler.max_num_seqs = 16;
   config.scheduler.max_num_batched_tokens = 64;
@@ -95,7 +154,7 @@ std::unique_ptr<Engine> make_engine(const SpeculativeConfig& spec, int64_t num_b
   config.max_model_len = 512;
   config.eos_ids = m.tokenizer->default_stop_ids();
   config.speculative = spec;
-  return std::make_unique<Engine>(std::move(runner).value(), *m.tokenizer, config);
+  return std::make_unique<Engine>(std::move(runner), *m.tokenizer, config);
 }
 
 // What a request's stream carried, event by event merged per sequence.
@@ -162,8 +221,8 @@ struct Served {
 };
 
 Served serve(const SpeculativeConfig& spec, const std::vector<Request>& requests, int64_t num_blocks,
-          int64_t block_size, bool prefix_caching = true) {
-  auto engine = make_engine(spec, num_blocks, block_size, prefix_caching);
+          int64_t block_size, bool prefix_caching = true, PickingRunner** picking = nullptr) {
+  auto engine = make_engine(spec, num_blocks, block_size, prefix_caching, picking);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const Request& r : requests) {
     streams.push_back(std::make_shared<RequestStream>());
@@ -264,6 +323,22 @@ TEST(Speculation, PrefixCacheHoldsOnlyAcceptedTokens) {
     EXPECT_EQ(outcomes[i].tokens, off.outcomes[i].tokens) << requests[i].id;
     EXPECT_EQ(outcomes[i].finish, off.outcomes[i].finish) << requests[i].id;
   }
+}
+
+// A runner that picks greedy drafts' rows itself (the CUDA runner's
+// argmax on the device) gives the outputs of one that returns their logits.
+TEST(Speculation, RowsPickedByTheRunnerGiveTheSameOutputs) {
+  const auto requests = mixed_requests(24, 13);
+  const SpeculativeConfig spec{.num_tokens = 4, .lookup_min = 1, .max_seqs = 16};
+  const Served off = serve(SpeculativeConfig{}, requests, 512, 16);
+  PickingRunner* picking = nullptr;
+  const Served on = serve(spec, requests, 512, 16, true, &picking);
+  expect_same(off, on, requests);
+  ASSERT_NE(picking, nullptr);
+  EXPECT_GT(picking->picked_rows, 0);
+  EXPECT_GT(on.stats.spec_accepted_tokens, 0);
+  PickingRunner* small = nullptr;
+  expect_same(serve(SpeculativeConfig{}, requests, 24, 4), serve(spec, requests, 24, 4, true, &small), requests);
 }
 
 // Past disable_by_batch_size decoding sequences no drafts are proposed.
