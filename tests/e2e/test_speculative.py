@@ -3,6 +3,7 @@ real server on the tiny model through the official `openai` client gives the sam
 server without it, greedy and seeded, streamed and not, while its metrics show drafts verified and accepted; bad
 configurations stop the server before it loads, with a line that says why."""
 
+import json
 import re
 import subprocess
 
@@ -94,3 +95,30 @@ def test_bad_speculative_settings_stop_the_server_readably(args, message):
     r = subprocess.run([tern_binary(), "serve", str(model_dir), "--port", "0", *args], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def streamed(server):
+    """A streamed completion with logprobs (tokens arrive several to a chunk once drafts are accepted) and TGI's
+    /generate_stream (one event a token whatever the engine's steps), as the client sees them."""
+    c = client(server)
+    tokens, logprobs = [], []
+    for chunk in c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, logprobs=1,
+                                      stream=True, extra_body={"ignore_eos": True}):
+        if chunk.choices and chunk.choices[0].logprobs:
+            tokens += chunk.choices[0].logprobs.tokens
+            logprobs += chunk.choices[0].logprobs.token_logprobs
+    status, _, raw = server.request("POST", "/generate_stream",
+                                    {"inputs": PROMPT, "parameters": {"max_new_tokens": 30, "details": True}})
+    assert status == 200, raw
+    events = [json.loads(e[len("data:"):]) for e in raw.decode().split("\n\n") if e]
+    return tokens, logprobs, [e["token"]["id"] for e in events], events[-1]["generated_text"]
+
+
+def test_streams_carry_every_token_once(server, dedicated_server):
+    want_tokens, want_lps, want_ids, want_text = streamed(server)
+    spec = dedicated_server("--speculate", "4")
+    tokens, lps, ids, text = streamed(spec)
+    assert tokens == want_tokens and len(tokens) == 40
+    assert lps == pytest.approx(want_lps, abs=1e-3)
+    assert ids == want_ids and len(ids) == 30 and text == want_text
+    assert counter(spec, "vllm:spec_decode_num_accepted_tokens_total") > 0
