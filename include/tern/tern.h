@@ -99,6 +99,9 @@ typedef struct tern_model_options {
                                      fp32, the reference); NULL: none */
   const char* chat_template;      /* a Jinja chat template's source; NULL: the model's own */
   int64_t max_queued_requests;    /* unfinished requests beyond which submit fails; 0: no limit */
+  const char* speculative_config; /* speculative decoding by prompt lookup, vLLM's JSON (`tern serve
+                                     --speculative-config`), e.g. {"method": "ngram", "num_speculative_tokens": 4};
+                                     outputs unchanged; NULL: off */
 } tern_model_options;
 
 /* The defaults (the values `tern serve` starts with). Any thread. */

@@ -37,6 +37,7 @@ class ModelOptions(ctypes.Structure):
         ("quantization", ctypes.c_char_p),
         ("chat_template", ctypes.c_char_p),
         ("max_queued_requests", ctypes.c_int64),
+        ("speculative_config", ctypes.c_char_p),
     ]
 
 

@@ -26,7 +26,9 @@ class LLM:
     Engine options take the names of `tern serve`'s flags: `max_num_seqs`, `max_model_len`,
     `max_num_batched_tokens`, `kv_cache_memory` (bytes, or a size such as "512MiB"), `gpu_memory_utilization`,
     `block_size`, `enable_prefix_caching`, `threads`, `quantization` (CPU), `cpu_kernels`, `enforce_eager`,
-    `async_scheduling`, `chat_template` (a Jinja source replacing the model's) and `max_queued_requests`.
+    `async_scheduling`, `chat_template` (a Jinja source replacing the model's), `max_queued_requests` and
+    `speculative_config` (vLLM's: a dict or its JSON, {"method": "ngram", "num_speculative_tokens": 4}: speculative
+    decoding by prompt lookup, outputs unchanged).
     Loading failures raise TernError (TernNotFoundError for a missing model) with the engine's message.
 
     One LLM may be used from many threads at once. `close()` (or a `with` block) frees the engine; requests
@@ -38,7 +40,8 @@ class LLM:
                  max_model_len: Optional[int] = None, block_size: Optional[int] = None,
                  enable_prefix_caching: bool = True, async_scheduling: bool = True, enforce_eager: bool = False,
                  cpu_kernels: Optional[str] = None, quantization: Optional[str] = None,
-                 chat_template: Optional[str] = None, max_queued_requests: int = 0) -> None:
+                 chat_template: Optional[str] = None, max_queued_requests: int = 0,
+                 speculative_config: Union[dict[str, Any], str, None] = None) -> None:
         self._model: Optional[ctypes.c_void_p] = None
         o = _capi.lib.tern_model_options_default()
         o.device = _text("device", device).encode()
@@ -59,6 +62,9 @@ class LLM:
         if chat_template is not None:
             o.chat_template = _text("chat_template", chat_template).encode()
         o.max_queued_requests = max_queued_requests
+        if speculative_config is not None:
+            text = speculative_config if isinstance(speculative_config, str) else json.dumps(speculative_config)
+            o.speculative_config = _text("speculative_config", text).encode()
         handle = ctypes.c_void_p()
         _capi.check(_capi.lib.tern_model_load(_text("model", str(model)).encode(), ctypes.byref(o),
                                               ctypes.byref(handle)))

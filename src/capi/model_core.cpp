@@ -63,6 +63,7 @@ Result<EngineOptions> engine_options(const std::string& path, const tern_model_o
   if (c.cpu_kernels != nullptr && *c.cpu_kernels != '\0') o.cpu_kernels = c.cpu_kernels;
   if (c.quantization != nullptr) o.quantization = c.quantization;
   TERN_RETURN_IF_ERROR(require_non_negative("max_queued_requests", c.max_queued_requests));
+  if (c.speculative_config != nullptr) o.speculative_config = c.speculative_config;
   return o;
 }
 

@@ -487,6 +487,7 @@ TEST(CApiErrors, LoadErrors) {
       {"cpu-kernels", [](tern_model_options& x) { x.cpu_kernels = "fastest"; }},
       {"max_queued_requests", [](tern_model_options& x) { x.max_queued_requests = -1; }},
       {"q9", [](tern_model_options& x) { x.quantization = "q9"; }},
+      {"ngram", [](tern_model_options& x) { x.speculative_config = R"({"method": "eagle"})"; }},
       {"gpu-memory-utilization", [](tern_model_options& x) { x.gpu_memory_utilization = 0.5; }},
       {"max-model-len", [](tern_model_options& x) { x.max_model_len = 1 << 20; }},
   };

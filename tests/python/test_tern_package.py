@@ -68,6 +68,23 @@ def test_greedy_tokens_match_transformers_and_tern_generate(llm):
     assert cli["text"] == outputs[0].outputs[0].text
 
 
+def test_speculative_config_keeps_the_outputs(llm):
+    """vLLM's speculative_config (a dict, or its JSON) turns on prompt lookup: the same greedy and seeded
+    outputs as the model without it; a method other than ngram is refused with the engine's message."""
+    prompts = [p["text"] * 2 for p in PLAIN_PROMPTS if len(p["ids"]) < 100]
+    assert prompts
+    params = [greedy(40), SamplingParams(temperature=0.8, seed=3, max_tokens=40, ignore_eos=True)]
+    want = [[o.outputs[0].token_ids for o in llm.generate(prompts, sp)] for sp in params]
+    for config in ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1},
+                   '{"method": "ngram", "num_speculative_tokens": 2}'):
+        with LLM(model=str(TINY), device="cpu", kv_cache_memory="64MiB", max_model_len=512,
+                 cpu_kernels="optimized", speculative_config=config) as spec:
+            got = [[o.outputs[0].token_ids for o in spec.generate(prompts, sp)] for sp in params]
+        assert got == want
+    with pytest.raises(TernValueError, match='method must be "ngram"'):
+        LLM(model=str(TINY), device="cpu", speculative_config={"method": "eagle", "num_speculative_tokens": 2})
+
+
 def test_a_batch_equals_one_prompt_at_a_time(llm):
     prompts = [p["text"] for p in PLAIN_PROMPTS] * 4
     batched = llm.generate(prompts, greedy(12))
