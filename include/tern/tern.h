@@ -36,7 +36,7 @@ extern "C" {
 
 /* The ABI this header describes. It changes whenever a struct below changes layout or a function changes
  * meaning; compare it with tern_abi_version() to check that the library loaded at run time matches. */
-#define TERN_ABI_VERSION 1
+#define TERN_ABI_VERSION 2
 
 /* ---- versions and errors ------------------------------------------------------------------------------------- */
 

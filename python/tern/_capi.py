@@ -14,7 +14,7 @@ import pathlib
 
 from tern.errors import error_for
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
