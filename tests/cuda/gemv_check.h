@@ -25,8 +25,6 @@
 
 namespace tern::test {
 
-constexpr cuda::bf16 kNanBf16 = 0x7fc0;
-
 inline std::vector<float> round_bf16(std::vector<float> v) {
   for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
   return v;

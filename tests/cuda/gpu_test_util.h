@@ -56,6 +56,9 @@ class DeviceArray {
   size_t n_ = 0;
 };
 
+// A quiet NaN in bf16, to poison outputs so that an unwritten element fails.
+constexpr cuda::bf16 kNanBf16 = 0x7fc0;
+
 // Random values rounded to bf16: `words` for the device, `values` the same numbers in fp32.
 struct Bf16Data {
   std::vector<cuda::bf16> words;
@@ -125,6 +128,25 @@ inline void expect_bf16_close(const std::vector<float>& got, const std::vector<f
   const double worst = worst_violation(got, ref, 1.0 / 128, 2e-3 * scale);
   EXPECT_LT(l2, 1e-2) << what << ": relative L2 error";
   EXPECT_LE(worst, 1.0) << what << ": worst element vs |err| <= |ref|/128 + 2e-3 * " << scale;
+}
+
+// The attention heads of a test shape, and the KV block size.
+struct Shape {
+  int num_heads, num_kv_heads, head_dim, block_size;
+};
+
+// rope_store_kv's params for T tokens of q|k|v rows (stride apart) into the K/V planes k, v.
+inline cuda::RopeKvParams rope_params(const Shape& s, int64_t T, cuda::bf16* qkv, int64_t stride,
+                                      const int32_t* positions, const int32_t* slots, const float* inv_freq,
+                                      cuda::bf16* k, cuda::bf16* v) {
+  cuda::RopeKvParams p;
+  p.qkv = qkv;
+  p.row_stride = stride;
+  p.num_tokens = T;
+  p.heads = {s.num_heads, s.num_kv_heads, s.head_dim};
+  p.places = {positions, slots, inv_freq};
+  p.planes = cuda::KvPlanes{k, v, nullptr, nullptr};
+  return p;
 }
 
 }  // namespace tern::test
