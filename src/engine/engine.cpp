@@ -425,6 +425,7 @@ void Engine::settle_drafts(StepPlan& plan) {
 // Before a step's results are read (or its failure handled): the drafts
 // leave the sequences' tokens, kept per chunk for verify_drafts.
 void Engine::take_drafts(const StepPlan& plan) {
+  if (!config_.speculative.enabled()) return;
   step_drafts_.resize(plan.chunks.size());
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     step_drafts_[i].clear();
