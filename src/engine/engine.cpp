@@ -393,8 +393,9 @@ void Engine::propose_drafts() {
     const SamplingParams& p = seq->request().request.params;
     const int64_t room =
         std::min(p.max_tokens - seq->num_output_tokens(), config_.max_model_len - seq->num_tokens()) - 1;
+    if (seq->draft_limit == 0) seq->draft_limit = spec.num_tokens;
     const std::vector<int32_t> drafts =
-        propose_ngram_drafts(seq->tokens(), spec, std::min<int64_t>(spec.num_tokens, room));
+        propose_ngram_drafts(seq->tokens(), spec, std::min(seq->draft_limit, room));
     if (drafts.empty()) continue;
     seq->add_drafts(drafts);
     drafted_.push_back(seq);
@@ -445,6 +446,7 @@ void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, const
     seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(
         static_cast<size_t>(std::min(seq.num_computed(), seq.num_tokens()))));
   }
+  int64_t accepted = 0;
   for (int64_t i = 0; i <= n; ++i) {
     if (rows.picks.empty()) {
       sample_into(seq, rows.logits.subspan(static_cast<size_t>(i) * vocab, vocab));
@@ -458,8 +460,14 @@ void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, const
       break;
     }
     seq.set_num_computed(seq.num_computed() + 1);
-    ++stats_.spec_accepted_tokens;
+    ++accepted;
   }
+  stats_.spec_accepted_tokens += accepted;
+  // Each draft costs its row's compute, kept or not: after a step that rejected one, the next verifies at most
+  // twice the drafts this one kept (at least one); after one that kept all, up to twice as many as it had.
+  seq.draft_limit = std::min<int64_t>(config_.speculative.num_tokens,
+                                      accepted < n ? std::max<int64_t>(1, 2 * accepted)
+                                                   : std::max(seq.draft_limit, 2 * n));
   if (seq.status != SequenceStatus::kFinished) seq.blocks().truncate(seq.num_computed());
 }
 

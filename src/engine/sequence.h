@@ -70,6 +70,9 @@ class Sequence {
   // Drops the last `count` drafts (a step that could not take them all).
   void drop_drafts(int64_t count);
   std::vector<int32_t> take_drafts();
+  // The most drafts the sequence's next step may verify (engine-managed:
+  // twice what the last step kept of them); 0: not set yet.
+  int64_t draft_limit = 0;
 
   BlockTable& blocks() { return blocks_; }
   std::span<const BlockId> blocks_view() const { return blocks_.blocks(); }
