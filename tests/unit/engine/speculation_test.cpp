@@ -341,6 +341,41 @@ TEST(Speculation, RowsPickedByTheRunnerGiveTheSameOutputs) {
   expect_same(serve(SpeculativeConfig{}, requests, 24, 4), serve(spec, requests, 24, 4, true, &small), requests);
 }
 
+// One sequence step by step: after a step that rejected a draft, the next
+// verifies at most twice the drafts that step kept (at least one); never
+// more than N.
+TEST(Speculation, DraftsFollowWhatTheLastStepKept) {
+  const SpeculativeConfig spec{.num_tokens = 6, .lookup_min = 1, .max_seqs = 4};
+  int64_t steps_with_drafts = 0, steps_after_a_rejection = 0;
+  for (const Request& r : mixed_requests(12, 17)) {
+    if (r.n > 1) continue;
+    auto engine = make_engine(spec, 256, 16);
+    auto stream = std::make_shared<RequestStream>();
+    ASSERT_TRUE(engine->add_request(r, stream).is_ok());
+    int64_t last_drafts = 0, last_kept = 0;
+    for (int guard = 0; engine->has_work() && guard < 1000; ++guard) {
+      const EngineStats before = engine->stats();
+      engine->step();
+      const EngineStats after = engine->stats();
+      const int64_t drafts = after.spec_draft_tokens - before.spec_draft_tokens;
+      const int64_t kept = after.spec_accepted_tokens - before.spec_accepted_tokens;
+      if (drafts == 0) continue;
+      ++steps_with_drafts;
+      EXPECT_LE(drafts, spec.num_tokens) << r.id;
+      if (last_drafts > 0 && last_kept < last_drafts) {
+        ++steps_after_a_rejection;
+        EXPECT_LE(drafts, std::max<int64_t>(1, 2 * last_kept)) << r.id << " after " << last_kept << " of "
+                                                               << last_drafts;
+      }
+      last_drafts = drafts;
+      last_kept = kept;
+    }
+    EXPECT_FALSE(engine->has_work());
+  }
+  EXPECT_GT(steps_with_drafts, 0);
+  EXPECT_GT(steps_after_a_rejection, 0);
+}
+
 // Past disable_by_batch_size decoding sequences no drafts are proposed.
 TEST(Speculation, StopsProposingPastItsBatchSize) {
   const auto requests = mixed_requests(12, 5);
