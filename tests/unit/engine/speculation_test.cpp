@@ -17,6 +17,7 @@
 #include "engine/speculation.h"
 #include "model/ernie4_5/ernie4_5_model.h"
 #include "runners/cpu_runner.h"
+#include "support/device_sampling_runner.h"
 #include "support/ernie_tiny.h"
 #include "tokenizer/tokenizer.h"
 
@@ -134,6 +135,19 @@ class PickingRunner final : public Runner {
   std::unique_ptr<Runner> inner_;
 };
 
+// An engine over `runner` for the tiny model: 16 sequences, steps of 64 tokens, 512 positions.
+std::unique_ptr<Engine> engine_over(std::unique_ptr<Runner> runner, const SpeculativeConfig& spec,
+                                    bool prefix_caching = true) {
+  EngineConfig config;
+  config.scheduler.max_num_seqs = 16;
+  config.scheduler.max_num_batched_tokens = 64;
+  config.scheduler.enable_prefix_caching = prefix_caching;
+  config.max_model_len = 512;
+  config.eos_ids = tiny().tokenizer->default_stop_ids();
+  config.speculative = spec;
+  return std::make_unique<Engine>(std::move(runner), *tiny().tokenizer, config);
+}
+
 std::unique_ptr<Engine> make_engine(const SpeculativeConfig& spec, int64_t num_blocks, int64_t block_size,
                                     bool prefix_caching = true, PickingRunner** picking = nullptr) {
   testing::ErnieTiny& m = tiny();
@@ -147,14 +161,7 @@ std::unique_ptr<Engine> make_engine(const SpeculativeConfig& spec, int64_t num_b
     *picking = wrapped.get();
     runner = std::move(wrapped);
   }
-  EngineConfig config;
-  config.scheduler.max_num_seqs = 16;
-  config.scheduler.max_num_batched_tokens = 64;
-  config.scheduler.enable_prefix_caching = prefix_caching;
-  config.max_model_len = 512;
-  config.eos_ids = m.tokenizer->default_stop_ids();
-  config.speculative = spec;
-  return std::make_unique<Engine>(std::move(runner), *m.tokenizer, config);
+  return engine_over(std::move(runner), spec, prefix_caching);
 }
 
 // What a request's stream carried, event by event merged per sequence.
@@ -220,9 +227,16 @@ struct Served {
   EngineStats stats;
 };
 
+// The requests through `engine` to the end: what each stream carried, and the engine's counters.
+Served serve_on(Engine& engine, const std::vector<Request>& requests);
+
 Served serve(const SpeculativeConfig& spec, const std::vector<Request>& requests, int64_t num_blocks,
           int64_t block_size, bool prefix_caching = true, PickingRunner** picking = nullptr) {
-  auto engine = make_engine(spec, num_blocks, block_size, prefix_caching, picking);
+  return serve_on(*make_engine(spec, num_blocks, block_size, prefix_caching, picking), requests);
+}
+
+Served serve_on(Engine& e, const std::vector<Request>& requests) {
+  Engine* engine = &e;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const Request& r : requests) {
     streams.push_back(std::make_shared<RequestStream>());
@@ -374,6 +388,48 @@ TEST(Speculation, DraftsFollowWhatTheLastStepKept) {
   }
   EXPECT_GT(steps_with_drafts, 0);
   EXPECT_GT(steps_after_a_rejection, 0);
+}
+
+// A runner that overlaps steps, samples on its device and picks greedy
+// drafts' rows there (the CUDA runner's protocol, spoken by a CPU model):
+// greedy requests of every kind give the tokens of the same runner without
+// drafts and of the plain CPU runner; steps overlap while more sequences
+// decode than drafts are proposed for, and not once drafts may come.
+TEST(Speculation, OverlappingDeviceRunnerGivesTheSameTokens) {
+  std::vector<Request> requests;
+  for (Request r : mixed_requests(24, 19)) {
+    // Greedy (the fake device's draws are argmaxes), and mostly plain, whose steps may overlap: logprobs, penalties
+    // and min_tokens keep a step's rows on the host or its next step waiting for them.
+    r.params.temperature = 0;
+    if (r.id != "s1" && r.id != "s3") {
+      r.params.logprobs.reset();
+      r.params.repetition_penalty = 1.0;
+      r.params.min_tokens = 0;
+    }
+    requests.push_back(r);
+  }
+  const SpeculativeConfig spec{.num_tokens = 4, .lookup_min = 1, .max_seqs = 6};
+  const auto device = [](bool scores) {
+    return std::make_unique<testing::DeviceSamplingCpuRunner>(*tiny().model, 512, /*overlap=*/true, scores);
+  };
+  const Served host = serve(SpeculativeConfig{}, requests, 512, 16);
+  const Served plain = serve_on(*engine_over(device(false), SpeculativeConfig{}), requests);
+  auto owned = device(true);
+  testing::DeviceSamplingCpuRunner* runner = owned.get();
+  auto engine = engine_over(std::move(owned), spec);
+  const Served drafted = serve_on(*engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(plain.outcomes[i].tokens, host.outcomes[i].tokens) << requests[i].id;
+    EXPECT_EQ(drafted.outcomes[i].tokens, host.outcomes[i].tokens) << requests[i].id;
+    EXPECT_EQ(drafted.outcomes[i].finish, host.outcomes[i].finish) << requests[i].id;
+    EXPECT_EQ(drafted.outcomes[i].text, host.outcomes[i].text) << requests[i].id;
+  }
+  EXPECT_GT(plain.stats.num_overlapped_steps, 0);
+  EXPECT_GT(drafted.stats.num_overlapped_steps, 0);  // while more than 6 sequences ran
+  EXPECT_LT(drafted.stats.num_overlapped_steps, plain.stats.num_overlapped_steps);
+  EXPECT_GT(drafted.stats.spec_accepted_tokens, 0);
+  EXPECT_GT(runner->scored_picks, 0);  // greedy drafts' rows picked by the runner
+  EXPECT_GT(runner->host_rows, 0);     // the logprobs requests' drafts' rows sampled on the host
 }
 
 // Past disable_by_batch_size decoding sequences no drafts are proposed.
