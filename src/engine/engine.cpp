@@ -221,6 +221,7 @@ bool Engine::launched(const StepPlan& plan) {
     if (!c.want_logits) continue;
     // A chunk with drafts is collected before the next step is planned: its picks are never fed.
     if ((c.device_greedy || c.device_sample) && c.num_drafts == 0) {
+      if (seq.draft_pause > 0) --seq.draft_pause;
       const Feed f = overlap_ ? feed_of(seq) : Feed::kBlocked;
       blocked = blocked || f == Feed::kBlocked;
       seq.push_pending(row, f == Feed::kYes);
@@ -241,7 +242,8 @@ Engine::Feed Engine::feed_of(const Sequence& seq) const {
   if (seq.num_output_tokens() + ahead >= p.max_tokens || seq.num_tokens() + ahead >= config_.max_model_len) {
     return Feed::kLast;
   }
-  if (may_draft()) return Feed::kBlocked;  // its next step may carry drafts after the token
+  // Its next step may carry drafts after the token, unless a lookup found none lately.
+  if (may_draft() && seq.draft_pause == 0) return Feed::kBlocked;
   const bool by_count = seq.num_output_tokens() >= p.min_tokens && p.repetition_penalty == 1.0 &&
                         p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
   return by_count ? Feed::kYes : Feed::kBlocked;
@@ -377,6 +379,9 @@ void Engine::postprocess(const StepPlan& plan) {
 
 // Speculative decoding (engine/speculation.h).
 
+// Steps of a sequence that may overlap after a lookup that found nothing, before the next lookup.
+constexpr int64_t kDraftPauseSteps = 4;
+
 bool Engine::may_draft() const {
   return config_.speculative.enabled() && scheduler_.num_running() <= config_.speculative.max_seqs;
 }
@@ -396,7 +401,11 @@ void Engine::propose_drafts() {
     if (seq->draft_limit == 0) seq->draft_limit = spec.num_tokens;
     const std::vector<int32_t> drafts =
         propose_ngram_drafts(seq->tokens(), spec, std::min(seq->draft_limit, room));
-    if (drafts.empty()) continue;
+    if (drafts.empty()) {
+      // Nothing repeats here: the sequence's next few steps may overlap as without speculation.
+      seq->draft_pause = kDraftPauseSteps;
+      continue;
+    }
     seq->add_drafts(drafts);
     drafted_.push_back(seq);
   }

@@ -40,8 +40,9 @@ struct EngineConfig {
   bool overlap = true;
   // Speculative decoding by prompt lookup (engine/speculation.h); off by
   // default. Needs a runner that scores every row (Runner::scores_prompts).
-  // While drafts may be proposed, steps are not overlapped: a draft is the
-  // continuation of the sequence's last token, which the host must have.
+  // While drafts may be proposed, a sequence's steps are not overlapped (a
+  // draft continues its last token, which the host must have), but for a
+  // few after a lookup that found nothing.
   SpeculativeConfig speculative;
 };
 

@@ -73,6 +73,10 @@ class Sequence {
   // The most drafts the sequence's next step may verify (engine-managed:
   // twice what the last step kept of them); 0: not set yet.
   int64_t draft_limit = 0;
+  // After a lookup found nothing to draft: how many more of the sequence's
+  // steps may overlap the next (Engine::feed_of) before one waits for the
+  // host to look again (engine-managed).
+  int64_t draft_pause = 0;
 
   BlockTable& blocks() { return blocks_; }
   std::span<const BlockId> blocks_view() const { return blocks_.blocks(); }
