@@ -350,10 +350,7 @@ void Engine::postprocess(const StepPlan& plan) {
       row += picked < 0 && c.want_logits ? 1 : 0;
       continue;
     }
-    if (config_.scheduler.enable_prefix_caching) {
-      const int64_t known = std::min(seq.num_computed(), seq.num_tokens());
-      seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(static_cast<size_t>(known)));
-    }
+    publish_computed_blocks(seq);
     if (!c.want_logits) continue;
     RequestState& r = seq.request();
     if (r.request.params.max_tokens == 0) {  // the prompt alone (its logprobs): nothing to sample
@@ -364,10 +361,7 @@ void Engine::postprocess(const StepPlan& plan) {
       continue;
     }
     if (picked >= 0) {
-      SampleResult s;
-      s.token = picked;
-      s.logprob = std::numeric_limits<float>::quiet_NaN();
-      append_token(seq, s);
+      append_picked(seq, picked);
       continue;
     }
     std::span<const float> logits(output_.logits.data() + row * vocab, vocab);
@@ -415,19 +409,16 @@ void Engine::propose_drafts() {
 // budget cut it keeps the drafts it holds, and a sequence left out of the
 // step (budget, preemption) gives its drafts up.
 void Engine::settle_drafts(StepPlan& plan) {
-  for (ScheduledChunk& c : plan.chunks) {
-    Sequence& seq = *c.seq;
-    if (seq.num_drafts() == 0) continue;
-    c.num_drafts = std::min(seq.num_drafts(), c.num_tokens - 1);
-    seq.drop_drafts(seq.num_drafts() - c.num_drafts);
-    c.want_logits = true;
-    stats_.spec_drafts += c.num_drafts > 0 ? 1 : 0;
-    stats_.spec_draft_tokens += c.num_drafts;
-  }
   for (Sequence* seq : drafted_) {
-    const bool planned = std::any_of(plan.chunks.begin(), plan.chunks.end(),
-                                     [seq](const ScheduledChunk& c) { return c.seq == seq && c.num_drafts > 0; });
-    if (!planned) seq->drop_drafts(seq->num_drafts());
+    const auto c = std::find_if(plan.chunks.begin(), plan.chunks.end(),
+                                [seq](const ScheduledChunk& chunk) { return chunk.seq == seq; });
+    const int64_t kept = c == plan.chunks.end() ? 0 : std::min(seq->num_drafts(), c->num_tokens - 1);
+    seq->drop_drafts(seq->num_drafts() - kept);
+    if (c == plan.chunks.end()) continue;
+    c->num_drafts = kept;
+    c->want_logits = true;
+    stats_.spec_drafts += kept > 0 ? 1 : 0;
+    stats_.spec_draft_tokens += kept;
   }
   drafted_.clear();
 }
@@ -451,19 +442,13 @@ void Engine::verify_drafts(Sequence& seq, std::span<const int32_t> drafts, const
   const size_t vocab = static_cast<size_t>(runner_->vocab_size());
   const auto n = static_cast<int64_t>(drafts.size());
   seq.set_num_computed(seq.num_computed() - n);  // the last real token's K/V alone is known good yet
-  if (config_.scheduler.enable_prefix_caching) {
-    seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(
-        static_cast<size_t>(std::min(seq.num_computed(), seq.num_tokens()))));
-  }
+  publish_computed_blocks(seq);
   int64_t accepted = 0;
   for (int64_t i = 0; i <= n; ++i) {
     if (rows.picks.empty()) {
       sample_into(seq, rows.logits.subspan(static_cast<size_t>(i) * vocab, vocab));
     } else {
-      SampleResult picked;
-      picked.token = rows.picks[static_cast<size_t>(i)];
-      picked.logprob = std::numeric_limits<float>::quiet_NaN();
-      append_token(seq, picked);
+      append_picked(seq, rows.picks[static_cast<size_t>(i)]);
     }
     if (seq.status == SequenceStatus::kFinished || i == n || seq.tokens().back() != drafts[static_cast<size_t>(i)]) {
       break;
@@ -496,6 +481,21 @@ void Engine::sample_into(Sequence& seq, std::span<const float> row) {
   row_scratch_.assign(row.begin(), row.end());
   SamplingContext ctx{seq.prompt(), seq.output(), r.stop_ids};
   append_token(seq, seq.sampler().sample(row_scratch_, ctx));
+}
+
+// A token the runner picked: no logprob to report.
+void Engine::append_picked(Sequence& seq, int32_t token) {
+  SampleResult s;
+  s.token = token;
+  s.logprob = std::numeric_limits<float>::quiet_NaN();
+  append_token(seq, s);
+}
+
+// The full blocks among the sequence's computed tokens to the prefix cache.
+void Engine::publish_computed_blocks(Sequence& seq) {
+  if (!config_.scheduler.enable_prefix_caching) return;
+  const int64_t known = std::min(seq.num_computed(), seq.num_tokens());
+  seq.blocks().register_full_blocks(std::span<const int32_t>(seq.tokens()).first(static_cast<size_t>(known)));
 }
 
 void Engine::append_token(Sequence& seq, const SampleResult& sample) {

@@ -79,6 +79,8 @@ class Engine {
   void postprocess(const StepPlan& plan);
   void sample_into(Sequence& seq, std::span<const float> row);
   void append_token(Sequence& seq, const SampleResult& sample);
+  void append_picked(Sequence& seq, int32_t token);
+  void publish_computed_blocks(Sequence& seq);
   static bool device_greedy_ok(const Sequence& seq);
   static bool wants_prompt_logits(const Sequence& seq);
   void score_prompt(const ScheduledChunk& c, std::span<const float> rows);
