@@ -57,8 +57,12 @@
 // TERN_PROFILE_STEP=k set, decode step k of each batch runs between
 // cudaProfilerStart and Stop (for `ncu --profile-from-start off`); with
 // TERN_PROFILE_PREFILL set, the first timed prefill step of each batch does.
+// --chunks 2,3,4,5: at batch 1, after its decode, steps of that many tokens
+// of the one sequence with every row's logits and argmax on the device (what
+// a step that verifies drafts runs), timed as the decode steps are, beside
+// the one-token step's time.
 // Usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256] [--spread 0|1]
-//                       [--configs graphs,eager,pdl,cublas,gemv8,int4]
+//                       [--configs graphs,eager,pdl,cublas,gemv8,int4] [--chunks 2,3,4,5]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 8, 64, 256};
   int64_t prompt = 256, steps = 256;
   bool spread = false;
+  std::vector<int64_t> chunks;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--model") {
@@ -193,12 +198,20 @@ int main(int argc, char** argv) {
       spread = value == "1";
     } else if (flag == "--configs") {
       configs_arg = value;
+    } else if (flag == "--chunks") {
+      for (const std::string& n : tern::bench::comma_list(value)) chunks.push_back(std::stoll(n));
     }
   }
   if (model_dir.empty() || batches.empty()) {
     std::fprintf(stderr, "usage: tern_gpu_bench --model DIR [--batch 1,8,64,256] [--prompt 256] [--steps 256] "
-                         "[--spread 0|1] [--configs graphs,eager,cublas]\n");
+                         "[--spread 0|1] [--configs graphs,eager,cublas] [--chunks 2,3,4,5]\n");
     return 2;
+  }
+  for (const int64_t n : chunks) {
+    if (n < 2 || n >= steps) {
+      std::fprintf(stderr, "tern_gpu_bench: --chunks %ld: from 2 to fewer than --steps tokens\n", static_cast<long>(n));
+      return 2;
+    }
   }
   if (steps < 8) {
     std::fprintf(stderr, "tern_gpu_bench: --steps %ld: at least 8 decode steps are timed\n", static_cast<long>(steps));
@@ -470,6 +483,37 @@ int main(int argc, char** argv) {
       }
       if (const tern::cuda::DecodeKernelTimeline tl = gpu.value()->decode_kernel_timeline(); tl.blocks > 0 && B == 1) {
         print_timeline(config, tl);
+      }
+      if (B == 1) {
+        for (const int64_t n : chunks) {  // one sequence's steps of n tokens, every row argmaxed on the device
+          double chunk_s = 0;
+          int64_t chunk_timed = 0;
+          const int64_t reps = std::min<int64_t>(steps, 64);
+          for (int64_t i = 0; i < reps; ++i) {
+            const int64_t pos = start[0] + (i * n) % (steps - n);
+            tern::SequenceChunk ch{std::span<const int32_t>(tokens[0]).subspan(static_cast<size_t>(pos),
+                                                                               static_cast<size_t>(n)),
+                                   pos, tables[0], true};
+            ch.all_logits = true;
+            greedy.assign(static_cast<size_t>(n), 1);
+            picks.resize(static_cast<size_t>(n));
+            logits.clear();
+            const auto t = Clock::now();
+            tern::Status s = gpu.value()->forward_step({&ch, 1}, greedy, picks, logits);
+            if (!s.is_ok()) return fail(s);
+            if (i >= 4) {
+              chunk_s += seconds_since(t);
+              ++chunk_timed;
+            }
+          }
+          const double ms = chunk_s / static_cast<double>(chunk_timed) * 1e3;
+          std::printf("[%s] one sequence, steps of %ld tokens (every row's argmax): %.3f ms/step, %.2fx a one-token "
+                      "step (%.3f ms), %s\n",
+                      config.c_str(), static_cast<long>(n), ms, ms / (decode_s / static_cast<double>(timed) * 1e3),
+                      decode_s / static_cast<double>(timed) * 1e3,
+                      gpu.value()->last_step_used_layers_kernel() ? "the persistent kernel" : "per-layer kernels");
+          std::fflush(stdout);
+        }
       }
       Row r;
       r.config = config;

@@ -452,8 +452,12 @@ OneSequence random_sequence(std::mt19937& rng, int64_t vocab, int64_t ctx, int64
 // FP8 values. dtype: the KV cache's element type on both sides.
 // int4: both sides take the model quantized to Q4_0 on the host (the GPU's
 // layers as int4 weights, the reference kernels reading the same blocks).
+// chunks: after the prompt, steps of these many tokens in turn with every
+// row's logits (a token and its drafts); chunks of up to
+// kMaxDecodeLayersTokens run as the kernel too, longer ones on the GEMV path.
 void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32_t seed, bool expect_kernel,
-                         bool fp8 = false, KvCacheDType dtype = KvCacheDType::kAuto, bool int4 = false) {
+                         bool fp8 = false, KvCacheDType dtype = KvCacheDType::kAuto, bool int4 = false,
+                         const std::vector<int64_t>& chunks = {1}) {
   std::mt19937 rng(seed);
   const double tolerance = dtype == KvCacheDType::kAuto ? kLogitTolerance : kFp8LogitTolerance;
   auto cpu = load_cpu(dir);
@@ -500,36 +504,62 @@ void check_decode_kernel(const std::string& dir, int64_t bs, int64_t ctx, uint32
 
   const int64_t prompt = 5;
   const auto V = static_cast<size_t>(c.vocab_size);
+  const bool one_token = chunks.size() == 1 && chunks[0] == 1;
+  if (!one_token && expect_kernel) {
+    EXPECT_EQ(graphs->layers_kernel_tokens(), cuda::kMaxDecodeLayersTokens)
+        << graphs->layers_kernel_tokens_off_reason();
+  }
   double worst_ref = 0, worst_gemv = 0;
-  int decode_steps = 0;
+  int decode_steps = 0, steps = 0, kernel_steps = 0, expected_kernel_steps = 0;
   for (int64_t done = 0; done < ctx;) {
-    const int64_t n = done == 0 ? prompt : 1;
+    const int64_t n = done == 0 ? prompt : std::min(chunks[static_cast<size_t>(steps++) % chunks.size()], ctx - done);
     SequenceChunk ch;
     ch.tokens = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(n));
     ch.start_pos = done;
     ch.block_table = table;
     ch.want_logits = true;
-    std::vector<float> ref(V);
+    ch.all_logits = done > 0 && !one_token;
+    const auto rows = static_cast<size_t>(logit_rows_of(ch));
+    std::vector<float> ref(rows * V);
     Status s = cpu->forward_batch({&ch, 1}, pool, ref);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     const std::vector<SequenceChunk> batch = {ch};
-    const StepResult g = run_step(*graphs, batch, {cuda::kPickOnHost});
-    const StepResult e = run_step(*eager, batch, {cuda::kPickOnHost});
-    const StepResult m = run_step(*gemv, batch, {cuda::kPickOnHost});
+    const std::vector<uint8_t> modes(rows, cuda::kPickOnHost);
+    const StepResult g = run_step(*graphs, batch, modes);
+    const bool kernel = graphs->last_step_used_layers_kernel();
+    const StepResult e = run_step(*eager, batch, modes);
+    const StepResult m = run_step(*gemv, batch, modes);
     decode_steps += graphs->last_step_was_decode() ? 1 : 0;
-    EXPECT_EQ(std::memcmp(g.logits.data(), e.logits.data(), V * sizeof(float)), 0)
+    if (done > 0) {
+      kernel_steps += kernel ? 1 : 0;
+      expected_kernel_steps += expect_kernel && n <= cuda::kMaxDecodeLayersTokens ? 1 : 0;
+    }
+    EXPECT_EQ(std::memcmp(g.logits.data(), e.logits.data(), rows * V * sizeof(float)), 0)
         << dir << " position " << done << ": graph and eager logits differ";
-    const double l2_ref = test::relative_l2(g.logits, ref), l2_gemv = test::relative_l2(g.logits, m.logits);
-    EXPECT_LT(l2_ref, tolerance) << dir << " block " << bs << " position " << done;
-    EXPECT_LT(l2_gemv, tolerance) << dir << " block " << bs << " position " << done;
-    worst_ref = std::max(worst_ref, l2_ref);
-    worst_gemv = std::max(worst_gemv, l2_gemv);
+    for (size_t r = 0; r < rows; ++r) {
+      const auto row = [&](const std::vector<float>& all) {
+        return std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(r * V),
+                                  all.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+      };
+      const double l2_ref = test::relative_l2(row(g.logits), row(ref));
+      const double l2_gemv = test::relative_l2(row(g.logits), row(m.logits));
+      EXPECT_LT(l2_ref, tolerance) << dir << " block " << bs << " position " << done + static_cast<int64_t>(r)
+                                   << " (a step of " << n << " tokens)";
+      EXPECT_LT(l2_gemv, tolerance) << dir << " block " << bs << " position " << done + static_cast<int64_t>(r)
+                                    << " (a step of " << n << " tokens)";
+      worst_ref = std::max(worst_ref, l2_ref);
+      worst_gemv = std::max(worst_gemv, l2_gemv);
+    }
     done += n;
   }
-  EXPECT_EQ(decode_steps, ctx - prompt);
-  std::printf("[decode kernel%s %s %s block %ld ctx %ld kernel %d] worst logits rel L2: %.2e vs CPU, %.2e vs GEMV path\n",
-              fp8 ? " fp8" : int4 ? " int4" : "", kv_cache_dtype_name(dtype), dir.c_str(), static_cast<long>(bs), static_cast<long>(ctx),
-              graphs->layers_kernel() ? 1 : 0, worst_ref,
+  if (one_token) {
+    EXPECT_EQ(decode_steps, ctx - prompt);
+  }
+  EXPECT_EQ(kernel_steps, expected_kernel_steps) << dir << ": steps after the prompt that ran as the kernel";
+  std::printf("[decode kernel%s %s %s block %ld ctx %ld kernel %d%s] worst logits rel L2: %.2e vs CPU, %.2e vs GEMV "
+              "path\n",
+              fp8 ? " fp8" : int4 ? " int4" : "", kv_cache_dtype_name(dtype), dir.c_str(), static_cast<long>(bs),
+              static_cast<long>(ctx), graphs->layers_kernel() ? 1 : 0, one_token ? "" : ", chunks", worst_ref,
               worst_gemv);
 }
 
@@ -618,6 +648,41 @@ TEST(GpuModel, Fp8DecodeKernelMatchesCpuAndGemvPath) {
   test::TinyModelDir dir(spec, 19);
   check_decode_kernel(dir.path(), 7, 420, 58, true, true);
   check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 300, 59, true, true);
+}
+
+// Steps of a few tokens of one sequence (a token and its drafts: 2, 3 and 4
+// tokens, then 1, then 5, which runs on the GEMV path) as the persistent
+// kernel: each token's rows of q|k|v, o and the MLP from one load of the
+// weights, the token's K/V written before any attends, and each token's
+// attention over the keys up to its own (blocks per token, the later
+// tokens' last split a key or more longer). Every row's logits against the
+// CPU reference and the GEMV path, at the attention's forms: the tensor
+// cores at head_dim 128 and 64 (16 kv heads: fewer splits per token), the
+// CUDA cores (head_dim 8, and a group of 16), FP8 and int4 weights, an fp8 pool.
+TEST(GpuModel, DecodeKernelTakesChunksOfOneSequence) {
+  const std::vector<int64_t> chunks = {2, 3, 4, 1, 5};
+  check_decode_kernel(std::string(TERN_TEST_DATA_DIR) + "/ernie-tiny", 16, 700, 81, true, false, KvCacheDType::kAuto,
+                      false, chunks);
+  test::TinySpec spec = head_dim_128_spec(512);
+  test::TinyModelDir dir(spec, 14);
+  check_decode_kernel(dir.path(), 7, 420, 82, true, false, KvCacheDType::kAuto, false, chunks);
+  check_decode_kernel(dir.path(), 16, 300, 83, true, true, KvCacheDType::kFp8E4m3, false, chunks);
+  test::TinySpec mha = head_dim_128_spec(300);
+  mha.kv_heads = 16;
+  mha.head_dim = 64;
+  test::TinyModelDir mha_dir(mha, 18);
+  check_decode_kernel(mha_dir.path(), 16, 600, 84, true, false, KvCacheDType::kAuto, false, chunks);
+  test::TinySpec mqa = head_dim_128_spec(300);
+  mqa.kv_heads = 1;
+  mqa.head_dim = 64;
+  test::TinyModelDir mqa_dir(mqa, 15);
+  check_decode_kernel(mqa_dir.path(), 16, 200, 85, true, false, KvCacheDType::kAuto, false, chunks);
+  test::TinySpec q4 = head_dim_128_spec(512);
+  q4.hidden = 512;
+  q4.inter = 1536;
+  q4.heads = 4;
+  test::TinyModelDir q4_dir(q4, 21);
+  check_decode_kernel(q4_dir.path(), 7, 420, 86, true, false, KvCacheDType::kAuto, true, chunks);
 }
 
 }  // namespace

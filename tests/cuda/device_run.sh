@@ -10,7 +10,7 @@
 #   there:  tests/cuda/device_run.sh            (from the repo root; carry build-cuda/device.txz)
 # Environment there: GTEST_FILTER (default all), TESTS=0 skips gpu_tests, BENCH=0 skips the
 # benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
-# configurations instead of the standard set, AB="cfg1 cfg2 ..." times each
+# configurations instead of the standard set (BENCH_CHUNKS: its --chunks at batch 1), AB="cfg1 cfg2 ..." times each
 # tern_gpu_bench configuration in a process of its own, AB_ROUNDS (2) times
 # in turn, at AB_BATCH (8,64,256), 256-token prompts, 64 steps (ab.log),
 # QUALITY=1 adds tern_gpu_quality (the FP8 forms against bf16 on the GPU; QUALITY_CONFIGS picks
@@ -83,8 +83,8 @@ fi
 wait $maker || { echo "make_random_model failed"; tail -5 "$OUT/make_model.log"; }
 if [ -n "${BENCH_CONFIGS:-}" ]; then
   timeout 120 "$D/tern_gpu_bench" --model /tmp/m --configs "$BENCH_CONFIGS" --batch "${BENCH_BATCH:-1,4,8,64,256}" \
-    --steps 256 >"$OUT/bench.log" 2>&1
-  grep -E "\] create|turned off|kernel off|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/bench.log"
+    --steps 256 ${BENCH_CHUNKS:+--chunks "$BENCH_CHUNKS"} >"$OUT/bench.log" 2>&1
+  grep -E "\] create|turned off|kernel off|one sequence, steps|^\| [a-z0-9]|tern_gpu_bench:" "$OUT/bench.log"
 elif [ "${BENCH:-1}" = 1 ]; then
   timeout 90 "$D/tern_gpu_bench" --model /tmp/m --configs graphs,eager --batch 1,4,8,64,256 --steps 256 >"$OUT/bench.log" 2>&1
   timeout 40 "$D/tern_gpu_bench" --model /tmp/m --configs pdl,gemv8,cublas --batch 1,4,8 --steps 256 >>"$OUT/bench.log" 2>&1

@@ -81,7 +81,7 @@ inline StepResult run_step(cuda::DeviceModel& gpu, const std::vector<SequenceChu
                            const std::vector<uint8_t>& modes, const std::vector<cuda::SampleRow>& samples = {},
                            const std::vector<cuda::LogitOp>& ops = {}) {
   size_t rows = 0, host = 0;
-  for (const auto& ch : batch) rows += ch.want_logits ? 1 : 0;
+  for (const auto& ch : batch) rows += static_cast<size_t>(logit_rows_of(ch));
   for (uint8_t m : modes) host += m == cuda::kPickOnHost ? 1 : 0;
   if (modes.empty()) host = rows;
   StepResult r;

@@ -136,6 +136,68 @@ __device__ __forceinline__ float slot_dot(const unsigned char* slice, int rows, 
   }
 }
 
+// Row `row` of a slot's slice of `rows` rows (K weights each: bf16, e4m3
+// codes when W is uint8_t, the row's scale applied by the caller, or int4
+// codes with their block scales and zeros, the slot's layout: slice_bytes),
+// weights [k0, k0 + len), against each token t < T's input xs + t * ld
+// ([0, len), bf16 in shared memory: the GEMV path's inputs are
+// bf16-rounded, so the values are the same), summed over the warp into
+// dot[t]. Lane covers k = lane * 8 + 256 u, in order, 8 weights at a time,
+// as gemv_kernel's lanes do; each piece of weights is loaded once for all
+// the tokens, whose sums are each in slot_dot's order.
+template <typename W, int kTok>
+__device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, int row, int K, int k0, int len,
+                                          const bf16* xs, int ld, int T, int lane, float (&dot)[kTok]) {
+  if constexpr (kTok == 1) {  // the one-token kernel's own form
+    dot[0] = slot_dot<W>(slice, rows, row, K, k0, len, xs, lane);
+  } else {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) dot[t] = 0.0f;
+    if constexpr (std::is_same_v<W, Int4Slot>) {
+      const unsigned char* codes = slice + static_cast<int64_t>(row) * (K / 2) + k0 / 2;
+      const uint16_t* scales = reinterpret_cast<const uint16_t*>(slice + static_cast<int64_t>(rows) * (K / 2)) +
+                               static_cast<int64_t>(row) * (K / 32) + k0 / 32;
+      const unsigned char* zeros = slice + static_cast<int64_t>(rows) * (K / 2 + K / 16) +
+                                   static_cast<int64_t>(row) * (K / 32) + k0 / 32;
+      for (int k = lane * 8; k < len; k += 256) {
+        Int4x8 w;
+        w.codes = *reinterpret_cast<const uint32_t*>(codes + k / 2);
+        w.dz = static_cast<uint32_t>(scales[k / 32]) | (static_cast<uint32_t>(zeros[k / 32]) << 16);
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          if (t == 0 || t < T) {
+            const uint4 x = *reinterpret_cast<const uint4*>(xs + t * ld + k);
+            const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
+            const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
+            dot[t] = dot8_int4(w, a, b, dot[t]);
+          }
+        }
+      }
+    } else {
+      const W* w = reinterpret_cast<const W*>(slice) + static_cast<int64_t>(row) * K + k0;
+      for (int k = lane * 8; k < len; k += 256) {
+        if constexpr (sizeof(W) == 1) {
+          const uint2 wv = *reinterpret_cast<const uint2*>(w + k);
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+            if (t == 0 || t < T) dot[t] = dot8_e4m3_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
+          }
+        } else {
+          const uint4 wv = *reinterpret_cast<const uint4*>(w + k);
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+            if (t == 0 || t < T) dot[t] = dot8_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      if (t == 0 || t < T) dot[t] = warp_sum(dot[t]);
+    }
+  }
+}
+
 // Row n's scale (FP8 weights) or 1 (bf16; int4's scales are per block, inside the dot).
 template <typename W>
 __device__ __forceinline__ float row_scale(const float* scales, int64_t n) {
@@ -168,87 +230,123 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
   __syncthreads();
 }
 
-// xs[k] = bf16(x[k] / sqrt(mean(x^2) + eps) * w[k]), as gemv's kRmsNorm
-// input but summed over the block: every thread loads its part of the row
-// at once (one round trip to L2), so the sum's order is not the GEMV's.
-// K <= 4 * kThreads * kNormLoads.
+// Each token t < T's xs[t * K + k] = bf16(x[t * K + k] / sqrt(mean(x_t^2) +
+// eps) * w[k]), as gemv's kRmsNorm input but summed over the block: every
+// thread loads its part of the rows at once (one round trip to L2), so the
+// sum's order is not the GEMV's. K <= 4 * kThreads * kNormLoads; red holds
+// kWarps floats per token.
 constexpr int kNormLoads = 2;
-// Loads per thread of the SiLU products (inter <= 2 * kThreads * kActLoads),
-// the merge's outputs per thread (q_dim <= kThreads * kMergeOutputs, 4
-// consecutive dims in one 16-byte load) and splits loaded at once.
+// Loads per thread of one token's SiLU products (inter <= 2 * kThreads *
+// kActLoads), the merge's outputs per thread (q_dim <= kThreads *
+// kMergeOutputs, 4 consecutive dims in one 16-byte load) and splits loaded
+// at once.
 constexpr int kActLoads = 4;
 constexpr int kMergeOutputs = 4;
 constexpr int kMergeSplits = 8;
 constexpr int kMaxRopePairs = 32;  // q|k|v row pairs per block
-__device__ __forceinline__ void rmsnorm_input(const float* x, const float* w, int K, float eps, bf16* xs,
-                                              float* red) {
+template <int kTok>
+__device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, int K, float eps, int T, bf16* xs,
+                                               float* red) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float4* xr = reinterpret_cast<const float4*>(x);
   const float4* wt = reinterpret_cast<const float4*>(w);
-  float4 v[kNormLoads], g[kNormLoads];
-  float sum_sq = 0.0f;
+  float4 v[kTok][kNormLoads], g[kNormLoads];
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-  for (int u = 0; u < kNormLoads; ++u) {  // the row and the norm weights in one round trip
+  for (int u = 0; u < kNormLoads; ++u) {  // the rows and the norm weights in one round trip
     const int j = threadIdx.x + u * kThreads;
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    v[u] = j < K / 4 ? __ldcg(xr + j) : zero;
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      v[t][u] = (t == 0 || t < T) && j < K / 4 ? __ldcg(reinterpret_cast<const float4*>(x + t * K) + j) : zero;
+    }
     g[u] = j < K / 4 ? wt[j] : zero;
   }
 #pragma unroll
-  for (int u = 0; u < kNormLoads; ++u) {
-    sum_sq += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-  }
-  sum_sq = warp_sum(sum_sq);
-  if (lane == 0) red[warp] = sum_sq;
-  __syncthreads();
-  float total = lane < kWarps ? red[lane] : 0.0f;
-  total = warp_sum(total);
-  const float scale = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
+  for (int t = 0; t < kTok; ++t) {
+    float sum_sq = 0.0f;
 #pragma unroll
-  for (int u = 0; u < kNormLoads; ++u) {
-    const int j = threadIdx.x + u * kThreads;
-    if (j < K / 4) {
-      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + 4 * j);
-      out[0] = __floats2bfloat162_rn(v[u].x * scale * g[u].x, v[u].y * scale * g[u].y);
-      out[1] = __floats2bfloat162_rn(v[u].z * scale * g[u].z, v[u].w * scale * g[u].w);
+    for (int u = 0; u < kNormLoads; ++u) {
+      sum_sq += v[t][u].x * v[t][u].x + v[t][u].y * v[t][u].y + v[t][u].z * v[t][u].z + v[t][u].w * v[t][u].w;
+    }
+    sum_sq = warp_sum(sum_sq);
+    if (lane == 0) red[t * kWarps + warp] = sum_sq;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) {
+    if (t > 0 && t >= T) break;
+    float total = lane < kWarps ? red[t * kWarps + lane] : 0.0f;
+    total = warp_sum(total);
+    const float scale = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
+#pragma unroll
+    for (int u = 0; u < kNormLoads; ++u) {
+      const int j = threadIdx.x + u * kThreads;
+      if (j < K / 4) {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * K + 4 * j);
+        out[0] = __floats2bfloat162_rn(v[t][u].x * scale * g[u].x, v[t][u].y * scale * g[u].y);
+        out[1] = __floats2bfloat162_rn(v[t][u].z * scale * g[u].z, v[t][u].w * scale * g[u].w);
+      }
     }
   }
 }
 
-// x[n] += row n of the slot (rows r, K weights each) . xs (times the row's
-// scale with FP8 weights). With at most half as many rows as warps (o and
-// down at hidden 1024 on 132 multiprocessors: 8 rows), two warps share a row, one half of
-// K each, summed through red (kWarps floats).
-template <typename W>
-__device__ __forceinline__ void rows_add(const unsigned char* slot, Range r, int K, const bf16* xs, float* x,
-                                         float* red, const float* scales) {
+// Each token t < T's x[t * ldx + n] += row n of the slot (rows r, K weights
+// each) . xs + t * K (times the row's scale with FP8 weights). With at most
+// half as many rows as warps (o and down at hidden 1024 on 132
+// multiprocessors: 8 rows), two warps share a row, one half of K each,
+// summed through red (kWarps floats per token).
+template <typename W, int kTok>
+__device__ __forceinline__ void rows_add(const unsigned char* slot, Range r, int K, const bf16* xs, float* x, int ldx,
+                                         int T, float* red, const float* scales) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows = r.end - r.begin;
+  float v[kTok];
   if (2 * rows <= kWarps && K % 16 == 0) {
     const int row = warp >> 1, half = warp & 1, hk = K / 2;
     const bool mine = row < rows;
-    const float old = mine && half == 0 ? __ldcg(x + r.begin + row) : 0.0f;
+    float old[kTok];
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      old[t] = mine && half == 0 && (t == 0 || t < T) ? __ldcg(x + t * ldx + r.begin + row) : 0.0f;
+    }
     // Every warp takes part in its dot's shuffles (rows beyond the block's read slot row 0 and are dropped).
-    const float v = slot_dot<W>(slot, rows, mine ? row : 0, K, half * hk, hk, xs + half * hk, lane);
-    if (lane == 0) red[warp] = v;
+    slot_dots<W, kTok>(slot, rows, mine ? row : 0, K, half * hk, hk, xs + half * hk, K, T, lane, v);
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) red[t * kWarps + warp] = v[t];
+    }
     __syncthreads();
     if (mine && half == 0 && lane == 0) {
-      x[r.begin + row] = old + (red[warp] + red[warp + 1]) * row_scale<W>(scales, r.begin + row);
+      const float scale = row_scale<W>(scales, r.begin + row);
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t == 0 || t < T) {
+          x[t * ldx + r.begin + row] = old[t] + (red[t * kWarps + warp] + red[t * kWarps + warp + 1]) * scale;
+        }
+      }
     }
     return;
   }
   for (int n = r.begin + warp; n < r.end; n += kWarps) {
-    const float old = __ldcg(x + n);
-    const float v = slot_dot<W>(slot, rows, n - r.begin, K, 0, K, xs, lane);
-    if (lane == 0) x[n] = old + v * row_scale<W>(scales, n);
+    float old[kTok];
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) old[t] = t == 0 || t < T ? __ldcg(x + t * ldx + n) : 0.0f;
+    slot_dots<W, kTok>(slot, rows, n - r.begin, K, 0, K, xs, K, T, lane, v);
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t == 0 || t < T) x[t * ldx + n] = old[t] + v[t] * row_scale<W>(scales, n);
+      }
+    }
   }
 }
 
-template <typename W, typename Cache>
+// kTok: the most tokens the instance takes (1, or kMaxDecodeLayersTokens;
+// p.num_tokens of them run).
+template <typename W, typename Cache, int kTok>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
   const Smem s = carve<W>(p, reinterpret_cast<unsigned char*>(smem_raw));
-  __shared__ float red[kWarps];
+  __shared__ float red[kWarps * kTok];
   __shared__ float merge_w[kMaxDecodeLayersHeads * kMaxDecodeLayersSplits];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int H = p.hidden, Q = p.q_dim, I = p.inter, hd = p.heads.head_dim;
@@ -261,22 +359,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   };
   mark();
 
-  // The step's token: its position, KV slot and block table.
-  const int pos = p.places.positions[0];
-  const int64_t slot = p.places.slots[0];
+  // The step's tokens (consecutive positions of one sequence), their KV
+  // slots and the sequence's block table.
+  const int T = kTok == 1 ? 1 : p.num_tokens;
   const int32_t* table = p.tables.block_tables + p.tables.table_offsets[p.tables.token_seq[0]];
-  const int ctx = pos + 1;
-  // Splits of the context per kv head (key_splits.h): one pass of the
-  // attention each (a key tile, or kMmaSplitKeys on the tensor cores), at
-  // most kMaxDecodeLayersSplits and no more blocks than the grid has; every
-  // split has keys (phase B's copies go out after its first loads).
+  __shared__ int64_t token_slots[kTok];
+  if (static_cast<int>(threadIdx.x) < T) {
+    token_slots[threadIdx.x] = p.places.slots[threadIdx.x];
+  }  // read after init_slots' __syncthreads
+  // Splits of the first token's context per kv head (key_splits.h): one
+  // pass of the attention each (a key tile, or kMmaSplitKeys on the tensor
+  // cores), at most kMaxDecodeLayersSplits and no more blocks than the grid
+  // has for every token; every split has keys (phase B's copies go out
+  // after its first loads). Block b attends for token b / (kv heads x
+  // splits); a later token's last split takes its keys past the first's.
   const bool mma = (hd == 64 || hd == 128) && p.heads.num_heads / p.heads.num_kv_heads <= kMmaMaxGroup;
-  const KeySplits ks = key_splits(ctx, mma ? kMmaSplitKeys : kKeyTile, mma ? kChunkKeys : kKeyTile,
-                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / p.heads.num_kv_heads));
+  const int ctx0 = p.places.positions[0] + 1;
+  const KeySplits ks = key_splits(ctx0, mma ? kMmaSplitKeys : kKeyTile, mma ? kChunkKeys : kKeyTile,
+                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / (p.heads.num_kv_heads * T)));
   const int splits = ks.splits, per = ks.per;
-  const bool attends = static_cast<int>(blockIdx.x) < p.heads.num_kv_heads * splits;
-  const int kvh = static_cast<int>(blockIdx.x) / splits, split = static_cast<int>(blockIdx.x) % splits;
-  const int key_begin = split * per, key_end = min(ctx, key_begin + per);
+  const int token_blocks = p.heads.num_kv_heads * splits;
+  const bool attends = static_cast<int>(blockIdx.x) < T * token_blocks;
+  const int tok = kTok == 1 || !attends ? 0 : static_cast<int>(blockIdx.x) / token_blocks;
+  const int kvh = static_cast<int>(blockIdx.x) % (kTok == 1 ? INT_MAX : token_blocks) / splits;
+  const int split = static_cast<int>(blockIdx.x) % splits;
+  const int ctx = kTok == 1 ? ctx0 : p.places.positions[tok] + 1;
+  const int key_begin = split * per, key_end = kTok == 1 || split + 1 < splits ? min(ctx, key_begin + per) : ctx;
   __shared__ int key_slots[kSlotKeys];
   if (attends) {
     for (int j = threadIdx.x; j < kSlotKeys && key_begin + j < key_end; j += kThreads) {
@@ -285,14 +393,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     }
   }  // read after the first grid barrier's __syncthreads
 
-  // RoPE's cos and sin of this block's q|k pairs: the position is the step's, for every layer.
-  __shared__ float rope_cos[kMaxRopePairs], rope_sin[kMaxRopePairs];
+  // RoPE's cos and sin of this block's q|k pairs at each token's position, for every layer.
+  __shared__ float rope_cos[kTok][kMaxRopePairs], rope_sin[kTok][kMaxRopePairs];
   {
     const Range r = share_of(p.qkv_dim / 2);
-    for (int pair = r.begin + static_cast<int>(threadIdx.x); pair < r.end; pair += kThreads) {
-      const int n = 2 * pair;
-      if (n < Q + kv_dim) sincosf(p.places.inv_freq[(n % hd) / 2] * static_cast<float>(pos), &rope_sin[pair - r.begin],
-                                  &rope_cos[pair - r.begin]);
+    const int pairs = r.end - r.begin;
+    for (int i = static_cast<int>(threadIdx.x); i < T * pairs; i += kThreads) {
+      const int t = kTok == 1 ? 0 : i / pairs, pair = r.begin + i - t * pairs, n = 2 * pair;
+      const float pos = static_cast<float>(p.places.positions[t]);
+      if (n < Q + kv_dim) {
+        sincosf(p.places.inv_freq[(n % hd) / 2] * pos, &rope_sin[t][pair - r.begin], &rope_cos[t][pair - r.begin]);
+      }
     }
   }  // read after init_slots' __syncthreads
   __shared__ alignas(8) uint64_t slot_bars[3];
@@ -324,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     Cache* v_cache = kv_plane<Cache>(p, l, 1);
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
-    rmsnorm_input(p.x, w.input_norm, H, p.eps, s.xs, red);
+    rmsnorm_inputs<kTok>(p.x, w.input_norm, H, p.eps, T, s.xs, red);
     if (kCopiesInPhases && l > 0) load_down<W>(p, s, sl, l);  // layer 0's went out before the loop
     prefetch_kv(l);  // the attention's rows, after the norm's loads
     mark();
@@ -336,21 +447,28 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       const int rows = 2 * (r.end - r.begin);
       for (int pair = r.begin + warp; pair < r.end; pair += kWarps) {
         const int row = 2 * (pair - r.begin);
-        const float a = slot_dot<W>(s.w_qkv, rows, row, H, 0, H, s.xs, lane) * row_scale<W>(w.qkv_scale, 2 * pair);
-        const float b =
-            slot_dot<W>(s.w_qkv, rows, row + 1, H, 0, H, s.xs, lane) * row_scale<W>(w.qkv_scale, 2 * pair + 1);
+        float da[kTok], db[kTok];
+        slot_dots<W, kTok>(s.w_qkv, rows, row, H, 0, H, s.xs, H, T, lane, da);
+        slot_dots<W, kTok>(s.w_qkv, rows, row + 1, H, 0, H, s.xs, H, T, lane, db);
         if (lane == 0) {
           const int n = 2 * pair;
-          if (n >= Q + kv_dim) {  // v
-            store_kv2(v_cache, slot * kv_dim + (n - Q - kv_dim), a, b);
-          } else {
-            const float sn = rope_sin[pair - r.begin], cs = rope_cos[pair - r.begin];
-            const float ra = a * cs - b * sn, rb = b * cs + a * sn;
-            if (n < Q) {
-              store_bf16(p.qkv_out + n, ra);
-              store_bf16(p.qkv_out + n + 1, rb);
+          const float sa = row_scale<W>(w.qkv_scale, n), sb = row_scale<W>(w.qkv_scale, n + 1);
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+            if (t > 0 && t >= T) break;
+            const float a = da[t] * sa, b = db[t] * sb;
+            const int64_t slot = token_slots[t];
+            if (n >= Q + kv_dim) {  // v
+              store_kv2(v_cache, slot * kv_dim + (n - Q - kv_dim), a, b);
             } else {
-              store_kv2(k_cache, slot * kv_dim + (n - Q), ra, rb);
+              const float sn = rope_sin[t][pair - r.begin], cs = rope_cos[t][pair - r.begin];
+              const float ra = a * cs - b * sn, rb = b * cs + a * sn;
+              if (n < Q) {
+                store_bf16(p.qkv_out + t * Q + n, ra);
+                store_bf16(p.qkv_out + t * Q + n + 1, rb);
+              } else {
+                store_kv2(k_cache, slot * kv_dim + (n - Q), ra, rb);
+              }
             }
           }
         }
@@ -372,11 +490,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     };
     if (attends) {
       if (mma && hd == 128) {
-        attend_mma<128, Cache>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
+        attend_mma<128, Cache>(p, s, l, tok, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       } else if (mma) {
-        attend_mma<64, Cache>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
+        attend_mma<64, Cache>(p, s, l, tok, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       } else {
-        attend_split<Cache>(p, s, l, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
+        attend_split<Cache>(p, s, l, tok, kvh, split, key_begin, key_end, table, key_slots, mark_at, b_copies);
       }
     } else if (kCopiesInPhases) {
       spin_cycles(p.b_o_delay_cycles);
@@ -392,15 +510,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     // C: merge every head's partials into xs (bf16-rounded), then the o rows.
     // Partials are loaded kMergeSplits splits at a time, every output's at
     // once (the first chunk while the split weights are worked out): one
-    // round trip per chunk.
-    {
-      // Thread t merges outputs 4t .. 4t + 3 (dims of one head: head_dim %
+    // round trip per chunk, token after token.
+    for (int t = 0; t < T; ++t) {
+      // Thread i merges outputs 4i .. 4i + 3 (dims of one head: head_dim %
       // 8 == 0), one 16-byte load per split.
       const int i0 = 4 * static_cast<int>(threadIdx.x);
       const bool has = i0 < Q;
       const int mh = i0 / hd;
-      const float4* src =
-          reinterpret_cast<const float4*>(p.partial_out + mh * kMaxDecodeLayersSplits * hd + (i0 - mh * hd));
+      const int64_t head0 = static_cast<int64_t>(t) * p.heads.num_heads;  // the token's first partial head
+      const float4* src = reinterpret_cast<const float4*>(p.partial_out + (head0 + mh) * kMaxDecodeLayersSplits * hd +
+                                                          (i0 - mh * hd));
       const int step4 = hd / 4;  // float4s from one split to the next
       float4 pv[kMergeSplits];
       auto load_chunk = [&](int sp0) {
@@ -410,8 +529,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         }
       };
       load_chunk(0);
+      if (t > 0) __syncthreads();  // the last token's merge weights are read
       for (int h = warp; h < p.heads.num_heads; h += kWarps) {
-        const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + lane;
+        const int64_t row = (head0 + h) * kMaxDecodeLayersSplits + lane;
         const float ms = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
         const float ls = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
         const float mx = warp_max(ms);
@@ -437,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
         }
       }
       if (has) {
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(s.xs + i0);
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(s.xs + t * Q + i0);
         out[0] = __floats2bfloat162_rn(o.x, o.y);
         out[1] = __floats2bfloat162_rn(o.z, o.w);
       }
@@ -446,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     wait_slot<0>(sl, kSlotQkvO);
     __syncthreads();
     mark();
-    rows_add<W>(s.w_o, share_of(H), Q, s.xs, p.x, merge_w, w.o_scale);
+    rows_add<W, kTok>(s.w_o, share_of(H), Q, s.xs, p.x, H, T, merge_w, w.o_scale);
     __syncthreads();
     mark();
     grid_barrier(p.barrier, target, [&] {
@@ -455,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
-    rmsnorm_input(p.x, w.post_norm, H, p.eps, s.xs, red);
+    rmsnorm_inputs<kTok>(p.x, w.post_norm, H, p.eps, T, s.xs, red);
     if (kCopiesInPhases) load_qkv<W>(p, s, sl, l + 1);  // into the o slot, now used
     mark();
     wait_slot<3>(sl, kSlotGu);
@@ -464,21 +584,29 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     {
       // The block's gate rows then its up rows, one row per warp in turn
       // (2 units' rows over the warps evenly), bf16-rounded into merge_w's
-      // space, then SiLU(g) * u per unit.
+      // space, then SiLU(g) * u per unit and token.
       const Range r = share_of(I);
       const int units = r.end - r.begin;
-      float* gu_s = merge_w;  // [2][units]
+      float* gu_s = merge_w;  // [token][2][units]
       const unsigned char* up_slice = s.w_gu + slice_bytes_of<W>(units, H);
-      for (int t = warp; t < 2 * units; t += kWarps) {
-        const bool gate = t < units;
-        const float v = slot_dot<W>(gate ? s.w_gu : up_slice, units, gate ? t : t - units, H, 0, H, s.xs, lane);
-        const int64_t row = t < units ? r.begin + t : I + r.begin + (t - units);  // gate rows, then up rows
-        if (lane == 0) gu_s[t] = round_bf16(v * row_scale<W>(w.gate_up_scale, row));
+      for (int j = warp; j < 2 * units; j += kWarps) {
+        const bool gate = j < units;
+        float v[kTok];
+        slot_dots<W, kTok>(gate ? s.w_gu : up_slice, units, gate ? j : j - units, H, 0, H, s.xs, H, T, lane, v);
+        const int64_t row = j < units ? r.begin + j : I + r.begin + (j - units);  // gate rows, then up rows
+        if (lane == 0) {
+          const float scale = row_scale<W>(w.gate_up_scale, row);
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+            if (t == 0 || t < T) gu_s[t * 2 * units + j] = round_bf16(v[t] * scale);
+          }
+        }
       }
       __syncthreads();
-      for (int u = threadIdx.x; u < units; u += kThreads) {
-        const float g = gu_s[u], up = gu_s[units + u];
-        store_bf16(p.act + r.begin + u, g / (1.0f + expf(-g)) * up);
+      for (int i = threadIdx.x; i < T * units; i += kThreads) {
+        const int t = kTok == 1 ? 0 : i / units, u = i - t * units;
+        const float g = gu_s[t * 2 * units + u], up = gu_s[t * 2 * units + units + u];
+        store_bf16(p.act + static_cast<int64_t>(t) * I + r.begin + u, g / (1.0f + expf(-g)) * up);
       }
     }
     __syncthreads();
@@ -490,24 +618,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
     // E: the down rows, added to the residual.
     {
-      uint32_t au[kActLoads];
+      // Every token's products, [token][inter] as in act.
+      uint32_t au[kActLoads * kTok];
 #pragma unroll
-      for (int u = 0; u < kActLoads; ++u) {
+      for (int u = 0; u < kActLoads * kTok; ++u) {
         const int j = threadIdx.x + u * kThreads;
-        au[u] = j < I / 2 ? __ldcg(reinterpret_cast<const unsigned int*>(p.act) + j) : 0u;
+        au[u] = j < T * I / 2 ? __ldcg(reinterpret_cast<const unsigned int*>(p.act) + j) : 0u;
       }
       if (kCopiesInPhases) load_gu<W, Pieces::kFirst>(p, s, sl, l + 1);  // the gate half; up goes out in B(l + 1)
 #pragma unroll
-      for (int u = 0; u < kActLoads; ++u) {
+      for (int u = 0; u < kActLoads * kTok; ++u) {
         const int j = threadIdx.x + u * kThreads;
-        if (j < I / 2) reinterpret_cast<uint32_t*>(s.xs)[j] = au[u];
+        if (j < T * I / 2) reinterpret_cast<uint32_t*>(s.xs)[j] = au[u];
       }
     }
     mark();
     wait_slot<3>(sl, kSlotDown);
     __syncthreads();
     mark();
-    rows_add<W>(s.w_down, share_of(H), I, s.xs, p.x, merge_w, w.down_scale);
+    rows_add<W, kTok>(s.w_down, share_of(H), I, s.xs, p.x, H, T, merge_w, w.down_scale);
     __syncthreads();
     mark();
     if (l + 1 < p.num_layers) {
@@ -523,6 +652,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
 
 }  // namespace
 
+namespace {
+
+// The kernel instance's most tokens for p.num_tokens.
+int tokens_cap(const DecodeLayersParams& p) { return p.num_tokens > 1 ? kMaxDecodeLayersTokens : 1; }
+
+}  // namespace
+
 int64_t decode_layers_smem(const DecodeLayersParams& p) {
   const int64_t weights = shared_slot_bytes(p) + 2 * slice_bytes(p, p.cap_gu_units, p.hidden) +
                           slice_bytes(p, p.cap_down_rows, p.inter);
@@ -532,30 +668,32 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
           ? 8 * static_cast<int64_t>(attend_mma_frags(p.heads.head_dim)) * 32 * 4
           : group * p.heads.head_dim + kKeyTile * (p.heads.head_dim + 1) + kKeyTile * p.heads.head_dim +
                 group * kKeyTile;
-  const int64_t input = std::max<int64_t>(std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16),
-                                          attention * static_cast<int64_t>(sizeof(float)));
+  const int64_t inputs = tokens_cap(p) * std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16);
+  const int64_t input = std::max<int64_t>(inputs, attention * static_cast<int64_t>(sizeof(float)));
   return weights + (input + 15) / 16 * 16;
 }
 
 namespace {
 
-// decode_layers_unsupported's checks of the kernel itself, and the launch, per weight and cache type.
-template <typename W, typename Cache>
+// decode_layers_unsupported's checks of the kernel itself, and the launch, per weight and cache type and the
+// instance's most tokens.
+template <typename W, typename Cache, int kTok>
 const char* unsupported_for(const DecodeLayersParams& p, int optin) {
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel<W, Cache>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attributes, decode_layers_kernel<W, Cache, kTok>) != cudaSuccess) {
     cudaGetLastError();
     return "kernel attributes unavailable";
   }
   if (decode_layers_smem(p) + static_cast<int64_t>(attributes.sharedSizeBytes) > optin) {
-    return "a layer's weight slices do not fit in one block's shared memory";
+    return kTok > 1 ? "a layer's weight slices and several tokens' inputs do not fit in one block's shared memory"
+                    : "a layer's weight slices do not fit in one block's shared memory";
   }
-  if (allow_large_smem<decode_layers_kernel<W, Cache>>() != cudaSuccess) {
+  if (allow_large_smem<decode_layers_kernel<W, Cache, kTok>>() != cudaSuccess) {
     cudaGetLastError();
     return "the kernel's shared memory cannot be raised";
   }
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel<W, Cache>, kThreads,
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_layers_kernel<W, Cache, kTok>, kThreads,
                                                     static_cast<size_t>(decode_layers_smem(p))) != cudaSuccess ||
       per_sm < 1) {
     cudaGetLastError();
@@ -564,7 +702,7 @@ const char* unsupported_for(const DecodeLayersParams& p, int optin) {
   return nullptr;
 }
 
-template <typename W, typename Cache>
+template <typename W, typename Cache, int kTok>
 cudaError_t launch_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
   const cudaError_t e = cudaMemsetAsync(p.barrier, 0, sizeof(unsigned int), stream);
   if (e != cudaSuccess) return e;
@@ -578,7 +716,19 @@ cudaError_t launch_layers(const DecodeLayersParams& p, int grid, cudaStream_t st
   attribute.val.cooperative = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, decode_layers_kernel<W, Cache>, p);
+  return cudaLaunchKernelEx(&config, decode_layers_kernel<W, Cache, kTok>, p);
+}
+
+// The instance with room for p.num_tokens tokens.
+template <typename W, typename Cache>
+const char* unsupported_of(const DecodeLayersParams& p, int optin) {
+  return p.num_tokens > 1 ? unsupported_for<W, Cache, kMaxDecodeLayersTokens>(p, optin)
+                          : unsupported_for<W, Cache, 1>(p, optin);
+}
+template <typename W, typename Cache>
+cudaError_t launch_of(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
+  return p.num_tokens > 1 ? launch_layers<W, Cache, kMaxDecodeLayersTokens>(p, grid, stream)
+                          : launch_layers<W, Cache, 1>(p, grid, stream);
 }
 
 }  // namespace
@@ -606,35 +756,31 @@ const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid) {
   if (p.inter > 2 * kThreads * kActLoads) return "intermediate size larger than the kernel takes";
   if (p.q_dim > kThreads * kMergeOutputs) return "q width larger than the kernel's merge takes";
   if (p.cap_qkv_pairs > kMaxRopePairs) return "more q|k|v rows per block than the kernel takes";
-  if (2 * p.cap_gu_units > kMaxDecodeLayersHeads * kMaxDecodeLayersSplits) {
+  if (p.num_tokens < 1 || p.num_tokens > kMaxDecodeLayersTokens) return "token count outside the kernel's";
+  if (2 * p.cap_gu_units * tokens_cap(p) > kMaxDecodeLayersHeads * kMaxDecodeLayersSplits) {
     return "more gate|up rows per block than the kernel takes";
   }
   if (p.q_dim != p.heads.num_heads * p.heads.head_dim) return "q width is not heads x head_dim";
-  if (grid < p.heads.num_kv_heads) return "fewer multiprocessors than kv heads";
+  if (grid < p.heads.num_kv_heads * tokens_cap(p)) return "fewer multiprocessors than kv heads for every token";
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
     cudaGetLastError();
     return "device attributes unavailable";
   }
-  if (p.fp8) {
-    return p.kv_fp8 ? unsupported_for<uint8_t, fp8e4m3>(p, optin) : unsupported_for<uint8_t, bf16>(p, optin);
-  }
+  if (p.fp8) return p.kv_fp8 ? unsupported_of<uint8_t, fp8e4m3>(p, optin) : unsupported_of<uint8_t, bf16>(p, optin);
   if (p.int4) {
-    return p.kv_fp8 ? unsupported_for<Int4Slot, fp8e4m3>(p, optin) : unsupported_for<Int4Slot, bf16>(p, optin);
+    return p.kv_fp8 ? unsupported_of<Int4Slot, fp8e4m3>(p, optin) : unsupported_of<Int4Slot, bf16>(p, optin);
   }
-  return p.kv_fp8 ? unsupported_for<bf16, fp8e4m3>(p, optin) : unsupported_for<bf16, bf16>(p, optin);
+  return p.kv_fp8 ? unsupported_of<bf16, fp8e4m3>(p, optin) : unsupported_of<bf16, bf16>(p, optin);
 }
 
 cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream) {
-  if (p.fp8) {
-    return p.kv_fp8 ? launch_layers<uint8_t, fp8e4m3>(p, grid, stream) : launch_layers<uint8_t, bf16>(p, grid, stream);
-  }
+  if (p.fp8) return p.kv_fp8 ? launch_of<uint8_t, fp8e4m3>(p, grid, stream) : launch_of<uint8_t, bf16>(p, grid, stream);
   if (p.int4) {
-    return p.kv_fp8 ? launch_layers<Int4Slot, fp8e4m3>(p, grid, stream)
-                    : launch_layers<Int4Slot, bf16>(p, grid, stream);
+    return p.kv_fp8 ? launch_of<Int4Slot, fp8e4m3>(p, grid, stream) : launch_of<Int4Slot, bf16>(p, grid, stream);
   }
-  return p.kv_fp8 ? launch_layers<bf16, fp8e4m3>(p, grid, stream) : launch_layers<bf16, bf16>(p, grid, stream);
+  return p.kv_fp8 ? launch_of<bf16, fp8e4m3>(p, grid, stream) : launch_of<bf16, bf16>(p, grid, stream);
 }
 
 }  // namespace tern::cuda

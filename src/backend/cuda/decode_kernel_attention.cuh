@@ -26,14 +26,16 @@ __device__ __forceinline__ int64_t key_slot(const DecodeLayersParams& p, const i
 constexpr int kKvLoads = kKeyTile * kMaxAttentionHeadDim / 8 / kThreads;
 constexpr int kQLoads = (kWarps * kMaxAttentionHeadDim / 8 + kThreads - 1) / kThreads;
 
-// Phase B for block (kvh, split): keys [begin, end) of the context, the
-// kv head's `group` q heads (warp w: head kvh * group + w). Every load of a
+// Phase B for block (tok, kvh, split): keys [begin, end) of token tok's
+// context, the kv head's `group` q heads (warp w: head kvh * group + w) of
+// the token's q (qkv_out row tok), the partials its rows. Every load of a
 // tile (and, with the first, of q) is issued before any is used: one round
 // trip per tile. Cache: the pool's element (bf16, or e4m3 converted to
 // bf16 exactly as it is loaded).
 template <typename Cache, typename F>
-__device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
-                             int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
+__device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, int tok, int kvh, int split,
+                             int begin, int end, const int32_t* table, const int* key_slots, int mark_at,
+                             F&& after_loads) {
   const int hd = p.heads.head_dim, group = p.heads.num_heads / p.heads.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t kv_dim = static_cast<int64_t>(p.heads.num_kv_heads) * hd;
@@ -44,7 +46,8 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
   // K, V and q in pieces of 8 dims (head_dim % 8 == 0), 16 bytes as bf16.
   const Cache* k_plane = kv_plane<Cache>(p, l, 0);
   const Cache* v_plane = kv_plane<Cache>(p, l, 1);
-  const uint4* q = reinterpret_cast<const uint4*>(p.qkv_out + static_cast<int64_t>(kvh) * group * hd);
+  const uint4* q = reinterpret_cast<const uint4*>(p.qkv_out + static_cast<int64_t>(tok) * p.q_dim +
+                                                  static_cast<int64_t>(kvh) * group * hd);
   const float scale = rsqrtf(static_cast<float>(hd));
   const int pieces = hd / 8;                        // per key row
   const bool pow2 = (pieces & (pieces - 1)) == 0;  // then / pieces is a shift
@@ -144,7 +147,7 @@ __device__ void attend_split(const DecodeLayersParams& p, const Smem& s, int l, 
     }
   }
   if (warp < group) {
-    const int h = kvh * group + warp;
+    const int h = tok * p.heads.num_heads + kvh * group + warp;  // the token's partial rows come after the last's
     const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + split;
 #pragma unroll
     for (int i = 0; i < kMaxAttentionHeadDim / 32; ++i) {
@@ -181,7 +184,7 @@ static_assert(kWarps == 16, "the merge takes 16 warps in two steps");
 __host__ __device__ constexpr int attend_mma_frags(int hd) { return hd / 64 * 4 + 1; }
 
 template <int HD, typename Cache, typename F>
-__device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, int kvh, int split, int begin,
+__device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, int tok, int kvh, int split, int begin,
                            int end, const int32_t* table, const int* key_slots, int mark_at, F&& after_loads) {
   constexpr int kPairs = HD / 32;   // 32-dim steps of S (two MMAs each)
   constexpr int kHalves = HD / 64;  // 64-dim steps of O^T (four MMAs each)
@@ -198,7 +201,7 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
   // written this launch, so read through L2. Rows past the group are zero.
   uint4 qa[kPairs];
   {
-    const bf16* q = p.qkv_out + static_cast<int64_t>(kvh) * group * HD;
+    const bf16* q = p.qkv_out + static_cast<int64_t>(tok) * p.q_dim + static_cast<int64_t>(kvh) * group * HD;
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       qa[j] = g < group ? __ldcg(reinterpret_cast<const uint4*>(q + g * HD + 32 * j + 8 * c))
@@ -340,8 +343,9 @@ __device__ void attend_mma(const DecodeLayersParams& p, const Smem& s, int l, in
     }
     const int d = 64 * (f >> 2) + 8 * lg + 2 * (f & 3);  // rows lg and lg + 8: dims d and d + 1
     const int h0 = 2 * lc, h1 = 2 * lc + 1;
-    const int64_t r0 = static_cast<int64_t>(kvh * group + h0) * kMaxDecodeLayersSplits + split;
-    const int64_t r1 = static_cast<int64_t>(kvh * group + h1) * kMaxDecodeLayersSplits + split;
+    const int64_t h_first = static_cast<int64_t>(tok) * p.heads.num_heads + kvh * group;  // the token's rows
+    const int64_t r0 = (h_first + h0) * kMaxDecodeLayersSplits + split;
+    const int64_t r1 = (h_first + h1) * kMaxDecodeLayersSplits + split;
     if (h0 < group) {
       p.partial_out[r0 * HD + d] = acc.x;
       p.partial_out[r0 * HD + d + 1] = acc.z;

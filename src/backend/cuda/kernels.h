@@ -371,15 +371,19 @@ struct DecodeLayersParams {
   void* kv = nullptr;
   bool kv_fp8 = false;
   int64_t plane_elems = 0;
-  // The step's metadata (StepView), token 0; places.inv_freq and
-  // tables.block_size are the model's, set with the rest at creation.
+  // The step's metadata (StepView), tokens 0 .. num_tokens - 1: one
+  // token, or up to kMaxDecodeLayersTokens consecutive positions of one
+  // sequence (a chunk, such as a token and its drafts), each attending to
+  // the keys up to its own; places.inv_freq and tables.block_size are the
+  // model's, set with the rest at creation.
   TokenPlaces places;
   KvTables tables;
-  float* x = nullptr;           // [hidden]
-  bf16* qkv_out = nullptr;      // q, [q_dim]
-  bf16* act = nullptr;          // SiLU products, [inter]
-  float* partial_out = nullptr;  // [num_heads][kMaxDecodeLayersSplits][head_dim]
-  float* partial_ml = nullptr;   // [num_heads][kMaxDecodeLayersSplits][2]
+  int num_tokens = 1;
+  float* x = nullptr;           // [num_tokens][hidden]
+  bf16* qkv_out = nullptr;      // q, [num_tokens][q_dim]
+  bf16* act = nullptr;          // SiLU products, [num_tokens][inter]
+  float* partial_out = nullptr;  // [num_tokens][num_heads][kMaxDecodeLayersSplits][head_dim]
+  float* partial_ml = nullptr;   // [num_tokens][num_heads][kMaxDecodeLayersSplits][2]
   unsigned int* barrier = nullptr;
   // Optional, for profiling: every block's clock at the start and at each
   // of the kDecodeLayersMarks phase boundaries per layer, [grid][marks] in
@@ -397,10 +401,13 @@ constexpr int kDecodeLayersODelayNs = 600, kDecodeLayersUpDelayNs = 1500;
 constexpr int kDecodeLayersMarks = 19;
 constexpr int kMaxDecodeLayersSplits = 32;
 constexpr int kMaxDecodeLayersHeads = 32;
-// Dynamic shared memory per block for p's shapes and caps.
+// The most tokens of one sequence a launch takes (num_tokens > 1 runs an
+// instance with room for this many tokens' inputs in shared memory).
+constexpr int kMaxDecodeLayersTokens = 4;
+// Dynamic shared memory per block for p's shapes, caps and token count.
 int64_t decode_layers_smem(const DecodeLayersParams& p);
-// Null when decode_layers takes p's shapes on this device with `grid`
-// blocks; otherwise why not. Call after cudaSetDevice, before capture.
+// Null when decode_layers takes p's shapes and token count on this device
+// with `grid` blocks; otherwise why not. Call after cudaSetDevice, before capture.
 const char* decode_layers_unsupported(const DecodeLayersParams& p, int grid);
 cudaError_t decode_layers(const DecodeLayersParams& p, int grid, cudaStream_t stream);
 

@@ -273,6 +273,14 @@ Status DeviceModel::Impl::plan_layers_kernel() {
     layers_kernel_off_reason = why;
     return Status::ok();
   }
+  // Chunks of a few tokens of one sequence (a token and its drafts) take the kernel too where their
+  // inputs fit beside the weights.
+  DecodeLayersParams several = p;
+  several.num_tokens = kMaxDecodeLayersTokens;
+  const char* several_off = max_tokens < kMaxDecodeLayersTokens ? "the step's buffers hold fewer tokens"
+                                                                : decode_layers_unsupported(several, grid);
+  layers_kernel_tokens = several_off == nullptr ? kMaxDecodeLayersTokens : 1;
+  if (several_off != nullptr) layers_kernel_tokens_off_reason = several_off;
   std::vector<DecodeLayerWeights> table(static_cast<size_t>(c.num_layers));
   for (size_t l = 0; l < table.size(); ++l) {
     const Layer& w = layers[l];
@@ -300,7 +308,7 @@ Status DeviceModel::Impl::plan_layers_kernel() {
     }
   }
   const size_t table_bytes = table.size() * sizeof(DecodeLayerWeights);
-  const size_t partial_rows = static_cast<size_t>(c.num_heads) * kMaxDecodeLayersSplits;
+  const size_t partial_rows = static_cast<size_t>(layers_kernel_tokens * c.num_heads) * kMaxDecodeLayersSplits;
   TERN_RETURN_IF_ERROR(layer_table.allocate(table_bytes, "the decode kernel's layer table"));
   TERN_RETURN_IF_ERROR(layers_partials.allocate(partial_rows * static_cast<size_t>(c.head_dim + 2) * sizeof(float),
                                                 "the decode kernel's attention partials"));
@@ -601,6 +609,11 @@ bool DeviceModel::last_step_was_decode() const { return impl_->last_was_decode; 
 bool DeviceModel::programmatic_launches() const { return impl_->pdl; }
 const std::string& DeviceModel::pdl_off_reason() const { return impl_->pdl_off_reason; }
 bool DeviceModel::layers_kernel() const { return impl_->layers_kernel; }
+int DeviceModel::layers_kernel_tokens() const { return impl_->layers_kernel ? impl_->layers_kernel_tokens : 0; }
+const std::string& DeviceModel::layers_kernel_tokens_off_reason() const {
+  return impl_->layers_kernel_tokens_off_reason;
+}
+bool DeviceModel::last_step_used_layers_kernel() const { return impl_->last_used_kernel; }
 bool DeviceModel::fp8_weights() const { return impl_->fp8; }
 bool DeviceModel::fp8_tensor_core_gemms() const { return impl_->fp8_tensor_cores; }
 bool DeviceModel::fp8_folded_scales() const { return impl_->fp8_fold; }

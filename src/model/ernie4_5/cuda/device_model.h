@@ -263,6 +263,12 @@ class DeviceModel {
   // Whether one-token steps run as one persistent kernel (decode_kernel),
   // and if it was asked for but not taken, why.
   bool layers_kernel() const;
+  // The most tokens of one sequence's chunk a step runs as that kernel (1,
+  // or kMaxDecodeLayersTokens), and why not more where more were tried;
+  // whether the last step's layers ran as it.
+  int layers_kernel_tokens() const;
+  const std::string& layers_kernel_tokens_off_reason() const;
+  bool last_step_used_layers_kernel() const;
   // Whether the layers hold FP8 weights, whether large steps use FP8
   // tensor-core GEMMs for them (at the model's shapes, for a 64-token step),
   // and up to how many tokens a step does (0 when none does); whether those

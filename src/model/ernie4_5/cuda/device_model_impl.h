@@ -49,6 +49,7 @@ struct StepView {
   const int32_t* tables = nullptr;
   int num_splits = 1;
   bool one_token = false;  // every sequence's chunk is one token (a decode step)
+  bool one_sequence = false;  // the step is one sequence's chunk
   // With query tiles (general steps with a chunk of >= 2 tokens, on shapes
   // paged_attention_prefill takes): the one-token chunks' tokens go to the
   // decode kernel (singles), the rest as tiles (StepMetaLayout's records).
@@ -94,6 +95,15 @@ struct DeviceModel::Impl {
   // where the shapes and the GPU allow, else why not.
   bool layers_kernel = false;
   std::string layers_kernel_off_reason;
+  // The most tokens of one sequence's chunk the kernel takes (1, or kMaxDecodeLayersTokens), and why not more.
+  int layers_kernel_tokens = 1;
+  std::string layers_kernel_tokens_off_reason;
+  bool last_used_kernel = false;  // whether the last step's layers ran as the persistent kernel
+  // Whether a step's layers run as the persistent kernel: one token, or a chunk of one sequence of at most
+  // layers_kernel_tokens tokens.
+  bool kernel_takes(const StepView& v) const {
+    return layers_kernel && (v.num_tokens == 1 || (v.one_sequence && v.num_tokens <= layers_kernel_tokens));
+  }
   DecodeLayersParams layers_params;  // all but the step's metadata (places' positions and slots, tables' pointers)
   DeviceBuffer layer_table, layers_partials, layers_barrier, layers_timeline;
 

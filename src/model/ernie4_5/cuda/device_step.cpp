@@ -7,8 +7,10 @@
 // folded in (or after it, past GEMV sizes), and the copies of the picks and
 // of the host-sampled logits into pinned memory.
 //
-// With options.decode_kernel, one-token steps run all layers as one
-// persistent kernel (decode_layers) where the shapes fit. Otherwise steps
+// With options.decode_kernel, one-token steps, and steps of one sequence's
+// chunk of up to kMaxDecodeLayersTokens tokens (a token and its drafts),
+// run all layers as one persistent kernel (decode_layers) where the shapes
+// fit. Otherwise steps
 // of at most gemv_tokens tokens run their linear layers on the own GEMV
 // kernel with the norms, RoPE + KV write and SiLU*up fused in (5 launches
 // per layer); larger ones on cuBLAS with separate norm, RoPE and
@@ -206,10 +208,11 @@ Status DeviceModel::Impl::enqueue_layers(const StepView& v) {
   const bool chain = pdl && small;
   TERN_CUDA_RETURN_IF_ERROR(
       embedding_gather(embed.as<bf16>(), v.ids, T, H, x.as<float>(), stream, false, picks.as<uint64_t>(), v.num_rows));
-  if (T == 1 && layers_kernel) {
+  if (kernel_takes(v)) {
     DecodeLayersParams p = layers_params;
     p.places = places;
     p.tables = tables;
+    p.num_tokens = static_cast<int>(T);
     TERN_CUDA_RETURN_IF_ERROR(decode_layers(p, sm_count, stream));
     return Status::ok();
   }
@@ -363,8 +366,7 @@ Status DeviceModel::Impl::enqueue_head(const StepView& v, int64_t first, int64_t
   // Chained only to a GEMV before it: the layers' last (right after GEMV
   // layers), or this pass's own head GEMV for the argmax.
   const bool small_head = rows <= gemv_tokens;
-  const bool chain_head = pdl && small_head && after_layers && v.num_tokens <= gemv_tokens &&
-                          !(v.num_tokens == 1 && layers_kernel);
+  const bool chain_head = pdl && small_head && after_layers && v.num_tokens <= gemv_tokens && !kernel_takes(v);
   if (small_head) {
     GemvParams g;
     g.input = GemvInput::kRmsNorm;
@@ -503,6 +505,7 @@ Result<StepView> DeviceModel::Impl::upload_meta(const DeviceStepPlan& plan) {
   StepView v = view_of(meta, plan.layout, plan.meta_tokens, plan.meta_rows);
   v.num_splits = splits_for(plan.split_tokens, plan.split_ctx);
   v.one_token = plan.one_token;
+  v.one_sequence = plan.in.batch.size() == 1;
   if (plan.num_tiles > 0) {
     v.singles = meta + plan.layout.singles;
     v.num_singles = plan.num_singles;
@@ -539,6 +542,7 @@ Status DeviceModel::Impl::upload_samples(const DeviceStepPlan& plan, std::span<c
 // A decode step replays its bucket's graph (or enqueues the same kernels
 // eagerly); any other step enqueues its layers kernel by kernel.
 Status DeviceModel::Impl::run_layers(const DeviceStepPlan& plan, const StepView& v) {
+  last_used_kernel = plan.decode() ? layers_kernel && plan.bucket == 1 : kernel_takes(v);
   if (!plan.decode()) return enqueue_layers(v);
   if (graphs.empty()) return enqueue_decode(plan.bucket);
   TERN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs[plan.bucket_index].exec, stream));
