@@ -512,6 +512,10 @@ int main(int argc, char** argv) {
                       config.c_str(), static_cast<long>(n), ms, ms / (decode_s / static_cast<double>(timed) * 1e3),
                       decode_s / static_cast<double>(timed) * 1e3,
                       gpu.value()->last_step_used_layers_kernel() ? "the persistent kernel" : "per-layer kernels");
+          const tern::cuda::DecodeKernelTimeline tl = gpu.value()->decode_kernel_timeline();
+          if (tl.blocks > 0 && gpu.value()->last_step_used_layers_kernel()) {
+            print_timeline(config + " chunk " + std::to_string(n), tl);
+          }
           std::fflush(stdout);
         }
       }

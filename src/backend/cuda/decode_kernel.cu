@@ -273,14 +273,13 @@ __device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, i
   __syncthreads();
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
-    if (t > 0 && t >= T) break;
     float total = lane < kWarps ? red[t * kWarps + lane] : 0.0f;
     total = warp_sum(total);
     const float scale = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
 #pragma unroll
     for (int u = 0; u < kNormLoads; ++u) {
       const int j = threadIdx.x + u * kThreads;
-      if (j < K / 4) {
+      if ((t == 0 || t < T) && j < K / 4) {
         __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * K + 4 * j);
         out[0] = __floats2bfloat162_rn(v[t][u].x * scale * g[u].x, v[t][u].y * scale * g[u].y);
         out[1] = __floats2bfloat162_rn(v[t][u].z * scale * g[u].z, v[t][u].w * scale * g[u].w);
@@ -340,6 +339,109 @@ __device__ __forceinline__ void rows_add(const unsigned char* slot, Range r, int
   }
 }
 
+// Phase C's merge: each token t < T's partials of every head over its
+// splits into xs + t * q_dim (bf16-rounded), by the weights each block works
+// out for itself (merge_w: kMaxDecodeLayersHeads x kMaxDecodeLayersSplits
+// floats). Thread i merges outputs 4i .. 4i + 3 (dims of one head:
+// head_dim % 8 == 0), one 16-byte load per split and token, in split order.
+// One token: the splits kMergeSplits at a time, every output's at once (the
+// first chunk while the weights are worked out): one round trip per chunk.
+// Several: kMergeSplits / kTok splits of every token at a time, and every
+// token's weights from one round trip.
+template <int kTok>
+__device__ __forceinline__ void merge_partials(const DecodeLayersParams& p, bf16* xs, int T, int splits,
+                                               float* merge_w) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int Q = p.q_dim, hd = p.heads.head_dim, heads = p.heads.num_heads;
+  const int i0 = 4 * static_cast<int>(threadIdx.x);
+  const bool has = i0 < Q;
+  const int mh = i0 / hd;
+  const int step4 = hd / 4;  // float4s from one split to the next
+  const int64_t token4 = static_cast<int64_t>(heads) * kMaxDecodeLayersSplits * step4;  // and one token to the next
+  const float4* src =
+      reinterpret_cast<const float4*>(p.partial_out + static_cast<int64_t>(mh) * kMaxDecodeLayersSplits * hd) +
+      (i0 - mh * hd) / 4;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  constexpr int kPer = kMergeSplits / kTok;  // splits of each token per round trip
+  float4 pv[kTok][kPer];
+  auto load_chunk = [&](int sp0) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        pv[t][u] = has && (t == 0 || t < T) && sp0 + u < splits ? __ldcg(src + t * token4 + (sp0 + u) * step4) : zero;
+      }
+    }
+  };
+  load_chunk(0);
+  // The weights of (token, head) pairs warp, warp + kWarps, ... (pair t * heads + h, at merge_w + pair *
+  // stride); with several tokens every pair's loads are issued before any is used.
+  const int stride = kTok == 1 ? kMaxDecodeLayersSplits : splits;
+  const auto weigh = [&](int pair, float m_s, float l_s) {
+    const float mx = warp_max(m_s);
+    const float e = lane < splits ? __expf(m_s - mx) : 0.0f;
+    const float total = warp_sum(e * l_s);
+    if (lane < splits) merge_w[pair * stride + lane] = total > 0.0f ? e / total : 0.0f;
+  };
+  const auto ml_of = [&](int pair, int k) {
+    const int64_t row = static_cast<int64_t>(pair) * kMaxDecodeLayersSplits + lane;
+    return lane < splits ? __ldcg(p.partial_ml + 2 * row + k) : k == 0 ? -FLT_MAX : 0.0f;
+  };
+  if constexpr (kTok == 1) {
+    for (int h = warp; h < heads; h += kWarps) {
+      const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + lane;
+      const float m_s = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
+      const float l_s = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
+      weigh(h, m_s, l_s);
+    }
+  } else {
+    constexpr int kPairs = (kTok * kMaxDecodeLayersHeads + kWarps - 1) / kWarps;
+    float ms[kPairs], ls[kPairs];
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int pair = warp + k * kWarps;
+      ms[k] = pair < T * heads ? ml_of(pair, 0) : -FLT_MAX;
+      ls[k] = pair < T * heads ? ml_of(pair, 1) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      if (warp + k * kWarps < T * heads) weigh(warp + k * kWarps, ms[k], ls[k]);
+    }
+  }
+  __syncthreads();
+  float4 o[kTok];
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) o[t] = zero;
+  for (int sp0 = 0; sp0 < splits; sp0 += kPer) {
+    if (sp0 > 0) load_chunk(sp0);
+    if (has) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+          if ((t == 0 || t < T) && sp0 + u < splits) {
+            const float wt = merge_w[(t * heads + mh) * stride + sp0 + u];
+            o[t].x = fmaf(wt, pv[t][u].x, o[t].x);
+            o[t].y = fmaf(wt, pv[t][u].y, o[t].y);
+            o[t].z = fmaf(wt, pv[t][u].z, o[t].z);
+            o[t].w = fmaf(wt, pv[t][u].w, o[t].w);
+          }
+        }
+      }
+    }
+  }
+  if (has) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      if (t == 0 || t < T) {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * Q + i0);
+        out[0] = __floats2bfloat162_rn(o[t].x, o[t].y);
+        out[1] = __floats2bfloat162_rn(o[t].z, o[t].w);
+      }
+    }
+  }
+}
+
 // kTok: the most tokens the instance takes (1, or kMaxDecodeLayersTokens;
 // p.num_tokens of them run).
 template <typename W, typename Cache, int kTok>
@@ -375,8 +477,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   // splits); a later token's last split takes its keys past the first's.
   const bool mma = (hd == 64 || hd == 128) && p.heads.num_heads / p.heads.num_kv_heads <= kMmaMaxGroup;
   const int ctx0 = p.places.positions[0] + 1;
+  // Phase C's merge weights of every token's heads' splits fit merge_w.
+  const int max_splits = min(static_cast<int>(gridDim.x) / (p.heads.num_kv_heads * T),
+                             kMaxDecodeLayersHeads * kMaxDecodeLayersSplits / (T * p.heads.num_heads));
   const KeySplits ks = key_splits(ctx0, mma ? kMmaSplitKeys : kKeyTile, mma ? kChunkKeys : kKeyTile,
-                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / (p.heads.num_kv_heads * T)));
+                                  min(kMaxDecodeLayersSplits, max_splits));
   const int splits = ks.splits, per = ks.per;
   const int token_blocks = p.heads.num_kv_heads * splits;
   const bool attends = static_cast<int>(blockIdx.x) < T * token_blocks;
@@ -455,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
           const float sa = row_scale<W>(w.qkv_scale, n), sb = row_scale<W>(w.qkv_scale, n + 1);
 #pragma unroll
           for (int t = 0; t < kTok; ++t) {
-            if (t > 0 && t >= T) break;
+            if (t > 0 && t >= T) continue;
             const float a = da[t] * sa, b = db[t] * sb;
             const int64_t slot = token_slots[t];
             if (n >= Q + kv_dim) {  // v
@@ -508,60 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
 
     // C: merge every head's partials into xs (bf16-rounded), then the o rows.
-    // Partials are loaded kMergeSplits splits at a time, every output's at
-    // once (the first chunk while the split weights are worked out): one
-    // round trip per chunk, token after token.
-    for (int t = 0; t < T; ++t) {
-      // Thread i merges outputs 4i .. 4i + 3 (dims of one head: head_dim %
-      // 8 == 0), one 16-byte load per split.
-      const int i0 = 4 * static_cast<int>(threadIdx.x);
-      const bool has = i0 < Q;
-      const int mh = i0 / hd;
-      const int64_t head0 = static_cast<int64_t>(t) * p.heads.num_heads;  // the token's first partial head
-      const float4* src = reinterpret_cast<const float4*>(p.partial_out + (head0 + mh) * kMaxDecodeLayersSplits * hd +
-                                                          (i0 - mh * hd));
-      const int step4 = hd / 4;  // float4s from one split to the next
-      float4 pv[kMergeSplits];
-      auto load_chunk = [&](int sp0) {
-#pragma unroll
-        for (int u = 0; u < kMergeSplits; ++u) {
-          pv[u] = has && sp0 + u < splits ? __ldcg(src + (sp0 + u) * step4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-      };
-      load_chunk(0);
-      if (t > 0) __syncthreads();  // the last token's merge weights are read
-      for (int h = warp; h < p.heads.num_heads; h += kWarps) {
-        const int64_t row = (head0 + h) * kMaxDecodeLayersSplits + lane;
-        const float ms = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
-        const float ls = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
-        const float mx = warp_max(ms);
-        const float e = lane < splits ? __expf(ms - mx) : 0.0f;
-        const float total = warp_sum(e * ls);
-        if (lane < splits) merge_w[h * kMaxDecodeLayersSplits + lane] = total > 0.0f ? e / total : 0.0f;
-      }
-      __syncthreads();
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int sp0 = 0; sp0 < splits; sp0 += kMergeSplits) {
-        if (sp0 > 0) load_chunk(sp0);
-        if (has) {
-#pragma unroll
-          for (int u = 0; u < kMergeSplits; ++u) {
-            if (sp0 + u < splits) {
-              const float wt = merge_w[mh * kMaxDecodeLayersSplits + sp0 + u];
-              o.x = fmaf(wt, pv[u].x, o.x);
-              o.y = fmaf(wt, pv[u].y, o.y);
-              o.z = fmaf(wt, pv[u].z, o.z);
-              o.w = fmaf(wt, pv[u].w, o.w);
-            }
-          }
-        }
-      }
-      if (has) {
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(s.xs + t * Q + i0);
-        out[0] = __floats2bfloat162_rn(o.x, o.y);
-        out[1] = __floats2bfloat162_rn(o.z, o.w);
-      }
-    }
+    merge_partials<kTok>(p, s.xs, T, splits, merge_w);
     mark();
     wait_slot<0>(sl, kSlotQkvO);
     __syncthreads();
