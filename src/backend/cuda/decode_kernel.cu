@@ -74,6 +74,19 @@ __device__ __forceinline__ float dot8_bf16(const uint4 w, const uint4 x, float a
   return acc;
 }
 
+// 8 bf16 weights against 8 fp32 inputs (bf16 values widened), in dot8_bf16's order.
+__device__ __forceinline__ float dot8_bf16_f32(const uint4 w, const float4 a, const float4 b, float acc) {
+  acc = fmaf(lo_bf16(w.x), a.x, acc);
+  acc = fmaf(hi_bf16(w.x), a.y, acc);
+  acc = fmaf(lo_bf16(w.y), a.z, acc);
+  acc = fmaf(hi_bf16(w.y), a.w, acc);
+  acc = fmaf(lo_bf16(w.z), b.x, acc);
+  acc = fmaf(hi_bf16(w.z), b.y, acc);
+  acc = fmaf(lo_bf16(w.w), b.z, acc);
+  acc = fmaf(hi_bf16(w.w), b.w, acc);
+  return acc;
+}
+
 // 8 e4m3 codes against 8 bf16 inputs, in dot8_e4m3's order.
 __device__ __forceinline__ float dot8_e4m3_bf16(const uint2 w, const uint4 x, float acc) {
   const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
@@ -140,14 +153,27 @@ __device__ __forceinline__ float slot_dot(const unsigned char* slice, int rows, 
 // codes when W is uint8_t, the row's scale applied by the caller, or int4
 // codes with their block scales and zeros, the slot's layout: slice_bytes),
 // weights [k0, k0 + len), against each token t < T's input xs + t * ld
-// ([0, len), bf16 in shared memory: the GEMV path's inputs are
+// ([0, len) in shared memory: bf16, or with several tokens X = float, the
+// bf16 values widened once rather than per row; the GEMV path's inputs are
 // bf16-rounded, so the values are the same), summed over the warp into
 // dot[t]. Lane covers k = lane * 8 + 256 u, in order, 8 weights at a time,
 // as gemv_kernel's lanes do; each piece of weights is loaded once for all
 // the tokens, whose sums are each in slot_dot's order.
-template <typename W, int kTok>
+template <typename W, int kTok, typename X = bf16>
 __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, int row, int K, int k0, int len,
-                                          const bf16* xs, int ld, int T, int lane, float (&dot)[kTok]) {
+                                          const X* xs, int ld, int T, int lane, float (&dot)[kTok]) {
+  static_assert(kTok > 1 || std::is_same_v<X, bf16>, "one token's inputs are bf16");
+  // Token t's 8 inputs from k as two float4s (bf16 widened, or fp32 as stored).
+  const auto inputs = [&](int t, int k, float4& a, float4& b) {
+    if constexpr (std::is_same_v<X, float>) {
+      a = *reinterpret_cast<const float4*>(xs + t * ld + k);
+      b = *reinterpret_cast<const float4*>(xs + t * ld + k + 4);
+    } else {
+      const uint4 x = *reinterpret_cast<const uint4*>(xs + t * ld + k);
+      a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
+      b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
+    }
+  };
   if constexpr (kTok == 1) {  // the one-token kernel's own form
     dot[0] = slot_dot<W>(slice, rows, row, K, k0, len, xs, lane);
   } else {
@@ -166,9 +192,8 @@ __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, 
 #pragma unroll
         for (int t = 0; t < kTok; ++t) {
           if (t == 0 || t < T) {
-            const uint4 x = *reinterpret_cast<const uint4*>(xs + t * ld + k);
-            const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
-            const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
+            float4 a, b;
+            inputs(t, k, a, b);
             dot[t] = dot8_int4(w, a, b, dot[t]);
           }
         }
@@ -180,13 +205,21 @@ __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, 
           const uint2 wv = *reinterpret_cast<const uint2*>(w + k);
 #pragma unroll
           for (int t = 0; t < kTok; ++t) {
-            if (t == 0 || t < T) dot[t] = dot8_e4m3_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
+            if (t == 0 || t < T) {
+              float4 a, b;
+              inputs(t, k, a, b);
+              dot[t] = dot8_e4m3(wv, a, b, dot[t]);
+            }
           }
         } else {
           const uint4 wv = *reinterpret_cast<const uint4*>(w + k);
 #pragma unroll
           for (int t = 0; t < kTok; ++t) {
-            if (t == 0 || t < T) dot[t] = dot8_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
+            if (t == 0 || t < T) {
+              float4 a, b;
+              inputs(t, k, a, b);
+              dot[t] = dot8_bf16_f32(wv, a, b, dot[t]);
+            }
           }
         }
       }
@@ -234,7 +267,9 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
 // eps) * w[k]), as gemv's kRmsNorm input but summed over the block: every
 // thread loads its part of the rows at once (one round trip to L2), so the
 // sum's order is not the GEMV's. K <= 4 * kThreads * kNormLoads; red holds
-// kWarps floats per token.
+// kWarps floats per token. NormIn<kTok>: with several tokens the bf16
+// values are stored widened to fp32 (slot_dots reads each once for its
+// rows, not once per row).
 constexpr int kNormLoads = 2;
 // Loads per thread of one token's SiLU products (inter <= 2 * kThreads *
 // kActLoads), the merge's outputs per thread (q_dim <= kThreads *
@@ -245,8 +280,10 @@ constexpr int kMergeOutputs = 4;
 constexpr int kMergeSplits = 8;
 constexpr int kMaxRopePairs = 32;  // q|k|v row pairs per block
 template <int kTok>
-__device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, int K, float eps, int T, bf16* xs,
-                                               float* red) {
+using NormIn = std::conditional_t<(kTok > 1), float, bf16>;
+template <int kTok>
+__device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, int K, float eps, int T,
+                                               NormIn<kTok>* xs, float* red) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float4* wt = reinterpret_cast<const float4*>(w);
   float4 v[kTok][kNormLoads], g[kNormLoads];
@@ -280,9 +317,16 @@ __device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, i
     for (int u = 0; u < kNormLoads; ++u) {
       const int j = threadIdx.x + u * kThreads;
       if ((t == 0 || t < T) && j < K / 4) {
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * K + 4 * j);
-        out[0] = __floats2bfloat162_rn(v[t][u].x * scale * g[u].x, v[t][u].y * scale * g[u].y);
-        out[1] = __floats2bfloat162_rn(v[t][u].z * scale * g[u].z, v[t][u].w * scale * g[u].w);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v[t][u].x * scale * g[u].x, v[t][u].y * scale * g[u].y);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(v[t][u].z * scale * g[u].z, v[t][u].w * scale * g[u].w);
+        if constexpr (kTok > 1) {
+          reinterpret_cast<float4*>(xs + t * K)[j] = make_float4(__low2float(lo), __high2float(lo), __low2float(hi),
+                                                                 __high2float(hi));
+        } else {
+          __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * K + 4 * j);
+          out[0] = lo;
+          out[1] = hi;
+        }
       }
     }
   }
@@ -448,6 +492,7 @@ template <typename W, typename Cache, int kTok>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
   const Smem s = carve<W>(p, reinterpret_cast<unsigned char*>(smem_raw));
+  NormIn<kTok>* const norm_in = reinterpret_cast<NormIn<kTok>*>(s.xs);  // the norms' outputs, phases A and D
   __shared__ float red[kWarps * kTok];
   __shared__ float merge_w[kMaxDecodeLayersHeads * kMaxDecodeLayersSplits];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -540,7 +585,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     Cache* v_cache = kv_plane<Cache>(p, l, 1);
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
-    rmsnorm_inputs<kTok>(p.x, w.input_norm, H, p.eps, T, s.xs, red);
+    rmsnorm_inputs<kTok>(p.x, w.input_norm, H, p.eps, T, norm_in, red);
     if (kCopiesInPhases && l > 0) load_down<W>(p, s, sl, l);  // layer 0's went out before the loop
     prefetch_kv(l);  // the attention's rows, after the norm's loads
     mark();
@@ -553,8 +598,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       for (int pair = r.begin + warp; pair < r.end; pair += kWarps) {
         const int row = 2 * (pair - r.begin);
         float da[kTok], db[kTok];
-        slot_dots<W, kTok>(s.w_qkv, rows, row, H, 0, H, s.xs, H, T, lane, da);
-        slot_dots<W, kTok>(s.w_qkv, rows, row + 1, H, 0, H, s.xs, H, T, lane, db);
+        slot_dots<W, kTok>(s.w_qkv, rows, row, H, 0, H, norm_in, H, T, lane, da);
+        slot_dots<W, kTok>(s.w_qkv, rows, row + 1, H, 0, H, norm_in, H, T, lane, db);
         if (lane == 0) {
           const int n = 2 * pair;
           const float sa = row_scale<W>(w.qkv_scale, n), sb = row_scale<W>(w.qkv_scale, n + 1);
@@ -627,7 +672,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
-    rmsnorm_inputs<kTok>(p.x, w.post_norm, H, p.eps, T, s.xs, red);
+    rmsnorm_inputs<kTok>(p.x, w.post_norm, H, p.eps, T, norm_in, red);
     if (kCopiesInPhases) load_qkv<W>(p, s, sl, l + 1);  // into the o slot, now used
     mark();
     wait_slot<3>(sl, kSlotGu);
@@ -644,7 +689,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       for (int j = warp; j < 2 * units; j += kWarps) {
         const bool gate = j < units;
         float v[kTok];
-        slot_dots<W, kTok>(gate ? s.w_gu : up_slice, units, gate ? j : j - units, H, 0, H, s.xs, H, T, lane, v);
+        slot_dots<W, kTok>(gate ? s.w_gu : up_slice, units, gate ? j : j - units, H, 0, H, norm_in, H, T, lane, v);
         const int64_t row = j < units ? r.begin + j : I + r.begin + (j - units);  // gate rows, then up rows
         if (lane == 0) {
           const float scale = row_scale<W>(w.gate_up_scale, row);
@@ -720,7 +765,10 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
           ? 8 * static_cast<int64_t>(attend_mma_frags(p.heads.head_dim)) * 32 * 4
           : group * p.heads.head_dim + kKeyTile * (p.heads.head_dim + 1) + kKeyTile * p.heads.head_dim +
                 group * kKeyTile;
-  const int64_t inputs = tokens_cap(p) * std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16);
+  // The phase's inputs per token: bf16, but the norms' fp32 with several tokens (NormIn).
+  const int64_t norm_bytes = (tokens_cap(p) > 1 ? sizeof(float) : sizeof(bf16)) * p.hidden;
+  const int64_t inputs =
+      tokens_cap(p) * std::max<int64_t>(norm_bytes, std::max<int64_t>(p.q_dim, p.inter) * sizeof(bf16));
   const int64_t input = std::max<int64_t>(inputs, attention * static_cast<int64_t>(sizeof(float)));
   return weights + (input + 15) / 16 * 16;
 }
