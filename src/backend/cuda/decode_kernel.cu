@@ -45,6 +45,20 @@
 // phase A rounds the token's k and v to e4m3 from the fp32 rotation and
 // phase B converts the codes to bf16 exactly as it loads them (the Cache
 // template parameter; the bf16 instance is the kernel as it was).
+//
+// A chunk of up to kMaxDecodeLayersTokens consecutive tokens of one
+// sequence (a token and its drafts, p.num_tokens > 1) runs in the same
+// launch (the kTok = kMaxDecodeLayersTokens instances; kTok = 1 is the
+// one-token kernel unchanged): each phase takes every token's rows from one
+// load of the weights, each token's products in the one-token order (the
+// norms' outputs widened to fp32 once, so no row converts them again); phase A
+// writes every token's k and v before the barrier, and in phase B block b
+// attends for token b / (kv heads x splits) over the keys up to its own
+// position, the splits those of the first token's context (a later
+// token's last split takes the keys past it); phase C merges every token's
+// partials. A token's products are the one-token kernel's; its attention's
+// splits may not be (they follow the first token's context), so its rows
+// agree with one-token launches within the attention's rounding.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
