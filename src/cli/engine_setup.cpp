@@ -118,7 +118,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool model_positional) 
                  "\"disable_by_batch_size\": 4}: a decoding sequence whose last 2-4 tokens occurred earlier in its "
                  "prompt or output verifies the up to N tokens that followed them in its next step, and keeps "
                  "those its own sampling picks again (same outputs; fewer steps where text repeats), while at most "
-                 "disable_by_batch_size sequences decode (default off)")
+                 "disable_by_batch_size sequences decode (4 on the CPU, 1 on a GPU unless given; default off)")
       ->envname("TERN_SPECULATIVE_CONFIG");
   cmd.add_option("--speculate", o.speculate,
                  "As TGI's: speculative decoding by prompt lookup with up to N drafts a step and "

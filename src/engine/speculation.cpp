@@ -20,6 +20,11 @@ Status validate_speculative_config(const SpeculativeConfig& c) {
   return Status::ok();
 }
 
+SpeculativeConfig with_device_default(SpeculativeConfig c, bool gpu) {
+  if (!c.max_seqs_given) c.max_seqs = gpu ? kSpeculativeMaxSeqsGpu : kSpeculativeMaxSeqs;
+  return c;
+}
+
 Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   const auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -52,6 +57,7 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
       TERN_RETURN_IF_ERROR(whole(c.lookup_min));
     } else if (key == "disable_by_batch_size") {
       TERN_RETURN_IF_ERROR(whole(c.max_seqs));
+      c.max_seqs_given = true;
     } else {
       return invalid_argument("--speculative-config: unknown key '" + key +
                               "' (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "

@@ -19,6 +19,12 @@
 
 namespace tern {
 
+// disable_by_batch_size's default: 4 on the CPU; 1 on a GPU, where one
+// sequence's token and drafts run as one launch of the decode kernel but
+// several sequences' drafts run the per-layer kernels (a step of 8 tokens
+// costs about twice a 2-sequence decode step: more than their drafts save).
+inline constexpr int kSpeculativeMaxSeqs = 4, kSpeculativeMaxSeqsGpu = 1;
+
 struct SpeculativeConfig {
   int num_tokens = 0;   // most drafts a step verifies per sequence; 0: no speculation
   int lookup_min = 2;   // shortest n-gram matched
@@ -26,7 +32,8 @@ struct SpeculativeConfig {
   // Drafts are proposed only while at most this many sequences decode: past a
   // few, a step is no longer bound by reading the weights, and rejected drafts
   // cost their compute (vLLM's disable_by_batch_size).
-  int max_seqs = 4;
+  int max_seqs = kSpeculativeMaxSeqs;
+  bool max_seqs_given = false;  // disable_by_batch_size named; otherwise the device's default applies
   bool enabled() const { return num_tokens > 0; }
 };
 
@@ -35,6 +42,8 @@ struct SpeculativeConfig {
 Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
 // Checks the ranges (1-16 tokens, 1 <= lookup_min <= lookup_max <= 16, max_seqs >= 1) on an enabled config.
 Status validate_speculative_config(const SpeculativeConfig& c);
+// c with max_seqs at the device's default where disable_by_batch_size was not given.
+SpeculativeConfig with_device_default(SpeculativeConfig c, bool gpu);
 
 // `max_drafts` tokens that followed the most recent earlier occurrence of
 // the longest suffix of `tokens` (from lookup_max down to lookup_min tokens)

@@ -357,7 +357,7 @@ Result<LoadedEngine> load_engine(const EngineOptions& o) {
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
   for (int32_t id : le.generation_defaults.eos_token_ids)
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) == config.eos_ids.end()) config.eos_ids.push_back(id);
-  config.speculative = speculative;
+  config.speculative = with_device_default(speculative, device == "cuda");
   if (config.speculative.enabled()) {
     if (!runner->scores_prompts()) {
       return invalid_argument("speculative decoding checks its drafts against the logits of every row, which the " +

@@ -53,11 +53,16 @@ TEST(SpeculativeConfig, ParsesVllmJsonAndRefusesTheRest) {
   EXPECT_EQ(c->lookup_max, 3);
   EXPECT_EQ(c->lookup_min, 2);
   EXPECT_EQ(c->max_seqs, 4);
+  EXPECT_FALSE(c->max_seqs_given);
+  // Unnamed, disable_by_batch_size is the device's: 1 on a GPU (one sequence's drafts run in the decode kernel).
+  EXPECT_EQ(with_device_default(*c, true).max_seqs, kSpeculativeMaxSeqsGpu);
+  EXPECT_EQ(with_device_default(*c, false).max_seqs, kSpeculativeMaxSeqs);
   c = parse_speculative_config(
       R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 1, "disable_by_batch_size": 9})");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->lookup_min, 1);
   EXPECT_EQ(c->max_seqs, 9);
+  EXPECT_EQ(with_device_default(*c, true).max_seqs, 9) << "named, it holds on every device";
   const std::vector<std::pair<std::string, std::string>> bad{
       {"not json", "JSON object"},
       {"[1]", "JSON object"},
