@@ -50,13 +50,12 @@
 // sequence (a token and its drafts, p.num_tokens > 1) runs in the same
 // launch (the kTok = kMaxDecodeLayersTokens instances; kTok = 1 is the
 // one-token kernel unchanged): each phase takes every token's rows from one
-// load of the weights, each token's products in the one-token order (the
-// norms' outputs widened to fp32 once, so no row converts them again); phase A
-// writes every token's k and v before the barrier, and in phase B block b
+// load of the weights, each token's products in the one-token order; phase
+// A writes every token's k and v before the barrier, and in phase B block b
 // attends for token b / (kv heads x splits) over the keys up to its own
-// position, the splits those of the first token's context (a later
-// token's last split takes the keys past it); phase C merges every token's
-// partials. A token's products are the one-token kernel's; its attention's
+// position, the splits those of the first token's context (a later token's
+// last split takes the keys past it); phase C merges each token's partials
+// in turn. A token's products are the one-token kernel's; its attention's
 // splits may not be (they follow the first token's context), so its rows
 // agree with one-token launches within the attention's rounding.
 #include <algorithm>
@@ -85,19 +84,6 @@ __device__ __forceinline__ float dot8_bf16(const uint4 w, const uint4 x, float a
   acc = fmaf(hi_bf16(w.z), hi_bf16(x.z), acc);
   acc = fmaf(lo_bf16(w.w), lo_bf16(x.w), acc);
   acc = fmaf(hi_bf16(w.w), hi_bf16(x.w), acc);
-  return acc;
-}
-
-// 8 bf16 weights against 8 fp32 inputs (bf16 values widened), in dot8_bf16's order.
-__device__ __forceinline__ float dot8_bf16_f32(const uint4 w, const float4 a, const float4 b, float acc) {
-  acc = fmaf(lo_bf16(w.x), a.x, acc);
-  acc = fmaf(hi_bf16(w.x), a.y, acc);
-  acc = fmaf(lo_bf16(w.y), a.z, acc);
-  acc = fmaf(hi_bf16(w.y), a.w, acc);
-  acc = fmaf(lo_bf16(w.z), b.x, acc);
-  acc = fmaf(hi_bf16(w.z), b.y, acc);
-  acc = fmaf(lo_bf16(w.w), b.z, acc);
-  acc = fmaf(hi_bf16(w.w), b.w, acc);
   return acc;
 }
 
@@ -167,27 +153,14 @@ __device__ __forceinline__ float slot_dot(const unsigned char* slice, int rows, 
 // codes when W is uint8_t, the row's scale applied by the caller, or int4
 // codes with their block scales and zeros, the slot's layout: slice_bytes),
 // weights [k0, k0 + len), against each token t < T's input xs + t * ld
-// ([0, len) in shared memory: bf16, or with several tokens X = float, the
-// bf16 values widened once rather than per row; the GEMV path's inputs are
+// ([0, len), bf16 in shared memory: the GEMV path's inputs are
 // bf16-rounded, so the values are the same), summed over the warp into
 // dot[t]. Lane covers k = lane * 8 + 256 u, in order, 8 weights at a time,
 // as gemv_kernel's lanes do; each piece of weights is loaded once for all
 // the tokens, whose sums are each in slot_dot's order.
-template <typename W, int kTok, typename X = bf16>
+template <typename W, int kTok>
 __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, int row, int K, int k0, int len,
-                                          const X* xs, int ld, int T, int lane, float (&dot)[kTok]) {
-  static_assert(kTok > 1 || std::is_same_v<X, bf16>, "one token's inputs are bf16");
-  // Token t's 8 inputs from k as two float4s (bf16 widened, or fp32 as stored).
-  const auto inputs = [&](int t, int k, float4& a, float4& b) {
-    if constexpr (std::is_same_v<X, float>) {
-      a = *reinterpret_cast<const float4*>(xs + t * ld + k);
-      b = *reinterpret_cast<const float4*>(xs + t * ld + k + 4);
-    } else {
-      const uint4 x = *reinterpret_cast<const uint4*>(xs + t * ld + k);
-      a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
-      b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
-    }
-  };
+                                          const bf16* xs, int ld, int T, int lane, float (&dot)[kTok]) {
   if constexpr (kTok == 1) {  // the one-token kernel's own form
     dot[0] = slot_dot<W>(slice, rows, row, K, k0, len, xs, lane);
   } else {
@@ -206,8 +179,9 @@ __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, 
 #pragma unroll
         for (int t = 0; t < kTok; ++t) {
           if (t == 0 || t < T) {
-            float4 a, b;
-            inputs(t, k, a, b);
+            const uint4 x = *reinterpret_cast<const uint4*>(xs + t * ld + k);
+            const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
+            const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
             dot[t] = dot8_int4(w, a, b, dot[t]);
           }
         }
@@ -219,21 +193,13 @@ __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, 
           const uint2 wv = *reinterpret_cast<const uint2*>(w + k);
 #pragma unroll
           for (int t = 0; t < kTok; ++t) {
-            if (t == 0 || t < T) {
-              float4 a, b;
-              inputs(t, k, a, b);
-              dot[t] = dot8_e4m3(wv, a, b, dot[t]);
-            }
+            if (t == 0 || t < T) dot[t] = dot8_e4m3_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
           }
         } else {
           const uint4 wv = *reinterpret_cast<const uint4*>(w + k);
 #pragma unroll
           for (int t = 0; t < kTok; ++t) {
-            if (t == 0 || t < T) {
-              float4 a, b;
-              inputs(t, k, a, b);
-              dot[t] = dot8_bf16_f32(wv, a, b, dot[t]);
-            }
+            if (t == 0 || t < T) dot[t] = dot8_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
           }
         }
       }
@@ -281,9 +247,7 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
 // eps) * w[k]), as gemv's kRmsNorm input but summed over the block: every
 // thread loads its part of the rows at once (one round trip to L2), so the
 // sum's order is not the GEMV's. K <= 4 * kThreads * kNormLoads; red holds
-// kWarps floats per token. NormIn<kTok>: with several tokens the bf16
-// values are stored widened to fp32 (slot_dots reads each once for its
-// rows, not once per row).
+// kWarps floats per token.
 constexpr int kNormLoads = 2;
 // Loads per thread of one token's SiLU products (inter <= 2 * kThreads *
 // kActLoads), the merge's outputs per thread (q_dim <= kThreads *
@@ -294,10 +258,8 @@ constexpr int kMergeOutputs = 4;
 constexpr int kMergeSplits = 8;
 constexpr int kMaxRopePairs = 32;  // q|k|v row pairs per block
 template <int kTok>
-using NormIn = std::conditional_t<(kTok > 1), float, bf16>;
-template <int kTok>
-__device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, int K, float eps, int T,
-                                               NormIn<kTok>* xs, float* red) {
+__device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, int K, float eps, int T, bf16* xs,
+                                               float* red) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float4* wt = reinterpret_cast<const float4*>(w);
   float4 v[kTok][kNormLoads], g[kNormLoads];
@@ -324,23 +286,17 @@ __device__ __forceinline__ void rmsnorm_inputs(const float* x, const float* w, i
   __syncthreads();
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
+    if (t > 0 && t >= T) break;
     float total = lane < kWarps ? red[t * kWarps + lane] : 0.0f;
     total = warp_sum(total);
     const float scale = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
 #pragma unroll
     for (int u = 0; u < kNormLoads; ++u) {
       const int j = threadIdx.x + u * kThreads;
-      if ((t == 0 || t < T) && j < K / 4) {
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v[t][u].x * scale * g[u].x, v[t][u].y * scale * g[u].y);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(v[t][u].z * scale * g[u].z, v[t][u].w * scale * g[u].w);
-        if constexpr (kTok > 1) {
-          reinterpret_cast<float4*>(xs + t * K)[j] = make_float4(__low2float(lo), __high2float(lo), __low2float(hi),
-                                                                 __high2float(hi));
-        } else {
-          __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * K + 4 * j);
-          out[0] = lo;
-          out[1] = hi;
-        }
+      if (j < K / 4) {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * K + 4 * j);
+        out[0] = __floats2bfloat162_rn(v[t][u].x * scale * g[u].x, v[t][u].y * scale * g[u].y);
+        out[1] = __floats2bfloat162_rn(v[t][u].z * scale * g[u].z, v[t][u].w * scale * g[u].w);
       }
     }
   }
@@ -397,116 +353,12 @@ __device__ __forceinline__ void rows_add(const unsigned char* slot, Range r, int
   }
 }
 
-// Phase C's merge: each token t < T's partials of every head over its
-// splits into xs + t * q_dim (bf16-rounded), by the weights each block works
-// out for itself (merge_w: kMaxDecodeLayersHeads x kMaxDecodeLayersSplits
-// floats). Thread i merges outputs 4i .. 4i + 3 (dims of one head:
-// head_dim % 8 == 0), one 16-byte load per split and token, in split order.
-// One token: the splits kMergeSplits at a time, every output's at once (the
-// first chunk while the weights are worked out): one round trip per chunk.
-// Several: kMergeSplits / kTok splits of every token at a time, and every
-// token's weights from one round trip.
-template <int kTok>
-__device__ __forceinline__ void merge_partials(const DecodeLayersParams& p, bf16* xs, int T, int splits,
-                                               float* merge_w) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int Q = p.q_dim, hd = p.heads.head_dim, heads = p.heads.num_heads;
-  const int i0 = 4 * static_cast<int>(threadIdx.x);
-  const bool has = i0 < Q;
-  const int mh = i0 / hd;
-  const int step4 = hd / 4;  // float4s from one split to the next
-  const int64_t token4 = static_cast<int64_t>(heads) * kMaxDecodeLayersSplits * step4;  // and one token to the next
-  const float4* src =
-      reinterpret_cast<const float4*>(p.partial_out + static_cast<int64_t>(mh) * kMaxDecodeLayersSplits * hd) +
-      (i0 - mh * hd) / 4;
-  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  constexpr int kPer = kMergeSplits / kTok;  // splits of each token per round trip
-  float4 pv[kTok][kPer];
-  auto load_chunk = [&](int sp0) {
-#pragma unroll
-    for (int t = 0; t < kTok; ++t) {
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        pv[t][u] = has && (t == 0 || t < T) && sp0 + u < splits ? __ldcg(src + t * token4 + (sp0 + u) * step4) : zero;
-      }
-    }
-  };
-  load_chunk(0);
-  // The weights of (token, head) pairs warp, warp + kWarps, ... (pair t * heads + h, at merge_w + pair *
-  // stride); with several tokens every pair's loads are issued before any is used.
-  const int stride = kTok == 1 ? kMaxDecodeLayersSplits : splits;
-  const auto weigh = [&](int pair, float m_s, float l_s) {
-    const float mx = warp_max(m_s);
-    const float e = lane < splits ? __expf(m_s - mx) : 0.0f;
-    const float total = warp_sum(e * l_s);
-    if (lane < splits) merge_w[pair * stride + lane] = total > 0.0f ? e / total : 0.0f;
-  };
-  const auto ml_of = [&](int pair, int k) {
-    const int64_t row = static_cast<int64_t>(pair) * kMaxDecodeLayersSplits + lane;
-    return lane < splits ? __ldcg(p.partial_ml + 2 * row + k) : k == 0 ? -FLT_MAX : 0.0f;
-  };
-  if constexpr (kTok == 1) {
-    for (int h = warp; h < heads; h += kWarps) {
-      const int64_t row = static_cast<int64_t>(h) * kMaxDecodeLayersSplits + lane;
-      const float m_s = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
-      const float l_s = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
-      weigh(h, m_s, l_s);
-    }
-  } else {
-    constexpr int kPairs = (kTok * kMaxDecodeLayersHeads + kWarps - 1) / kWarps;
-    float ms[kPairs], ls[kPairs];
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int pair = warp + k * kWarps;
-      ms[k] = pair < T * heads ? ml_of(pair, 0) : -FLT_MAX;
-      ls[k] = pair < T * heads ? ml_of(pair, 1) : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      if (warp + k * kWarps < T * heads) weigh(warp + k * kWarps, ms[k], ls[k]);
-    }
-  }
-  __syncthreads();
-  float4 o[kTok];
-#pragma unroll
-  for (int t = 0; t < kTok; ++t) o[t] = zero;
-  for (int sp0 = 0; sp0 < splits; sp0 += kPer) {
-    if (sp0 > 0) load_chunk(sp0);
-    if (has) {
-#pragma unroll
-      for (int t = 0; t < kTok; ++t) {
-#pragma unroll
-        for (int u = 0; u < kPer; ++u) {
-          if ((t == 0 || t < T) && sp0 + u < splits) {
-            const float wt = merge_w[(t * heads + mh) * stride + sp0 + u];
-            o[t].x = fmaf(wt, pv[t][u].x, o[t].x);
-            o[t].y = fmaf(wt, pv[t][u].y, o[t].y);
-            o[t].z = fmaf(wt, pv[t][u].z, o[t].z);
-            o[t].w = fmaf(wt, pv[t][u].w, o[t].w);
-          }
-        }
-      }
-    }
-  }
-  if (has) {
-#pragma unroll
-    for (int t = 0; t < kTok; ++t) {
-      if (t == 0 || t < T) {
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + t * Q + i0);
-        out[0] = __floats2bfloat162_rn(o[t].x, o[t].y);
-        out[1] = __floats2bfloat162_rn(o[t].z, o[t].w);
-      }
-    }
-  }
-}
-
 // kTok: the most tokens the instance takes (1, or kMaxDecodeLayersTokens;
 // p.num_tokens of them run).
 template <typename W, typename Cache, int kTok>
 __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayersParams p) {
   extern __shared__ float4 smem_raw[];
   const Smem s = carve<W>(p, reinterpret_cast<unsigned char*>(smem_raw));
-  NormIn<kTok>* const norm_in = reinterpret_cast<NormIn<kTok>*>(s.xs);  // the norms' outputs, phases A and D
   __shared__ float red[kWarps * kTok];
   __shared__ float merge_w[kMaxDecodeLayersHeads * kMaxDecodeLayersSplits];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -536,11 +388,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
   // splits); a later token's last split takes its keys past the first's.
   const bool mma = (hd == 64 || hd == 128) && p.heads.num_heads / p.heads.num_kv_heads <= kMmaMaxGroup;
   const int ctx0 = p.places.positions[0] + 1;
-  // Phase C's merge weights of every token's heads' splits fit merge_w.
-  const int max_splits = min(static_cast<int>(gridDim.x) / (p.heads.num_kv_heads * T),
-                             kMaxDecodeLayersHeads * kMaxDecodeLayersSplits / (T * p.heads.num_heads));
   const KeySplits ks = key_splits(ctx0, mma ? kMmaSplitKeys : kKeyTile, mma ? kChunkKeys : kKeyTile,
-                                  min(kMaxDecodeLayersSplits, max_splits));
+                                  min(kMaxDecodeLayersSplits, static_cast<int>(gridDim.x) / (p.heads.num_kv_heads * T)));
   const int splits = ks.splits, per = ks.per;
   const int token_blocks = p.heads.num_kv_heads * splits;
   const bool attends = static_cast<int>(blockIdx.x) < T * token_blocks;
@@ -599,7 +448,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     Cache* v_cache = kv_plane<Cache>(p, l, 1);
 
     // A: q|k|v rows in pairs (dims 2i, 2i + 1 of one head), RoPE, the KV write.
-    rmsnorm_inputs<kTok>(p.x, w.input_norm, H, p.eps, T, norm_in, red);
+    rmsnorm_inputs<kTok>(p.x, w.input_norm, H, p.eps, T, s.xs, red);
     if (kCopiesInPhases && l > 0) load_down<W>(p, s, sl, l);  // layer 0's went out before the loop
     prefetch_kv(l);  // the attention's rows, after the norm's loads
     mark();
@@ -612,14 +461,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       for (int pair = r.begin + warp; pair < r.end; pair += kWarps) {
         const int row = 2 * (pair - r.begin);
         float da[kTok], db[kTok];
-        slot_dots<W, kTok>(s.w_qkv, rows, row, H, 0, H, norm_in, H, T, lane, da);
-        slot_dots<W, kTok>(s.w_qkv, rows, row + 1, H, 0, H, norm_in, H, T, lane, db);
+        slot_dots<W, kTok>(s.w_qkv, rows, row, H, 0, H, s.xs, H, T, lane, da);
+        slot_dots<W, kTok>(s.w_qkv, rows, row + 1, H, 0, H, s.xs, H, T, lane, db);
         if (lane == 0) {
           const int n = 2 * pair;
           const float sa = row_scale<W>(w.qkv_scale, n), sb = row_scale<W>(w.qkv_scale, n + 1);
 #pragma unroll
           for (int t = 0; t < kTok; ++t) {
-            if (t > 0 && t >= T) continue;
+            if (t > 0 && t >= T) break;
             const float a = da[t] * sa, b = db[t] * sb;
             const int64_t slot = token_slots[t];
             if (n >= Q + kv_dim) {  // v
@@ -672,7 +521,60 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
 
     // C: merge every head's partials into xs (bf16-rounded), then the o rows.
-    merge_partials<kTok>(p, s.xs, T, splits, merge_w);
+    // Partials are loaded kMergeSplits splits at a time, every output's at
+    // once (the first chunk while the split weights are worked out): one
+    // round trip per chunk, token after token.
+    for (int t = 0; t < T; ++t) {
+      // Thread i merges outputs 4i .. 4i + 3 (dims of one head: head_dim %
+      // 8 == 0), one 16-byte load per split.
+      const int i0 = 4 * static_cast<int>(threadIdx.x);
+      const bool has = i0 < Q;
+      const int mh = i0 / hd;
+      const int64_t head0 = static_cast<int64_t>(t) * p.heads.num_heads;  // the token's first partial head
+      const float4* src = reinterpret_cast<const float4*>(p.partial_out + (head0 + mh) * kMaxDecodeLayersSplits * hd +
+                                                          (i0 - mh * hd));
+      const int step4 = hd / 4;  // float4s from one split to the next
+      float4 pv[kMergeSplits];
+      auto load_chunk = [&](int sp0) {
+#pragma unroll
+        for (int u = 0; u < kMergeSplits; ++u) {
+          pv[u] = has && sp0 + u < splits ? __ldcg(src + (sp0 + u) * step4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      };
+      load_chunk(0);
+      if (t > 0) __syncthreads();  // the last token's merge weights are read
+      for (int h = warp; h < p.heads.num_heads; h += kWarps) {
+        const int64_t row = (head0 + h) * kMaxDecodeLayersSplits + lane;
+        const float ms = lane < splits ? __ldcg(p.partial_ml + 2 * row) : -FLT_MAX;
+        const float ls = lane < splits ? __ldcg(p.partial_ml + 2 * row + 1) : 0.0f;
+        const float mx = warp_max(ms);
+        const float e = lane < splits ? __expf(ms - mx) : 0.0f;
+        const float total = warp_sum(e * ls);
+        if (lane < splits) merge_w[h * kMaxDecodeLayersSplits + lane] = total > 0.0f ? e / total : 0.0f;
+      }
+      __syncthreads();
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int sp0 = 0; sp0 < splits; sp0 += kMergeSplits) {
+        if (sp0 > 0) load_chunk(sp0);
+        if (has) {
+#pragma unroll
+          for (int u = 0; u < kMergeSplits; ++u) {
+            if (sp0 + u < splits) {
+              const float wt = merge_w[mh * kMaxDecodeLayersSplits + sp0 + u];
+              o.x = fmaf(wt, pv[u].x, o.x);
+              o.y = fmaf(wt, pv[u].y, o.y);
+              o.z = fmaf(wt, pv[u].z, o.z);
+              o.w = fmaf(wt, pv[u].w, o.w);
+            }
+          }
+        }
+      }
+      if (has) {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(s.xs + t * Q + i0);
+        out[0] = __floats2bfloat162_rn(o.x, o.y);
+        out[1] = __floats2bfloat162_rn(o.z, o.w);
+      }
+    }
     mark();
     wait_slot<0>(sl, kSlotQkvO);
     __syncthreads();
@@ -686,7 +588,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
     mark();
 
     // D: gate and up rows of the same i, then SiLU(g) * u (each rounded as the GEMV path's bf16 outputs are).
-    rmsnorm_inputs<kTok>(p.x, w.post_norm, H, p.eps, T, norm_in, red);
+    rmsnorm_inputs<kTok>(p.x, w.post_norm, H, p.eps, T, s.xs, red);
     if (kCopiesInPhases) load_qkv<W>(p, s, sl, l + 1);  // into the o slot, now used
     mark();
     wait_slot<3>(sl, kSlotGu);
@@ -703,7 +605,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers_kernel(DecodeLayers
       for (int j = warp; j < 2 * units; j += kWarps) {
         const bool gate = j < units;
         float v[kTok];
-        slot_dots<W, kTok>(gate ? s.w_gu : up_slice, units, gate ? j : j - units, H, 0, H, norm_in, H, T, lane, v);
+        slot_dots<W, kTok>(gate ? s.w_gu : up_slice, units, gate ? j : j - units, H, 0, H, s.xs, H, T, lane, v);
         const int64_t row = j < units ? r.begin + j : I + r.begin + (j - units);  // gate rows, then up rows
         if (lane == 0) {
           const float scale = row_scale<W>(w.gate_up_scale, row);
@@ -779,10 +681,7 @@ int64_t decode_layers_smem(const DecodeLayersParams& p) {
           ? 8 * static_cast<int64_t>(attend_mma_frags(p.heads.head_dim)) * 32 * 4
           : group * p.heads.head_dim + kKeyTile * (p.heads.head_dim + 1) + kKeyTile * p.heads.head_dim +
                 group * kKeyTile;
-  // The phase's inputs per token: bf16, but the norms' fp32 with several tokens (NormIn).
-  const int64_t norm_bytes = (tokens_cap(p) > 1 ? sizeof(float) : sizeof(bf16)) * p.hidden;
-  const int64_t inputs =
-      tokens_cap(p) * std::max<int64_t>(norm_bytes, std::max<int64_t>(p.q_dim, p.inter) * sizeof(bf16));
+  const int64_t inputs = tokens_cap(p) * std::max<int64_t>({p.hidden, p.q_dim, p.inter}) * sizeof(bf16);
   const int64_t input = std::max<int64_t>(inputs, attention * static_cast<int64_t>(sizeof(float)));
   return weights + (input + 15) / 16 * 16;
 }
