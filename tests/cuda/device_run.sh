@@ -6,7 +6,8 @@
 # /lib/x86_64-linux-gnu but glibc's and libstdc++; ~23 MB, so it fits the
 # device tool's carry beside the tree). Logs go to $OUT.
 #   here:   cmake --build build-cuda --target tern gpu_tests tern_gpu_bench tern_gpu_quality
-#           tests/cuda/device_run.sh --pack
+#           tests/cuda/device_run.sh --pack   (PACK_QUALITY=1 adds tern_gpu_quality, PACK_SM80=1
+#           build-cuda80's gpu_tests: with both the pack outgrows the carry beside the tree)
 #   there:  tests/cuda/device_run.sh            (from the repo root; carry build-cuda/device.txz)
 # Environment there: GTEST_FILTER (default all), TESTS=0 skips gpu_tests, BENCH=0 skips the
 # benchmark, BENCH_CONFIGS (and BENCH_BATCH) run only those tern_gpu_bench
@@ -40,11 +41,12 @@
 set -u
 if [ "${1:-}" = "--pack" ]; then
   S=$(mktemp -d) && mkdir -p "$S/lib"
-  for b in gpu_tests tern_gpu_bench tern tern_gpu_quality tern_gemm_bench; do
+  # The carry holds 64 MiB with the tree (33 MB): tern_gpu_quality and the sm_80 tests only when asked for.
+  for b in gpu_tests tern_gpu_bench tern tern_gemm_bench $([ "${PACK_QUALITY:-0}" = 1 ] && echo tern_gpu_quality); do
     [ -x "build-cuda/bin/$b" ] && strip -o "$S/$b" "build-cuda/bin/$b"
   done
-  # gpu_tests as compute_80 PTX (a build-cuda80 configured with -DTERN_CUDA_ARCHS=80-virtual), where built.
-  [ -x build-cuda80/bin/gpu_tests ] && strip -o "$S/gpu_tests_sm80" build-cuda80/bin/gpu_tests
+  # gpu_tests as compute_80 PTX (a build-cuda80 configured with -DTERN_CUDA_ARCHS=80-virtual), with PACK_SM80=1.
+  [ "${PACK_SM80:-0}" = 1 ] && [ -x build-cuda80/bin/gpu_tests ] && strip -o "$S/gpu_tests_sm80" build-cuda80/bin/gpu_tests
   ldd build-cuda/bin/gpu_tests $([ -x build-cuda/bin/tern ] && echo build-cuda/bin/tern) |
     awk '$3 ~ /^\/lib\/x86_64-linux-gnu\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libgcc_s|libstdc\+\+)\.so' | xargs -I{} cp -L {} "$S/lib/"
