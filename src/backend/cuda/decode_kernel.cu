@@ -94,61 +94,6 @@ __device__ __forceinline__ float dot8_e4m3_bf16(const uint2 w, const uint4 x, fl
   return dot8_e4m3(w, a, b, acc);
 }
 
-// One row (K weights in shared memory: bf16, or e4m3 codes when W is
-// uint8_t, the row's scale applied by the caller) against the input xs (K
-// bf16 in shared memory: the GEMV path's inputs are bf16-rounded, so the
-// values are the same), summed over the warp; lane covers k = lane * 8 +
-// 256 u, in order, as gemv_kernel's lanes do.
-template <typename W>
-__device__ __forceinline__ float row_dot(const W* w, const bf16* xs, int K, int lane) {
-  float acc = 0.0f;
-  for (int k = lane * 8; k < K; k += 256) {
-    const uint4 x = *reinterpret_cast<const uint4*>(xs + k);
-    if constexpr (sizeof(W) == 1) {
-      acc = dot8_e4m3_bf16(*reinterpret_cast<const uint2*>(w + k), x, acc);
-    } else {
-      acc = dot8_bf16(*reinterpret_cast<const uint4*>(w + k), x, acc);
-    }
-  }
-  return warp_sum(acc);
-}
-
-// Row `row` of an int4 slice of `rows` rows (K weights each, the slot's
-// layout: slice_bytes), weights [k0, k0 + len) against xs[0, len), summed
-// over the warp in row_dot's lane order: lane covers k = lane * 8 + 256 u,
-// 8 weights of one block of 32 at a time, as gemv_kernel's lanes do.
-__device__ __forceinline__ float row_dot_int4(const unsigned char* slice, int rows, int row, int K, int k0, int len,
-                                              const bf16* xs, int lane) {
-  const unsigned char* codes = slice + static_cast<int64_t>(row) * (K / 2) + k0 / 2;
-  const uint16_t* scales = reinterpret_cast<const uint16_t*>(slice + static_cast<int64_t>(rows) * (K / 2)) +
-                           static_cast<int64_t>(row) * (K / 32) + k0 / 32;
-  const unsigned char* zeros = slice + static_cast<int64_t>(rows) * (K / 2 + K / 16) +
-                               static_cast<int64_t>(row) * (K / 32) + k0 / 32;
-  float acc = 0.0f;
-  for (int k = lane * 8; k < len; k += 256) {
-    const uint4 x = *reinterpret_cast<const uint4*>(xs + k);
-    const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
-    const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
-    Int4x8 w;
-    w.codes = *reinterpret_cast<const uint32_t*>(codes + k / 2);
-    w.dz = static_cast<uint32_t>(scales[k / 32]) | (static_cast<uint32_t>(zeros[k / 32]) << 16);
-    acc = dot8_int4(w, a, b, acc);
-  }
-  return warp_sum(acc);
-}
-
-// Row `row` of a slice of `rows` rows (K weights each) in a slot, weights
-// [k0, k0 + len) against xs[0, len), summed over the warp.
-template <typename W>
-__device__ __forceinline__ float slot_dot(const unsigned char* slice, int rows, int row, int K, int k0, int len,
-                                          const bf16* xs, int lane) {
-  if constexpr (std::is_same_v<W, Int4Slot>) {
-    return row_dot_int4(slice, rows, row, K, k0, len, xs, lane);
-  } else {
-    return row_dot(reinterpret_cast<const W*>(slice) + static_cast<int64_t>(row) * K + k0, xs, len, lane);
-  }
-}
-
 // Row `row` of a slot's slice of `rows` rows (K weights each: bf16, e4m3
 // codes when W is uint8_t, the row's scale applied by the caller, or int4
 // codes with their block scales and zeros, the slot's layout: slice_bytes),
@@ -157,57 +102,60 @@ __device__ __forceinline__ float slot_dot(const unsigned char* slice, int rows, 
 // bf16-rounded, so the values are the same), summed over the warp into
 // dot[t]. Lane covers k = lane * 8 + 256 u, in order, 8 weights at a time,
 // as gemv_kernel's lanes do; each piece of weights is loaded once for all
-// the tokens, whose sums are each in slot_dot's order.
+// the tokens (after the first token's inputs), each token's sum in the same
+// order.
 template <typename W, int kTok>
 __device__ __forceinline__ void slot_dots(const unsigned char* slice, int rows, int row, int K, int k0, int len,
                                           const bf16* xs, int ld, int T, int lane, float (&dot)[kTok]) {
-  if constexpr (kTok == 1) {  // the one-token kernel's own form
-    dot[0] = slot_dot<W>(slice, rows, row, K, k0, len, xs, lane);
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) dot[t] = 0.0f;
+  const auto input = [&](int t, int k) { return *reinterpret_cast<const uint4*>(xs + t * ld + k); };
+  if constexpr (std::is_same_v<W, Int4Slot>) {
+    const unsigned char* codes = slice + static_cast<int64_t>(row) * (K / 2) + k0 / 2;
+    const uint16_t* scales = reinterpret_cast<const uint16_t*>(slice + static_cast<int64_t>(rows) * (K / 2)) +
+                             static_cast<int64_t>(row) * (K / 32) + k0 / 32;
+    const unsigned char* zeros = slice + static_cast<int64_t>(rows) * (K / 2 + K / 16) +
+                                 static_cast<int64_t>(row) * (K / 32) + k0 / 32;
+    const auto dot_int4 = [](const Int4x8& w, const uint4 x, float acc) {
+      const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
+      const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
+      return dot8_int4(w, a, b, acc);
+    };
+    for (int k = lane * 8; k < len; k += 256) {
+      const uint4 x0 = input(0, k);
+      Int4x8 w;
+      w.codes = *reinterpret_cast<const uint32_t*>(codes + k / 2);
+      w.dz = static_cast<uint32_t>(scales[k / 32]) | (static_cast<uint32_t>(zeros[k / 32]) << 16);
+      dot[0] = dot_int4(w, x0, dot[0]);
+#pragma unroll
+      for (int t = 1; t < kTok; ++t) {
+        if (t < T) dot[t] = dot_int4(w, input(t, k), dot[t]);
+      }
+    }
   } else {
+    const W* w = reinterpret_cast<const W*>(slice) + static_cast<int64_t>(row) * K + k0;
+    for (int k = lane * 8; k < len; k += 256) {
+      const uint4 x0 = input(0, k);
+      if constexpr (sizeof(W) == 1) {
+        const uint2 wv = *reinterpret_cast<const uint2*>(w + k);
+        dot[0] = dot8_e4m3_bf16(wv, x0, dot[0]);
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) dot[t] = 0.0f;
-    if constexpr (std::is_same_v<W, Int4Slot>) {
-      const unsigned char* codes = slice + static_cast<int64_t>(row) * (K / 2) + k0 / 2;
-      const uint16_t* scales = reinterpret_cast<const uint16_t*>(slice + static_cast<int64_t>(rows) * (K / 2)) +
-                               static_cast<int64_t>(row) * (K / 32) + k0 / 32;
-      const unsigned char* zeros = slice + static_cast<int64_t>(rows) * (K / 2 + K / 16) +
-                                   static_cast<int64_t>(row) * (K / 32) + k0 / 32;
-      for (int k = lane * 8; k < len; k += 256) {
-        Int4x8 w;
-        w.codes = *reinterpret_cast<const uint32_t*>(codes + k / 2);
-        w.dz = static_cast<uint32_t>(scales[k / 32]) | (static_cast<uint32_t>(zeros[k / 32]) << 16);
-#pragma unroll
-        for (int t = 0; t < kTok; ++t) {
-          if (t == 0 || t < T) {
-            const uint4 x = *reinterpret_cast<const uint4*>(xs + t * ld + k);
-            const float4 a = make_float4(lo_bf16(x.x), hi_bf16(x.x), lo_bf16(x.y), hi_bf16(x.y));
-            const float4 b = make_float4(lo_bf16(x.z), hi_bf16(x.z), lo_bf16(x.w), hi_bf16(x.w));
-            dot[t] = dot8_int4(w, a, b, dot[t]);
-          }
+        for (int t = 1; t < kTok; ++t) {
+          if (t < T) dot[t] = dot8_e4m3_bf16(wv, input(t, k), dot[t]);
         }
-      }
-    } else {
-      const W* w = reinterpret_cast<const W*>(slice) + static_cast<int64_t>(row) * K + k0;
-      for (int k = lane * 8; k < len; k += 256) {
-        if constexpr (sizeof(W) == 1) {
-          const uint2 wv = *reinterpret_cast<const uint2*>(w + k);
+      } else {
+        const uint4 wv = *reinterpret_cast<const uint4*>(w + k);
+        dot[0] = dot8_bf16(wv, x0, dot[0]);
 #pragma unroll
-          for (int t = 0; t < kTok; ++t) {
-            if (t == 0 || t < T) dot[t] = dot8_e4m3_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
-          }
-        } else {
-          const uint4 wv = *reinterpret_cast<const uint4*>(w + k);
-#pragma unroll
-          for (int t = 0; t < kTok; ++t) {
-            if (t == 0 || t < T) dot[t] = dot8_bf16(wv, *reinterpret_cast<const uint4*>(xs + t * ld + k), dot[t]);
-          }
+        for (int t = 1; t < kTok; ++t) {
+          if (t < T) dot[t] = dot8_bf16(wv, input(t, k), dot[t]);
         }
       }
     }
+  }
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
-      if (t == 0 || t < T) dot[t] = warp_sum(dot[t]);
-    }
+  for (int t = 0; t < kTok; ++t) {
+    if (t == 0 || t < T) dot[t] = warp_sum(dot[t]);
   }
 }
 
