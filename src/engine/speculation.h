@@ -19,10 +19,9 @@
 
 namespace tern {
 
-// disable_by_batch_size's default: 4 on the CPU; 1 on a GPU, where one
-// sequence's token and drafts run as one launch of the decode kernel but
-// several sequences' drafts run the per-layer kernels (a step of 8 tokens
-// costs about twice a 2-sequence decode step: more than their drafts save).
+// disable_by_batch_size's default: 4 on the CPU; 1 on a GPU, whose runner
+// verifies one sequence's drafts at little more than a plain step's cost but
+// several sequences' at about twice it (docs/api.md).
 inline constexpr int kSpeculativeMaxSeqs = 4, kSpeculativeMaxSeqsGpu = 1;
 
 struct SpeculativeConfig {
