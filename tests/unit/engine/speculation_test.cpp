@@ -235,9 +235,10 @@ struct Served {
 // The requests through `engine` to the end: what each stream carried, and the engine's counters.
 Served serve_on(Engine& engine, const std::vector<Request>& requests);
 
+// The requests through an engine made for them, gone when this returns.
 Served serve(const SpeculativeConfig& spec, const std::vector<Request>& requests, int64_t num_blocks,
-          int64_t block_size, bool prefix_caching = true, PickingRunner** picking = nullptr) {
-  return serve_on(*make_engine(spec, num_blocks, block_size, prefix_caching, picking), requests);
+          int64_t block_size, bool prefix_caching = true) {
+  return serve_on(*make_engine(spec, num_blocks, block_size, prefix_caching), requests);
 }
 
 Served serve_on(Engine& e, const std::vector<Request>& requests) {
@@ -351,13 +352,15 @@ TEST(Speculation, RowsPickedByTheRunnerGiveTheSameOutputs) {
   const SpeculativeConfig spec{.num_tokens = 4, .lookup_min = 1, .max_seqs = 16};
   const Served off = serve(SpeculativeConfig{}, requests, 512, 16);
   PickingRunner* picking = nullptr;
-  const Served on = serve(spec, requests, 512, 16, true, &picking);
+  const auto engine = make_engine(spec, 512, 16, true, &picking);  // the runner lives as long as its engine
+  const Served on = serve_on(*engine, requests);
   expect_same(off, on, requests);
   ASSERT_NE(picking, nullptr);
   EXPECT_GT(picking->picked_rows, 0);
   EXPECT_GT(on.stats.spec_accepted_tokens, 0);
   PickingRunner* small = nullptr;
-  expect_same(serve(SpeculativeConfig{}, requests, 24, 4), serve(spec, requests, 24, 4, true, &small), requests);
+  expect_same(serve(SpeculativeConfig{}, requests, 24, 4),
+              serve_on(*make_engine(spec, 24, 4, true, &small), requests), requests);
 }
 
 // One sequence step by step: after a step that rejected a draft, the next
