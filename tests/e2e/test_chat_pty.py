@@ -9,6 +9,7 @@ import pty
 import re
 import select
 import signal
+import termios
 import time
 
 import pytest
@@ -151,6 +152,46 @@ def test_ctrl_c_stops_the_answer_not_the_program(chat):
     t.send("/system Be brief.\r")
     t.expect(r"system prompt set")
     t.expect(r"> ")
-    time.sleep(0.2)  # as for Ctrl-C: an end of input typed before the line editor reads can be lost
     t.send("\x04")  # Ctrl-D on an empty line quits
     assert t.wait() == 0
+
+
+def test_keys_typed_during_an_answer_wait_for_the_prompt(chat):
+    """Keys typed while an answer streams are held as typed until the prompt after it: a line typed then is
+    echoed once, at the prompt, and a Ctrl-D typed then still quits (in the terminal's own line mode it
+    would become an end of file that reaches the line editor as a NUL)."""
+    t = chat("--threads", "1", "--max-tokens", "4000")  # ~1 s of answer on this model
+    t.send("Write a long story\r")
+    t.expect(r"Write a long story\r\n")
+    streaming = t.expect(r"\S{8}")
+    t.send("/system Be brief.\r")  # typed during the answer
+    status = t.expect(STATUS.pattern)
+    assert int(status.group(1)) == 4000 and not status.group(3)
+    assert "/system" not in t.text[streaming.end():status.start()], "not echoed while the answer streams"
+    t.expect(r"system prompt set")
+    t.expect(r"> ")
+    t.send("Write a long story\r")
+    t.expect(r"Write a long story\r\n")
+    t.send("\x04")  # Ctrl-D as the answer starts (or as the editor hands the terminal over)
+    t.expect(STATUS.pattern)
+    assert t.wait() == 0
+    assert line_mode_as_given(t.fd)
+
+
+def line_mode_as_given(fd):
+    """Whether the terminal is back in the line mode a pty starts in: line editing, echo, Ctrl-D as end of file."""
+    attrs = termios.tcgetattr(fd)
+    lflag, cc = attrs[3], attrs[6]
+    return bool(lflag & termios.ICANON) and bool(lflag & termios.ECHO) and cc[termios.VEOF] == b"\x04"
+
+
+def test_terminal_mode_comes_back_when_sigterm_ends_an_answer(chat):
+    """SIGTERM during an answer (the keys held, no line editing, no echo) ends the program with the terminal
+    back in its own mode."""
+    t = chat("--threads", "1", "--max-tokens", "4000")
+    t.send("Write a long story\r")
+    t.expect(r"Write a long story\r\n")
+    t.expect(r"\S{8}")
+    os.kill(t.pid, signal.SIGTERM)
+    assert t.wait() == -signal.SIGTERM
+    assert line_mode_as_given(t.fd)
