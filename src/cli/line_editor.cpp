@@ -24,12 +24,24 @@ volatile std::sig_atomic_t g_changed = 0;
 
 // The signals that end the process by default (SIGINT is the caller's); their dispositions before ours.
 constexpr int kEndingSignals[] = {SIGTERM, SIGHUP, SIGQUIT};
-struct sigaction g_previous[3]{};
+struct sigaction g_previous[std::size(kEndingSignals)]{};
 
 void restore_and_end(int sig) {
   if (g_changed) tcsetattr(STDIN_FILENO, TCSANOW, &g_original);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
+}
+
+// Until the editor's next read takes the terminal: its line discipline off (no line editing, no echo), so
+// keys typed meanwhile wait for that read as typed.
+void hold_keys() {
+  termios line_mode{};
+  if (!g_changed || tcgetattr(STDIN_FILENO, &line_mode) != 0 || (line_mode.c_lflag & ICANON) == 0) return;
+  termios held = line_mode;
+  held.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+  held.c_cc[VMIN] = 1;
+  held.c_cc[VTIME] = 0;
+  tcsetattr(STDIN_FILENO, TCSANOW, &held);
 }
 
 const char* prompt_of(EditLine* el) {
@@ -80,16 +92,6 @@ LineEditor::~LineEditor() {
     g_changed = 0;
     for (size_t i = 0; i < std::size(kEndingSignals); ++i) sigaction(kEndingSignals[i], &g_previous[i], nullptr);
   }
-}
-
-void LineEditor::hold_keys() {
-  termios line_mode{};
-  if (!g_changed || tcgetattr(STDIN_FILENO, &line_mode) != 0 || (line_mode.c_lflag & ICANON) == 0) return;
-  termios held = line_mode;
-  held.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
-  held.c_cc[VMIN] = 1;
-  held.c_cc[VTIME] = 0;
-  tcsetattr(STDIN_FILENO, TCSANOW, &held);
 }
 
 LineEditor::Outcome LineEditor::read_line(std::string& line) {

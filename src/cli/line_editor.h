@@ -39,9 +39,6 @@ class LineEditor {
   const std::string& prompt() const { return prompt_; }
 
  private:
-  // The terminal without its line discipline until the next read (after one).
-  static void hold_keys();
-
   std::string prompt_;
   editline* editor_ = nullptr;
   history* history_ = nullptr;
